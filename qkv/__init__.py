@@ -1,0 +1,23 @@
+"""qkv: attention mechanisms for PyTorch.
+
+The three stages (similarity -> normalisation -> weighted sum) are plain functions in
+:mod:`qkv.functional`; scores live in :mod:`qkv.scores`, normalisers in :mod:`qkv.normalize`, masks in
+:mod:`qkv.masks`; the layers (:class:`Attention`, :class:`SelfAttention`, :class:`MultiHeadAttention`)
+hold parameters and call them.
+"""
+
+__version__ = "0.1.0"
+
+from . import masks, normalize, scores
+from .functional import attention, compute_scores, normalize_scores, weighted_sum
+
+__all__ = [
+    "__version__",
+    "attention",
+    "compute_scores",
+    "normalize_scores",
+    "weighted_sum",
+    "masks",
+    "normalize",
+    "scores",
+]
