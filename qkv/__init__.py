@@ -10,6 +10,7 @@ __version__ = "0.1.0"
 
 from . import masks, normalize, scores
 from .functional import attention, compute_scores, normalize_scores, weighted_sum
+from .layers import Attention, AttentionPooling, KVCache, MultiHeadAttention, SelfAttention
 
 __all__ = [
     "__version__",
@@ -17,6 +18,11 @@ __all__ = [
     "compute_scores",
     "normalize_scores",
     "weighted_sum",
+    "Attention",
+    "SelfAttention",
+    "MultiHeadAttention",
+    "KVCache",
+    "AttentionPooling",
     "masks",
     "normalize",
     "scores",

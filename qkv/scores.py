@@ -319,22 +319,25 @@ def get_score(score: str | Score | Callable[[Tensor, Tensor], Tensor]) -> Score:
 
 
 def create_score(name: str | Score | Callable, query_dim: int | None = None, key_dim: int | None = None,
-                 hidden_dim: int | None = None, **kwargs) -> Score:
+                 hidden_dim: int | None = None, *, device=None, dtype=None, **kwargs) -> Score:
     """Build any score by name, giving sizes to the parametric ones.
 
-    ``hidden_dim`` defaults to ``key_dim`` for ``additive`` and ``mlp``. Names, modules and callables
-    that need no sizes are resolved as by :func:`get_score`.
+    ``key_dim`` defaults to ``query_dim``, ``hidden_dim`` to ``key_dim`` (``additive``, ``mlp``);
+    ``device``/``dtype`` place the parameters of parametric scores. Names, modules and callables that
+    need no sizes are resolved as by :func:`get_score`; ``kwargs`` go to the score's constructor.
     """
     if isinstance(name, str) and name in _PARAMETRIC:
         if query_dim is None:
             raise ValueError(f"score {name!r} needs query_dim (and key_dim when it differs)")
         key_dim = query_dim if key_dim is None else key_dim
         if name == "general":
-            return General(query_dim, key_dim, **kwargs)
+            return General(query_dim, key_dim, device=device, dtype=dtype, **kwargs)
         hidden = key_dim if hidden_dim is None else hidden_dim
-        return _PARAMETRIC[name](query_dim, key_dim, hidden, **kwargs)
+        return _PARAMETRIC[name](query_dim, key_dim, hidden, device=device, dtype=dtype, **kwargs)
     if isinstance(name, str) and name in SCORES:
         return SCORES[name](**kwargs)
+    if kwargs:
+        raise ValueError(f"score options {sorted(kwargs)} apply only to a score given by name")
     return get_score(name)
 
 

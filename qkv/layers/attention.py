@@ -1,0 +1,82 @@
+"""Single-head attention layers: generic :class:`Attention` and the :class:`SelfAttention` of seed 001.
+
+They hold parameters (a parametric score, projections) and call :func:`qkv.functional.attention`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from torch import Tensor, nn
+
+from ..functional import attention
+from ..scores import Score, create_score
+
+__all__ = ["Attention", "SelfAttention"]
+
+
+class Attention(nn.Module):
+    """Attention with a pluggable score: ``softmax(score(q, k)) @ v``.
+
+    Args:
+        score: a name (``dot``, ``scaled_dot``, ``cosine``, ``general``, ``additive``, ``mlp``), a
+            :class:`qkv.scores.Score` or a callable ``(q, k) -> scores``. Parametric names need
+            ``query_dim`` (and ``key_dim``/``hidden_dim`` where they differ).
+        normalize: ``softmax``, ``sparsemax`` or a callable.  dropout: on the weights, in training only.
+        scale: factor on the scores (default ``1/sqrt(Dk)`` for ``scaled_dot``, else 1).
+
+    Example:
+        >>> att = Attention("additive", query_dim=8, key_dim=6, hidden_dim=16)
+        >>> out, w = att(torch.randn(2, 3, 8), torch.randn(2, 5, 6), return_weights=True)
+    """
+
+    def __init__(self, score: str | Score | Callable = "scaled_dot", *, normalize: str | Callable = "softmax",
+                 dropout: float = 0.0, scale: float | None = None, query_dim: int | None = None,
+                 key_dim: int | None = None, hidden_dim: int | None = None, device=None, dtype=None):
+        super().__init__()
+        self.score = create_score(score, query_dim, key_dim, hidden_dim, device=device, dtype=dtype)
+        self.normalize = normalize
+        self.dropout = dropout
+        self.scale = scale
+
+    def forward(self, query: Tensor, key: Tensor, value: Tensor | None = None, *, mask: Tensor | None = None,
+                is_causal: bool = False, return_weights: bool = False):
+        """``query (..., Tq, Dq)``, ``key (..., Tk, Dk)``, ``value (..., Tk, Dv)`` (default: ``key``).
+
+        Returns ``(..., Tq, Dv)``, or ``(output, weights (..., Tq, Tk))`` when ``return_weights``.
+        """
+        return attention(query, key, key if value is None else value, score=self.score, mask=mask,
+                         normalize=self.normalize, dropout=self.dropout if self.training else 0.0,
+                         scale=self.scale, is_causal=is_causal, return_weights=return_weights)
+
+
+class SelfAttention(nn.Module):
+    """Self-attention as seed 001 walks through it: every input yields a query, key and value.
+
+    ``Q = X W_q + b_q``, ``K = X W_k + b_k``, ``V = X W_v + b_v`` (shared across positions), then
+    ``softmax(Q K^T / sqrt(d_k)) V``. The value size may differ from the query/key size.
+
+    Args:
+        in_dim: features of each input.  qk_dim: size of queries and keys.  v_dim: size of values
+            (default ``qk_dim``).  bias: biases on the projections.  scale: divide scores by ``sqrt(qk_dim)``.
+        dropout: on the weights, in training only.
+    """
+
+    def __init__(self, in_dim: int, qk_dim: int, v_dim: int | None = None, *, bias: bool = True,
+                 scale: bool = True, dropout: float = 0.0, device=None, dtype=None):
+        super().__init__()
+        v_dim = qk_dim if v_dim is None else v_dim
+        fk = {"device": device, "dtype": dtype}
+        self.q_proj = nn.Linear(in_dim, qk_dim, bias=bias, **fk)
+        self.k_proj = nn.Linear(in_dim, qk_dim, bias=bias, **fk)
+        self.v_proj = nn.Linear(in_dim, v_dim, bias=bias, **fk)
+        self.scale = scale
+        self.dropout = dropout
+
+    def forward(self, x: Tensor, *, mask: Tensor | None = None, is_causal: bool = False,
+                return_weights: bool = False):
+        """``x (..., T, in_dim)`` -> ``(..., T, v_dim)`` (and weights ``(..., T, T)``)."""
+        return attention(self.q_proj(x), self.k_proj(x), self.v_proj(x),
+                         score="scaled_dot" if self.scale else "dot", mask=mask,
+                         dropout=self.dropout if self.training else 0.0, is_causal=is_causal,
+                         return_weights=return_weights)

@@ -1,0 +1,216 @@
+"""Multi-head attention (Vaswani et al., 2017, https://arxiv.org/abs/1706.03762), batch first.
+
+Beyond ``torch.nn.MultiheadAttention``: any qkv score per head, grouped-query / multi-query attention
+(Ainslie et al., 2023, https://arxiv.org/abs/2305.13245) through ``kv_heads``, weights per head or
+averaged without leaving the fast path, and a key/value cache for token-by-token decoding.
+
+Axis letters: ``B`` batch, ``T``/``Tq``/``Tk`` positions, ``E`` embedding, ``H`` heads, ``G`` key/value
+heads, ``D`` head size (``E / H``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+
+from ..functional import attention
+from ..masks import causal_mask, combine_masks
+from ..scores import Score, create_score
+
+__all__ = ["MultiHeadAttention", "KVCache"]
+
+
+@dataclass
+class KVCache:
+    """Projected keys and values ``(B, G, T, D)`` kept between decoding steps.
+
+    For self-attention each call appends the new keys/values. With ``static=True`` (cross-attention
+    over an encoder's memory) the first call fills the cache and later calls reuse it.
+    """
+
+    key: Tensor | None = None
+    value: Tensor | None = None
+    static: bool = False
+
+    def __len__(self) -> int:
+        return 0 if self.key is None else self.key.shape[-2]
+
+    def update(self, key: Tensor, value: Tensor) -> tuple[Tensor, Tensor]:
+        if self.key is None:
+            self.key, self.value = key, value
+        elif not self.static:
+            self.key = torch.cat([self.key, key], dim=-2)
+            self.value = torch.cat([self.value, value], dim=-2)
+        return self.key, self.value
+
+    def reorder(self, index: Tensor) -> None:
+        """Keep the batch rows ``index`` (beam search)."""
+        if self.key is not None:
+            self.key, self.value = self.key.index_select(0, index), self.value.index_select(0, index)
+
+
+class MultiHeadAttention(nn.Module):
+    """Multi-head self- and cross-attention, ``(B, T, E)`` batch first.
+
+    Args:
+        embed_dim: ``E``, the size of queries and of the output.
+        num_heads: ``H``; must divide ``E``.
+        kv_heads: ``G`` key/value heads shared by ``H / G`` query heads each (grouped-query attention;
+            1 is multi-query). Default ``H``.
+        kdim, vdim: feature sizes of the key and value inputs (default ``E``).
+        bias: biases on the four projections.  dropout: on the weights, in training only.
+        score: the score of every head: a name (``scaled_dot``, ``dot``, ``cosine``, ``general``,
+            ``additive``, ``mlp``; parametric ones are built with size ``D`` and shared by the heads), a
+            :class:`qkv.scores.Score` or a callable ``(q, k) -> scores``.
+        normalize: ``softmax``, ``sparsemax`` or a callable.
+
+    Example:
+        >>> mha = MultiHeadAttention(64, 8)
+        >>> x = torch.randn(2, 10, 64)
+        >>> out, w = mha(x, is_causal=True, return_weights=True)   # w: (2, 10, 10), averaged over heads
+    """
+
+    def __init__(self, embed_dim: int, num_heads: int, *, kv_heads: int | None = None, kdim: int | None = None,
+                 vdim: int | None = None, bias: bool = True, dropout: float = 0.0,
+                 score: str | Score | Callable = "scaled_dot", normalize: str | Callable = "softmax",
+                 device=None, dtype=None):
+        super().__init__()
+        kv_heads = num_heads if kv_heads is None else kv_heads
+        if embed_dim <= 0 or num_heads <= 0 or embed_dim % num_heads:
+            raise ValueError(f"embed_dim ({embed_dim}) must be a positive multiple of num_heads ({num_heads})")
+        if kv_heads <= 0 or num_heads % kv_heads:
+            raise ValueError(f"kv_heads ({kv_heads}) must divide num_heads ({num_heads})")
+        if not 0.0 <= dropout < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {dropout}")
+        fk = {"device": device, "dtype": dtype}
+        self.embed_dim, self.num_heads, self.kv_heads = embed_dim, num_heads, kv_heads
+        self.head_dim = embed_dim // num_heads
+        self.kdim = embed_dim if kdim is None else kdim
+        self.vdim = embed_dim if vdim is None else vdim
+        self.dropout = dropout
+        self.normalize = normalize
+        self.q_proj = nn.Linear(embed_dim, embed_dim, bias=bias, **fk)
+        self.k_proj = nn.Linear(self.kdim, kv_heads * self.head_dim, bias=bias, **fk)
+        self.v_proj = nn.Linear(self.vdim, kv_heads * self.head_dim, bias=bias, **fk)
+        self.out_proj = nn.Linear(embed_dim, embed_dim, bias=bias, **fk)
+        self.score = create_score(score, self.head_dim, self.head_dim, **fk)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        for lin in (self.q_proj, self.k_proj, self.v_proj, self.out_proj):
+            nn.init.xavier_uniform_(lin.weight)
+            if lin.bias is not None:
+                nn.init.zeros_(lin.bias)
+
+    def forward(
+        self,
+        query: Tensor,
+        key: Tensor | None = None,
+        value: Tensor | None = None,
+        *,
+        mask: Tensor | None = None,
+        key_mask: Tensor | None = None,
+        is_causal: bool = False,
+        return_weights: bool = False,
+        average_weights: bool = True,
+        cache: KVCache | None = None,
+    ):
+        """Attend from ``query`` to ``key``/``value`` (self-attention when ``key`` is None).
+
+        Args:
+            query: ``(B, Tq, E)``.  key: ``(B, Tk, kdim)``.  value: ``(B, Tk, vdim)`` (default ``key``).
+            mask: boolean (True = may attend) or additive float, broadcastable to ``(B, H, Tq, Tk)``;
+                ``(Tq, Tk)`` and ``(B, Tq, Tk)`` masks are broadcast over the heads.
+            key_mask: ``(B, Tk)`` boolean, True at real (non-padding) keys.
+            is_causal: causal mask; with a cache it is aligned bottom right (new queries follow the cache).
+            return_weights: also return the weights, ``(B, Tq, Tk)`` averaged over heads or
+                ``(B, H, Tq, Tk)`` when ``average_weights=False``.
+            cache: a :class:`KVCache` updated in place with this call's keys and values.
+
+        Returns:
+            ``(B, Tq, E)``, or ``(output, weights)`` when ``return_weights``.
+        """
+        if query.dim() != 3 or query.shape[-1] != self.embed_dim:
+            raise ValueError(f"query must be (B, Tq, E={self.embed_dim}), got {tuple(query.shape)}")
+        b, tq, _ = query.shape
+        h, g, d = self.num_heads, self.kv_heads, self.head_dim
+        q = self.q_proj(query).view(b, tq, h, d).transpose(1, 2)
+
+        if cache is not None and cache.static and cache.key is not None:
+            k, v = cache.key, cache.value
+        else:
+            key = query if key is None else key
+            value = key if value is None else value
+            for name, t, dim in (("key", key, self.kdim), ("value", value, self.vdim)):
+                if t.dim() != 3 or t.shape[0] != b or t.shape[-1] != dim:
+                    raise ValueError(f"{name} must be (B={b}, Tk, {dim}), got {tuple(t.shape)} "
+                                     f"for query {tuple(query.shape)}")
+            if key.shape[1] != value.shape[1]:
+                raise ValueError(f"key {tuple(key.shape)} and value {tuple(value.shape)} differ in Tk")
+            k = self.k_proj(key).view(b, -1, g, d).transpose(1, 2)
+            v = self.v_proj(value).view(b, -1, g, d).transpose(1, 2)
+            if cache is not None:
+                k, v = cache.update(k, v)
+        tk = k.shape[-2]
+        if g != h:  # every group of H / G query heads shares one key/value head
+            k = k.repeat_interleave(h // g, dim=1)
+            v = v.repeat_interleave(h // g, dim=1)
+
+        full_mask = self._mask(mask, key_mask, b, tq, tk)
+        lower_right = is_causal and tk != tq
+        if lower_right:
+            full_mask = combine_masks(full_mask, causal_mask(tq, tk, lower_right=True, device=query.device))
+        result = attention(q, k, v, score=self.score, mask=full_mask, normalize=self.normalize,
+                           dropout=self.dropout if self.training else 0.0, is_causal=is_causal and not lower_right,
+                           return_weights=return_weights)
+        out, weights = result if return_weights else (result, None)
+        out = self.out_proj(out.transpose(1, 2).reshape(b, tq, self.embed_dim))
+        if not return_weights:
+            return out
+        return out, (weights.mean(dim=1) if average_weights else weights)
+
+    @staticmethod
+    def _mask(mask: Tensor | None, key_mask: Tensor | None, b: int, tq: int, tk: int) -> Tensor | None:
+        if mask is not None and mask.dim() == 3:
+            mask = mask[:, None]
+        if key_mask is not None:
+            if key_mask.dtype != torch.bool or key_mask.shape != (b, tk):
+                raise ValueError(f"key_mask must be a bool (B, Tk) = ({b}, {tk}) tensor, got "
+                                 f"{tuple(key_mask.shape)} {key_mask.dtype}")
+            key_mask = key_mask[:, None, None, :]
+        return combine_masks(mask, key_mask)
+
+    @classmethod
+    def from_torch(cls, module: nn.MultiheadAttention) -> MultiHeadAttention:
+        """A copy of ``torch.nn.MultiheadAttention``'s weights, giving the same outputs and averaged weights.
+
+        Inputs must be batch first here whatever ``module.batch_first`` says. PyTorch's boolean masks are
+        True where attention is *not* allowed: convert them with :func:`qkv.masks.from_torch_mask`.
+        """
+        if module.bias_k is not None or module.add_zero_attn:
+            raise ValueError("from_torch does not support add_bias_kv or add_zero_attn")
+        p = next(module.parameters())
+        new = cls(module.embed_dim, module.num_heads, kdim=module.kdim, vdim=module.vdim,
+                  bias=module.in_proj_bias is not None, dropout=module.dropout, device=p.device, dtype=p.dtype)
+        e = module.embed_dim
+        with torch.no_grad():
+            if module._qkv_same_embed_dim:
+                wq, wk, wv = module.in_proj_weight.split(e)
+            else:
+                wq, wk, wv = module.q_proj_weight, module.k_proj_weight, module.v_proj_weight
+            for lin, w in ((new.q_proj, wq), (new.k_proj, wk), (new.v_proj, wv)):
+                lin.weight.copy_(w)
+            if module.in_proj_bias is not None:
+                for lin, bias in zip((new.q_proj, new.k_proj, new.v_proj), module.in_proj_bias.split(e)):
+                    lin.bias.copy_(bias)
+            new.out_proj.weight.copy_(module.out_proj.weight)
+            if module.out_proj.bias is not None:
+                new.out_proj.bias.copy_(module.out_proj.bias)
+        return new
+
+    def extra_repr(self) -> str:
+        return (f"embed_dim={self.embed_dim}, num_heads={self.num_heads}, kv_heads={self.kv_heads}, "
+                f"score={self.score!r}, dropout={self.dropout}")

@@ -1,0 +1,69 @@
+"""Attention weights as an annotated heatmap, queries as rows and keys as columns."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+
+logger = logging.getLogger(__name__)
+
+# fonts tried in order so that CJK labels render (Noto/WenQuanYi/Droid where installed, else DejaVu)
+CJK_FONTS = ["Noto Sans CJK JP", "Noto Sans CJK SC", "WenQuanYi Zen Hei", "Droid Sans Fallback", "AR PL UMing CN",
+             "DejaVu Sans"]
+
+
+def _pyplot():
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg", force=False)
+        import matplotlib.pyplot as plt
+    except ImportError as e:  # pragma: no cover - depends on the environment
+        raise ImportError("plots need matplotlib: pip install 'qkv[viz]'") from e
+    plt.rcParams["font.family"] = "sans-serif"
+    plt.rcParams["font.sans-serif"] = CJK_FONTS + list(plt.rcParams["font.sans-serif"])
+    return plt
+
+
+def heatmap(weights, *, x_labels: Sequence[str] | None = None, y_labels: Sequence[str] | None = None,
+            title: str | None = None, annotate: bool | None = None, xlabel: str = "key",
+            ylabel: str = "query", path: str | Path | None = None, ax=None):
+    """Draw ``weights (Tq, Tk)``; annotate cells with their values when small (<= 12x12 by default).
+
+    Saves to ``path`` (PNG, SVG or PDF by extension) when given. Returns the matplotlib ``Axes``.
+    """
+    import numpy as np
+
+    plt = _pyplot()
+    w = weights.detach().cpu().double().numpy() if hasattr(weights, "detach") else np.asarray(weights, float)
+    if w.ndim != 2:
+        raise ValueError(f"heatmap needs a (Tq, Tk) matrix, got shape {w.shape}")
+    for name, labels, n in (("x_labels", x_labels, w.shape[1]), ("y_labels", y_labels, w.shape[0])):
+        if labels is not None and len(labels) != n:
+            raise ValueError(f"{name} has {len(labels)} entries for {n} columns/rows of weights {w.shape}")
+    own = ax is None
+    if own:
+        fig, ax = plt.subplots(figsize=(1.0 + 0.45 * max(w.shape[1], 4), 1.0 + 0.45 * max(w.shape[0], 4)))
+    im = ax.imshow(w, cmap="viridis", vmin=0.0, vmax=max(1e-12, float(w.max())), aspect="auto")
+    ax.figure.colorbar(im, ax=ax, fraction=0.046, pad=0.04)
+    ax.set_xticks(range(w.shape[1]), labels=list(x_labels) if x_labels is not None else None)
+    ax.set_yticks(range(w.shape[0]), labels=list(y_labels) if y_labels is not None else None)
+    if x_labels is not None:
+        ax.tick_params(axis="x", labelrotation=90)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    if title:
+        ax.set_title(title)
+    if annotate if annotate is not None else max(w.shape) <= 12:
+        for i in range(w.shape[0]):
+            for j in range(w.shape[1]):
+                ax.text(j, i, f"{w[i, j]:.2f}", ha="center", va="center",
+                        color="black" if w[i, j] > 0.6 * w.max() else "white", fontsize=8)
+    if path is not None:
+        ax.figure.tight_layout()
+        ax.figure.savefig(path, dpi=150)
+        logger.info("saved heatmap to %s", path)
+        if own:
+            plt.close(ax.figure)
+    return ax
