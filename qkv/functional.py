@@ -36,7 +36,9 @@ __all__ = ["attention", "compute_scores", "normalize_scores", "weighted_sum"]
 ScoreLike = str | Score | Callable[[Tensor, Tensor], Tensor]
 
 
-def compute_scores(query: Tensor, key: Tensor, score: ScoreLike = "scaled_dot", *, scale: float | None = None) -> Tensor:
+def compute_scores(
+    query: Tensor, key: Tensor, score: ScoreLike = "scaled_dot", *, scale: float | None = None
+) -> Tensor:
     """Stage one: scaled similarity scores ``(..., Tq, Tk)``.
 
     ``scale`` multiplies the raw scores; by default ``1/sqrt(Dk)`` for ``scaled_dot``, ``1/temperature``
@@ -150,8 +152,8 @@ def _finish(weights: Tensor, value: Tensor, dropout: float, return_weights: bool
 def _normalize(scores: Tensor, allowed: Tensor | None, bias: Tensor | None, normalizer, *, inplace: bool) -> Tensor:
     """Masked normalisation. ``inplace`` may overwrite ``scores`` (a fresh tensor owned by the caller)."""
     if bias is not None:
-        scores = scores.add_(bias) if inplace and scores.shape == torch.broadcast_shapes(scores.shape, bias.shape) \
-            else scores + bias
+        own = inplace and scores.shape == torch.broadcast_shapes(scores.shape, bias.shape)
+        scores = scores.add_(bias) if own else scores + bias
     if allowed is None:
         return normalizer(scores)
     rows = allowed.any(dim=-1, keepdim=True)

@@ -220,7 +220,7 @@ class PairwiseScore(Score):
         if cq >= tq and ck >= tk:
             return self._tile(self.query_proj(query), self.key_proj(key))
         rows, row = [], []
-        for qi, kj, s in self.tiles(query, key):
+        for _, kj, s in self.tiles(query, key):
             row.append(s)
             if kj.stop == tk:
                 rows.append(torch.cat(row, dim=-1))
@@ -266,7 +266,7 @@ class MLP(PairwiseScore):
         super().__init__(query_dim, key_dim, dims[0], bias=bias, max_elements=max_elements,
                          device=device, dtype=dtype)
         layers: list[nn.Module] = [act_layer()]
-        for a, b in zip(dims[:-1], dims[1:]):
+        for a, b in zip(dims[:-1], dims[1:], strict=True):
             layers += [nn.Dropout(dropout), nn.Linear(a, b, device=device, dtype=dtype), act_layer()]
         layers += [nn.Linear(dims[-1], 1, device=device, dtype=dtype)]
         self.head = nn.Sequential(*layers)

@@ -204,7 +204,7 @@ class MultiHeadAttention(nn.Module):
             for lin, w in ((new.q_proj, wq), (new.k_proj, wk), (new.v_proj, wv)):
                 lin.weight.copy_(w)
             if module.in_proj_bias is not None:
-                for lin, bias in zip((new.q_proj, new.k_proj, new.v_proj), module.in_proj_bias.split(e)):
+                for lin, bias in zip((new.q_proj, new.k_proj, new.v_proj), module.in_proj_bias.split(e), strict=True):
                     lin.bias.copy_(bias)
             new.out_proj.weight.copy_(module.out_proj.weight)
             if module.out_proj.bias is not None:
