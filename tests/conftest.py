@@ -1,0 +1,15 @@
+import os
+
+import pytest
+import torch
+
+# pytest-xdist runs one worker per core: give each worker its share of the threads.
+_workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+torch.set_num_threads(max(1, (os.cpu_count() or 1) // _workers))
+
+
+@pytest.fixture
+def gen():
+    """A fresh, seeded generator per test: inputs are random but reproducible on failure."""
+    return torch.Generator().manual_seed(int.from_bytes(os.urandom(4), "little") if os.environ.get("QKV_RANDOM")
+                                         else 1234)
