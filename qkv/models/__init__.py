@@ -1,0 +1,6 @@
+"""Models built on the attention layers and vision blocks."""
+
+from .resnet import ResNet, create_resnet, resnet18, resnet34, resnet50, resnet101, sknet50
+from .small_cnn import SmallCNN
+
+__all__ = ["ResNet", "create_resnet", "resnet18", "resnet34", "resnet50", "resnet101", "sknet50", "SmallCNN"]
