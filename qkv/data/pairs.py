@@ -147,7 +147,7 @@ def read_pairs(
                 continue
             fields = line.split("\t")
             if len(fields) < 2:
-                problem = "expected 'source<TAB>target[<TAB>attribution]', found no tab"
+                problem = "no tab (expected 'source<TAB>target[<TAB>attribution]')"
             else:
                 a, b = fields[0].strip(), fields[1].strip()
                 if not a or not b:
