@@ -90,6 +90,8 @@ class NonLocal(nn.Module):
             last = self.norm if norm_layer is not None and getattr(self.norm, "weight", None) is not None \
                 else self.out
             nn.init.zeros_(last.weight)
+            if last.bias is not None:
+                nn.init.zeros_(last.bias)
 
     def embed(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """Queries ``(B, HW, C')``, keys and values ``(B, HW', C')`` (``C``-wide for the gaussian keys)."""
