@@ -1,0 +1,506 @@
+"""The training loop shared by every task: :func:`train`.
+
+One optimizer step per global batch: the batch's examples are split across processes, each process sums its
+loss, the counts are summed over processes, and the gradient is that of ``sum of losses / global count``,
+exactly as in one process on the whole batch. AdamW, warm-up + decay, gradient clipping, mixed precision,
+progress bars, ``metrics.jsonl``, checkpoints (every epoch, at the end, on the time budget, on Ctrl-C) and an
+exact resume.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import logging
+import math
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+from tqdm.auto import tqdm
+
+from . import distributed, rng
+from .checkpoint import (
+    load_checkpoint,
+    optimizer_from_files,
+    optimizer_to_files,
+    resolve_checkpoint,
+    write_checkpoint,
+)
+from .config import RESULT_FIELDS, TrainConfig
+from .schedule import derive_seed, epoch_batches, lr_factor, num_batches
+from .task import Task
+
+__all__ = ["train", "Trainer", "TrainState", "TrainResult"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class TrainState:
+    """The trainer's position, saved in every checkpoint (``state.json``)."""
+
+    epoch: int = 0  # current epoch, 0-based
+    step: int = 0  # batches done in the current epoch
+    global_step: int = 0  # optimizer steps done in total
+    best: float | None = None  # best value of the monitored metric so far
+    best_step: int | None = None  # global_step at which it was reached
+    bad_evals: int = 0  # evaluations since the best one
+    stopped_early: bool = False  # early stopping ended the run
+    elapsed: float = 0.0  # seconds of training over all invocations
+
+
+@dataclass
+class TrainResult:
+    """What :func:`train` returns.
+
+    Attributes:
+        model: the trained model (plain ``nn.Module``); holds the best weights when a metric was monitored.
+        state: the final :class:`TrainState`.
+        metrics: the final evaluation, ``{split: {metric: value}}`` (rank 0 only; empty on other ranks).
+        stopped: why training ended: ``"epochs"``, ``"early_stop"``, ``"max_steps"`` or ``"time"``.
+        out: the run directory, or ``None``.
+    """
+
+    model: nn.Module
+    state: TrainState
+    metrics: dict[str, dict[str, float]]
+    stopped: str
+    out: Path | None
+
+
+Callback = Callable[[TrainState, dict[str, float]], Any]
+
+
+def train(task: Task, config: TrainConfig, callbacks: Sequence[Callback] = ()) -> TrainResult:
+    """Train ``task``'s model as ``config`` says; see the module docstring and :class:`TrainConfig`.
+
+    ``callbacks`` are called after every optimizer step as ``callback(state, logs)`` with
+    ``logs = {"loss", "lr", "count"}`` of that step. A ``KeyboardInterrupt`` (Ctrl-C, or raised by a callback)
+    writes a checkpoint and is raised again; the first Ctrl-C stops at the end of the current step, a second
+    one at once. Under ``torchrun`` every process calls ``train`` with the same arguments.
+
+    Raises:
+        ValueError: bad settings, or data that no longer matches the checkpoint being resumed.
+        FileExistsError: ``config.out`` holds a checkpoint and ``config.resume`` is false.
+    """
+    return Trainer(task, config, callbacks).fit()
+
+
+class _StopFlag:
+    """Turns the first SIGINT into a flag checked between steps; a second SIGINT interrupts at once."""
+
+    def __init__(self):
+        self.set = False
+        self._previous = None
+
+    def _handler(self, signum, frame):
+        if self.set:
+            raise KeyboardInterrupt
+        self.set = True
+        log.warning("interrupt: stopping after this step (press Ctrl-C again to stop at once)")
+
+    def __enter__(self):
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGINT, self._handler)
+        return self
+
+    def __exit__(self, *exc):
+        if self._previous is not None:
+            signal.signal(signal.SIGINT, self._previous)
+
+
+class _MetricsLog:
+    """Appends one JSON object per line to ``metrics.jsonl`` (rank 0 only)."""
+
+    def __init__(self, path: Path | None):
+        self.path = path
+
+    def write(self, record: dict[str, Any]) -> None:
+        if self.path is None:
+            return
+        with open(self.path, "a", encoding="utf-8") as f:
+            f.write(json.dumps(record, sort_keys=False) + "\n")
+
+
+class Trainer:
+    """The loop behind :func:`train`; use :func:`train` unless you need the pieces."""
+
+    def __init__(self, task: Task, config: TrainConfig, callbacks: Sequence[Callback] = ()):
+        if not isinstance(task, Task):
+            raise TypeError(f"task must be a qkv.train.Task, got {type(task).__name__}")
+        if not isinstance(config, TrainConfig):
+            raise TypeError(f"config must be a TrainConfig, got {type(config).__name__}")
+        self.task, self.config, self.callbacks = task, config, list(callbacks)
+        self.out = Path(config.out) if config.out is not None else None
+
+    # --- entry -----------------------------------------------------------------------------------------
+    def fit(self) -> TrainResult:
+        self.dist = distributed.setup(self.config.device)
+        try:
+            return self._fit()
+        finally:
+            self.dist.close()
+
+    def _fit(self) -> TrainResult:
+        cfg, task, d = self.config, self.task, self.dist
+        ckpt = self._find_checkpoint()
+        if ckpt is not None:
+            task.load_assets(ckpt.assets)
+        task.setup()
+        rng.seed_all(cfg.seed)  # the same initialisation in every process
+        self.module = task.build_model()
+        if ckpt is not None:
+            self.module.load_state_dict(ckpt.state_dict)
+        self.module.to(d.device)
+        self.examples = task.train_examples()
+        self.lengths = task.lengths()
+        n = len(self.examples)
+        if cfg.batch_size < d.world_size:
+            raise ValueError(f"batch_size={cfg.batch_size} is the global batch; it must be at least the number "
+                             f"of processes ({d.world_size})")
+        self.steps_per_epoch = num_batches(n, cfg.batch_size, drop_last=cfg.drop_last, min_batch=d.world_size)
+        if self.steps_per_epoch == 0:
+            raise ValueError(f"{n} training examples make no batch of batch_size={cfg.batch_size}"
+                             f"{' with drop_last' if cfg.drop_last else ''}")
+        self.total_steps = cfg.epochs * self.steps_per_epoch
+        self.optimizer = torch.optim.AdamW(_param_groups(self.module, cfg.weight_decay), lr=cfg.lr,
+                                           betas=cfg.betas, eps=cfg.eps)
+        self.amp_dtype = _amp_dtype(cfg.amp, d.device)
+        self.scaler = torch.amp.GradScaler(d.device.type, enabled=self.amp_dtype == torch.float16)
+        if d.enabled:
+            self.model = DistributedDataParallel(
+                self.module, device_ids=[d.device.index] if d.device.type == "cuda" else None,
+                find_unused_parameters=cfg.ddp_find_unused)
+        else:
+            self.model = self.module
+        self.state = TrainState()
+        if ckpt is not None:
+            self._restore(ckpt, n)
+        else:
+            rng.seed_all(derive_seed(cfg.seed, 1, d.rank))  # each process its own dropout/augmentation stream
+        if d.is_main and self.out is not None:
+            self.out.mkdir(parents=True, exist_ok=True)
+        self.metrics = _MetricsLog(self.out / "metrics.jsonl" if d.is_main and self.out is not None else None)
+        self.metrics.write({"event": "resume" if ckpt is not None else "start", "time": time.time(),
+                            "global_step": self.state.global_step, "world_size": d.world_size,
+                            "device": str(d.device), "amp": _dtype_name(self.amp_dtype),
+                            "examples": n, "steps_per_epoch": self.steps_per_epoch, "task": task.name,
+                            "train_config": cfg.to_dict()})
+        self._best_weights = None
+        self._saved_at_step = self._position() if ckpt is not None else None
+        self.show_progress = d.is_main and (cfg.progress if cfg.progress is not None else sys.stderr.isatty())
+        stopped = self._loop()
+        return self._finish(stopped)
+
+    # --- setup pieces ----------------------------------------------------------------------------------
+    def _find_checkpoint(self):
+        if self.out is None:
+            return None
+        try:
+            path = resolve_checkpoint(self.out / "checkpoint", prefer=())
+        except FileNotFoundError:
+            if self.config.resume:
+                log.info("no checkpoint in %s: starting a new run", self.out)
+            return None
+        if not self.config.resume:
+            raise FileExistsError(f"{self.out} already holds a checkpoint ({path}); pass resume=True (--resume) "
+                                  "to continue it, or choose another output directory")
+        ckpt = load_checkpoint(path, prefer=())
+        if ckpt.state is None:
+            raise ValueError(f"{path} has no training state (state.json); it cannot be resumed")
+        log.info("resuming from %s", path)
+        return ckpt
+
+    def _restore(self, ckpt, n: int) -> None:
+        cfg, d, saved = self.config, self.dist, ckpt.state
+        if saved["num_examples"] != n or saved["steps_per_epoch"] != self.steps_per_epoch:
+            raise ValueError(f"the training data changed since {ckpt.path} was written: {n} examples in "
+                             f"{self.steps_per_epoch} batches now, {saved['num_examples']} in "
+                             f"{saved['steps_per_epoch']} then; resume needs the same data and batch_size")
+        old = saved["train_config"]
+        changed = [f"{k}: {old.get(k)!r} -> {v!r}" for k, v in cfg.to_dict().items()
+                   if k in RESULT_FIELDS and old.get(k) != v]
+        if changed:
+            log.warning("resuming with different settings; the run will not match an uninterrupted one (%s)",
+                        "; ".join(changed))
+        self.state = TrainState(**saved["position"])
+        tensors = ckpt.state_tensors()
+        self.optimizer.load_state_dict(optimizer_from_files(tensors, saved["optimizer"]))
+        if saved.get("scaler") and self.scaler.is_enabled():
+            self.scaler.load_state_dict(saved["scaler"])
+        prefix = f"rng.{d.rank}."
+        mine = {k[len(prefix):]: v for k, v in tensors.items() if k.startswith(prefix)}
+        if mine:
+            rng.restore(mine)
+        else:
+            log.warning("no saved RNG state for rank %d (the checkpoint came from %d process(es)); reseeding",
+                        d.rank, saved["world_size"])
+            rng.seed_all(derive_seed(cfg.seed, 2, d.rank, self.state.global_step))
+
+    # --- the loop --------------------------------------------------------------------------------------
+    def _loop(self) -> str:
+        cfg, st, d = self.config, self.state, self.dist
+        start = time.monotonic()
+        elapsed0 = st.elapsed
+        self._interval = {"loss": 0.0, "count": 0.0, "stats": {}, "seconds": 0.0}
+        self._dirty = self._agreed_interrupt = False
+        with _StopFlag() as flag:
+            try:
+                while st.epoch < cfg.epochs and not st.stopped_early:
+                    batches = epoch_batches(len(self.examples), cfg.batch_size, seed=cfg.seed, epoch=st.epoch,
+                                            drop_last=cfg.drop_last, lengths=self.lengths,
+                                            bucket_batches=cfg.bucket_batches, min_batch=d.world_size)
+                    bar = tqdm(total=len(batches), initial=st.step, disable=not self.show_progress, unit="step",
+                               desc=f"epoch {st.epoch + 1}/{cfg.epochs}", dynamic_ncols=True, leave=True)
+                    epoch_t0, epoch_units = time.monotonic(), 0.0
+                    try:
+                        for indices in batches[st.step:]:
+                            over_time = cfg.max_minutes is not None and time.monotonic() - start > 60 * cfg.max_minutes
+                            logs = self._step(indices, interrupt=flag.set, over_time=over_time)
+                            st.elapsed = elapsed0 + time.monotonic() - start
+                            epoch_units += logs["count"]
+                            bar.update(1)
+                            rate = epoch_units / max(time.monotonic() - epoch_t0, 1e-9)
+                            bar.set_postfix(loss=f"{logs['loss']:.4g}", lr=f"{logs['lr']:.3g}",
+                                            **{f"{self.task.unit}/s": f"{rate:.4g}"}, refresh=False)
+                            if st.global_step % cfg.log_every == 0:
+                                self._log_train(logs)
+                            for cb in self.callbacks:
+                                cb(st, logs)
+                            if logs["interrupt"]:  # every rank saw it in the same step
+                                self._agreed_interrupt = True
+                                raise KeyboardInterrupt
+                            if cfg.eval_every and st.global_step % cfg.eval_every == 0 and st.step < len(batches):
+                                self._periodic_eval()
+                            if logs["over_time"]:
+                                return "time"
+                            if cfg.max_steps is not None and st.global_step >= cfg.max_steps:
+                                return "max_steps"
+                            if st.stopped_early:
+                                return "early_stop"
+                    finally:
+                        bar.close()
+                    self._periodic_eval()
+                    if not st.stopped_early:
+                        st.epoch, st.step = st.epoch + 1, 0
+                    self._save()
+                return "early_stop" if st.stopped_early else "epochs"
+            except KeyboardInterrupt:
+                if self._dirty:
+                    log.warning("interrupted during an optimizer update: the last checkpoint is kept")
+                elif self.out is not None:
+                    # an interrupt on one rank only leaves the others behind: then write without collectives
+                    self._save(collective=self._agreed_interrupt)
+                    log.warning("interrupted at step %d: checkpoint written to %s", st.global_step,
+                                self.out / "checkpoint")
+                raise
+
+    def _step(self, indices: list[int], *, interrupt: bool, over_time: bool) -> dict[str, float]:
+        cfg, d, st = self.config, self.dist, self.state
+        t0 = time.monotonic()
+        local = distributed.shard(indices, d.rank, d.world_size)
+        batch = self.task.to_device(self.task.collate([self.examples[i] for i in local]), d.device)
+        lr = cfg.lr * lr_factor(st.global_step, self.total_steps, schedule=cfg.schedule,
+                                warmup_steps=cfg.warmup_steps, min_lr_ratio=cfg.min_lr_ratio)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        with self._autocast():
+            loss_sum, count, stats = self.task.loss(self.model, batch)
+        if not torch.is_tensor(loss_sum) or loss_sum.ndim != 0:
+            raise ValueError(f"{type(self.task).__name__}.loss must return a scalar tensor (the summed loss) "
+                             f"first, got {type(loss_sum).__name__}")
+        # one all-reduce per step: loss and count for normalising and logging, and the stop flags
+        shared = torch.stack([loss_sum.detach().to(torch.float64),
+                              torch.as_tensor(count, dtype=torch.float64, device=d.device),
+                              torch.tensor(float(interrupt), dtype=torch.float64, device=d.device),
+                              torch.tensor(float(over_time), dtype=torch.float64, device=d.device)])
+        total_loss, total_count, n_interrupt, n_over_time = d.all_reduce_sum(shared).tolist()
+        if total_count <= 0:
+            raise ValueError(f"{type(self.task).__name__}.loss counted nothing in batch {st.step} of epoch "
+                             f"{st.epoch}: count must be the number of items or tokens summed over")
+        self._dirty = True
+        self.scaler.scale(loss_sum / (total_count / d.world_size)).backward()
+        grad_norm = None
+        if cfg.clip_norm is not None:
+            self.scaler.unscale_(self.optimizer)
+            grad_norm = torch.nn.utils.clip_grad_norm_(self.module.parameters(), cfg.clip_norm)
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        self.optimizer.zero_grad(set_to_none=True)
+        st.step += 1
+        st.global_step += 1
+        self._dirty = False
+        iv = self._interval
+        iv["loss"] += total_loss
+        iv["count"] += total_count
+        for k, v in stats.items():
+            iv["stats"][k] = iv["stats"].get(k, 0.0) + (v.detach().to(torch.float64) if torch.is_tensor(v) else v)
+        iv["grad_norm"] = grad_norm
+        iv["seconds"] += time.monotonic() - t0
+        return {"loss": total_loss / total_count, "lr": lr, "count": total_count,
+                "interrupt": n_interrupt > 0, "over_time": n_over_time > 0}
+
+    def _autocast(self):
+        if self.amp_dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(self.dist.device.type, dtype=self.amp_dtype)
+
+    # --- logging -----------------------------------------------------------------------------------------
+    def _log_train(self, logs: dict[str, float]) -> None:
+        iv, st, d = self._interval, self.state, self.dist
+        names = sorted(iv["stats"])
+        stats = {}
+        if names:  # the task's stats, summed over processes (every rank reaches this step)
+            vals = torch.stack([torch.as_tensor(iv["stats"][k], dtype=torch.float64).to(d.device) for k in names])
+            stats = dict(zip(names, d.all_reduce_sum(vals).tolist(), strict=True))
+        count = max(iv["count"], 1e-12)
+        record = {"event": "train", "epoch": self._epoch_float(),
+                  "global_step": st.global_step, "loss": iv["loss"] / count, "lr": logs["lr"],
+                  f"{self.task.unit}_per_s": iv["count"] / max(iv["seconds"], 1e-9)}
+        if iv.get("grad_norm") is not None:
+            record["grad_norm"] = float(iv["grad_norm"])
+        record.update({k: v / count for k, v in stats.items()})
+        record["time"] = round(st.elapsed, 3)
+        self.metrics.write(record)
+        if d.is_main:
+            (log.debug if self.show_progress else log.info)(
+                "step %d (epoch %.2f): %s", st.global_step, record["epoch"],
+                ", ".join(f"{k} {v:.4g}" for k, v in record.items()
+                          if k not in ("event", "epoch", "global_step", "time")))
+        self._interval = {"loss": 0.0, "count": 0.0, "stats": {}, "seconds": 0.0}
+
+    # --- evaluation ----------------------------------------------------------------------------------------
+    def _evaluate(self, split: str, event: str) -> dict[str, float]:
+        self.module.eval()
+        try:
+            with rng.forked(), torch.no_grad(), self._autocast():
+                metrics = self.task.evaluate(self.module, split)
+        finally:
+            self.module.train()
+        metrics = {k: float(v) for k, v in (metrics or {}).items()}
+        st = self.state
+        self.metrics.write({"event": event, "split": split, "epoch": self._epoch_float(), "global_step": st.global_step,
+                            "metrics": metrics, "time": round(st.elapsed, 3)})
+        log.info("%s %s at step %d: %s", event, split, st.global_step,
+                 ", ".join(f"{k} {v:.4g}" for k, v in metrics.items()) or "(no metrics)")
+        return metrics
+
+    def _periodic_eval(self) -> None:
+        """Evaluate ``eval_split`` on rank 0, track the best model, decide early stopping for every rank."""
+        cfg, st, d = self.config, self.state, self.dist
+        if not cfg.eval_split:
+            return
+        stop = torch.zeros(1, dtype=torch.float64, device=d.device)
+        if d.is_main:
+            metrics = self._evaluate(cfg.eval_split, "eval")
+            if cfg.monitor:
+                if cfg.monitor not in metrics:
+                    raise ValueError(f"monitor={cfg.monitor!r} is not among the metrics of split "
+                                     f"{cfg.eval_split!r}: {', '.join(sorted(metrics)) or 'none'}")
+                value = metrics[cfg.monitor]
+                better = (value > st.best + cfg.min_delta if cfg.mode == "max" else value < st.best - cfg.min_delta) \
+                    if st.best is not None else not math.isnan(value)
+                if better:
+                    st.best, st.best_step, st.bad_evals = value, st.global_step, 0
+                    self._save_best()
+                else:
+                    st.bad_evals += 1
+                    if cfg.patience and st.bad_evals >= cfg.patience:
+                        log.info("early stopping: %s has not improved for %d evaluations (best %.4g at step %s)",
+                                 cfg.monitor, st.bad_evals, st.best, st.best_step)
+                        stop.fill_(1.0)
+        st.stopped_early = bool(d.broadcast(stop).item())
+
+    # --- checkpoints -------------------------------------------------------------------------------------
+    def _save(self, collective: bool = True) -> None:
+        """Write ``out/checkpoint`` (rank 0), with the RNG states of every rank when ``collective``."""
+        d, st = self.dist, self.state
+        if self.out is None or self._saved_at_step == self._position():
+            return
+        states = rng.capture()
+        rng_tensors = {}
+        if d.enabled and collective:
+            for name in sorted(states):
+                for r, t in enumerate(d.all_gather(states[name])):
+                    rng_tensors[f"rng.{r}.{name}"] = t
+        else:
+            rng_tensors = {f"rng.{d.rank}.{k}": v for k, v in states.items()}
+        if d.is_main:
+            opt_tensors, opt_meta = optimizer_to_files(self.optimizer.state_dict())
+            state = {"position": dataclasses.asdict(st), "train_config": self.config.to_dict(),
+                     "optimizer": opt_meta, "scaler": self.scaler.state_dict() if self.scaler.is_enabled() else None,
+                     "world_size": d.world_size, "num_examples": len(self.examples),
+                     "steps_per_epoch": self.steps_per_epoch, "total_steps": self.total_steps,
+                     "torch": torch.__version__, "saved_at": time.time()}
+            write_checkpoint(self.out / "checkpoint", weights=self.module.state_dict(), task=self.task.name,
+                             config=self.task.config(), save_assets=self.task.save_assets, state=state,
+                             state_tensors={**opt_tensors, **rng_tensors})
+        self._saved_at_step = self._position()
+
+    def _epoch_float(self) -> float:
+        return round(self.state.epoch + self.state.step / self.steps_per_epoch, 4)
+
+    def _position(self):
+        st = self.state
+        return st.epoch, st.step, st.global_step, st.stopped_early
+
+    def _save_best(self) -> None:
+        if self.out is None:
+            self._best_weights = {k: v.detach().to("cpu", copy=True) for k, v in self.module.state_dict().items()}
+            return
+        write_checkpoint(self.out / "best", weights=self.module.state_dict(), task=self.task.name,
+                         config=self.task.config(), save_assets=self.task.save_assets)
+
+    # --- the end -----------------------------------------------------------------------------------------
+    def _finish(self, stopped: str) -> TrainResult:
+        cfg, d, st = self.config, self.dist, self.state
+        self._save()
+        log.info("training stopped (%s) at epoch %d, step %d", stopped, st.epoch, st.global_step)
+        results: dict[str, dict[str, float]] = {}
+        if d.is_main:
+            if cfg.monitor:
+                best = self._best_weights
+                if best is None and self.out is not None and (self.out / "best" / "model.safetensors").exists():
+                    best = load_checkpoint(self.out / "best", prefer=()).state_dict
+                if best is not None:
+                    self.module.load_state_dict(best)
+            for split in cfg.final_splits:
+                results[split] = self._evaluate(split, "final")
+            self.metrics.write({"event": "end", "stopped": stopped, "global_step": st.global_step,
+                                "best": st.best, "best_step": st.best_step, "time": round(st.elapsed, 3)})
+        return TrainResult(model=self.module, state=st, metrics=results, stopped=stopped, out=self.out)
+
+
+def _param_groups(module: nn.Module, weight_decay: float) -> list[dict[str, Any]]:
+    """Weight decay on weights with two or more dimensions; none on biases, norms and other vectors."""
+    params = [p for p in module.parameters() if p.requires_grad]
+    if not params:
+        raise ValueError("the model has no trainable parameters")
+    decay = [p for p in params if p.ndim >= 2]
+    keep = [p for p in params if p.ndim < 2]
+    return [g for g in ({"params": decay, "weight_decay": weight_decay}, {"params": keep, "weight_decay": 0.0})
+            if g["params"]]
+
+
+def _dtype_name(dtype: torch.dtype | None) -> str:
+    return str(dtype).replace("torch.", "") if dtype is not None else "off"
+
+
+def _amp_dtype(amp: str, device: torch.device) -> torch.dtype | None:
+    if amp == "off" or (amp == "auto" and device.type != "cuda"):
+        return None
+    if amp == "auto":
+        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+    if amp == "fp16" and device.type != "cuda":
+        raise ValueError(f"amp='fp16' needs a CUDA device (training on {device}); use amp='bf16' or 'off'")
+    return torch.bfloat16 if amp == "bf16" else torch.float16
