@@ -30,9 +30,6 @@ import random
 from collections.abc import Sequence
 from typing import NamedTuple
 
-from babel import Locale
-from babel.dates import DateTimePattern, get_date_format, parse_pattern, tokenize_pattern, untokenize_pattern
-
 from .pairs import SPLITS, ParallelCorpus
 
 DEFAULT_LOCALES: tuple[str, ...] = (
@@ -75,6 +72,8 @@ def check_pattern(pattern: str) -> str:
     >>> check_pattern("M/d/yy")
     'M/d/y'
     """
+    from babel.dates import tokenize_pattern, untokenize_pattern
+
     tokens, changed = [], False
     for kind, value in tokenize_pattern(pattern):
         if kind == "field":
@@ -92,12 +91,16 @@ def check_pattern(pattern: str) -> str:
 
 def _is_numeric(pattern: str) -> bool:
     """True if the pattern writes the month as a number and has no weekday."""
+    from babel.dates import tokenize_pattern
+
     fields = [v for k, v in tokenize_pattern(pattern) if k == "field"]
     return all(c != "E" and not (c in "ML" and n >= 3) for c, n in fields)
 
 
 def _numeric_order(short_pattern: str) -> str:
-    """The order of day, month and year fields of a locale's short format, e.g. ``"MdY"`` -> ``"Mdy"``."""
+    """The order of day, month and year fields of a pattern, e.g. ``"M/d/y"`` -> ``"Mdy"``."""
+    from babel.dates import tokenize_pattern
+
     order = ""
     for kind, value in tokenize_pattern(short_pattern):
         if kind == "field" and value[0] in "dMy" and value[0] not in order:
@@ -108,7 +111,9 @@ def _numeric_order(short_pattern: str) -> str:
 @functools.cache
 def locale_patterns(locale: str) -> tuple[str, ...]:
     """All date patterns used for ``locale``: CLDR's four formats, named-month and numeric variants."""
-    loc = Locale.parse(locale)
+    from babel.dates import get_date_format
+
+    loc = _locale(locale)
     patterns: list[str] = []
     for width in ("full", "long", "medium", "short"):
         try:
@@ -129,12 +134,16 @@ def locale_patterns(locale: str) -> tuple[str, ...]:
 
 
 @functools.lru_cache(maxsize=4096)
-def _compiled(pattern: str) -> DateTimePattern:
+def _compiled(pattern: str):
+    from babel.dates import parse_pattern
+
     return parse_pattern(pattern)
 
 
 @functools.cache
-def _locale(locale: str) -> Locale:
+def _locale(locale: str):
+    from babel import Locale  # babel (the "train" extra) is needed only when dates are generated
+
     return Locale.parse(locale)
 
 

@@ -311,7 +311,9 @@ class SubwordTokenizer(Tokenizer):
     def encode_batch(self, texts: Iterable[str], *, add_bos: bool = False, add_eos: bool = False) -> list[list[int]]:
         head = [self.bos_id] if add_bos else []
         tail = [self.eos_id] if add_eos else []
-        return [head + e.ids + tail for e in self._tok.encode_batch(list(texts), add_special_tokens=False)]
+        # encode_batch_fast (tokenizers >= 0.20) skips the character offsets: ~40% faster
+        encode = getattr(self._tok, "encode_batch_fast", self._tok.encode_batch)
+        return [head + e.ids + tail for e in encode(list(texts), add_special_tokens=False)]
 
     def _decode(self, ids: list[int]) -> str:
         return self._tok.decode(ids, skip_special_tokens=False)
