@@ -127,3 +127,21 @@ def test_bucket_sampler_replicas_share_one_order():
     assert ranks[0] == whole[0::2] and ranks[1] == whole[1::2] + whole[:1]
     with pytest.raises(ValueError):
         BucketBatchSampler(lengths, batch_size=10, num_replicas=2, rank=2)
+
+
+def test_readme_example(tmp_path):
+    # the example of the README's "Data" section
+    from qkv.data import date_corpus, load_tokenizer
+
+    corpus = date_corpus(n_train=2000, n_valid=100, n_test=100, seed=0)
+    src_tok = CharTokenizer.train(s for s, _ in corpus.train)
+    tgt_tok = CharTokenizer.train(t for _, t in corpus.train)
+    data = EncodedPairs(corpus.train, src_tok, tgt_tok)
+    sampler = BucketBatchSampler(data.lengths, batch_size=64, seed=0)
+    loader = DataLoader(data, batch_sampler=sampler, collate_fn=PairCollator())
+    sampler.set_epoch(0)
+    batch = next(iter(loader))
+    assert batch.src.shape == batch.src_mask.shape and batch.tgt_in.shape == (len(batch), 11)
+    assert batch.tgt_in[0, 0] == tgt_tok.bos_id and batch.tgt_out[0, -1] == tgt_tok.eos_id
+    src_tok.save(tmp_path / "src")
+    assert load_tokenizer(tmp_path / "src") == src_tok
