@@ -157,14 +157,18 @@ def _normalize(scores: Tensor, allowed: Tensor | None, bias: Tensor | None, norm
     if allowed is None:
         return normalizer(scores)
     rows = allowed.any(dim=-1, keepdim=True)
-    keep = allowed & rows
+    every_row = bool(rows.all())
+    keep = allowed if every_row else allowed & rows
     fill = torch.finfo(scores.dtype).min
     if inplace and scores.shape == torch.broadcast_shapes(scores.shape, keep.shape):
         scores = scores.masked_fill_(~keep, fill)
     else:
         scores = scores.masked_fill(~keep, fill)
     # a fully masked row holds only `fill`: finite, so the normaliser gives finite weights, zeroed below
-    return normalizer(scores).masked_fill(~keep, 0.0)
+    weights = normalizer(scores)
+    if normalizer is softmax and every_row:
+        return weights  # exp(fill - max) underflows to exactly 0 at every masked position
+    return weights.masked_fill(~keep, 0.0)
 
 
 def _sdpa(q, k, v, allowed, bias, dropout, scale):

@@ -151,7 +151,7 @@ class PairwiseScore(Score):
     """A network on every ``(q, k)`` pair whose first layer is ``W_q q + W_k k + b``.
 
     Subclasses define ``pair(h)``: the rest of the network, from the hidden pre-activations
-    ``h (..., cq, ck, hidden)`` of one tile to its scores ``(..., cq, ck)``.
+    ``h (..., cq, ck, hidden)`` of one tile (a fresh tensor ``pair`` may overwrite) to its scores ``(..., cq, ck)``.
 
     Args:
         max_elements: bound on the elements of one ``(..., cq, ck, hidden)`` tile; the score is computed
@@ -243,7 +243,7 @@ class Additive(PairwiseScore):
         self.v = nn.Linear(hidden_dim, 1, bias=False, device=device, dtype=dtype)
 
     def pair(self, hidden):
-        return self.v(torch.tanh(hidden)).squeeze(-1)
+        return self.v(torch.tanh_(hidden)).squeeze(-1)  # `hidden` is a fresh tile: tanh in place
 
 
 class MLP(PairwiseScore):

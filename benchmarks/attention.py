@@ -1,0 +1,270 @@
+"""Speed and memory of qkv's attention paths, measured in one run as ratios.
+
+    python benchmarks/attention.py                      # print the table
+    python benchmarks/attention.py --write BENCHMARKS.md  # and replace its section in BENCHMARKS.md
+    python benchmarks/attention.py --quick               # small sizes, a smoke test
+
+Rows:
+1. qkv's scaled_dot fast path vs ``F.scaled_dot_product_attention`` (target: >= 0.95x its speed);
+2. qkv with weights vs without (target: <= 1.5x the time), beside ``nn.MultiheadAttention``'s own ratio;
+3. the additive score, tiled (online softmax in inference; checkpointed tiles in training) vs the
+   textbook formula that materialises ``(B, Tq, Tk, hidden)``: time and peak memory (target: <= 1/8 of
+   the naive peak, at least as fast).
+
+Times are medians of interleaved repetitions. Peak memory on CPU is the growth of the resident set
+(sampled every millisecond) while one variant runs alone in a fresh subprocess; on CUDA, the growth of
+``max_memory_allocated``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import qkv  # noqa: E402
+from qkv.scores import Additive  # noqa: E402
+
+BEGIN, END = "<!-- benchmarks/attention.py:begin -->", "<!-- benchmarks/attention.py:end -->"
+
+
+def sync(device):
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def timeit(fns: dict, device, reps: int) -> dict[str, float]:
+    """Median seconds per call of each function, the calls interleaved so that load hits all alike."""
+    for fn in fns.values():
+        fn()
+    times = {name: [] for name in fns}
+    for _ in range(reps):
+        for name, fn in fns.items():
+            sync(device)
+            t0 = time.perf_counter()
+            fn()
+            sync(device)
+            times[name].append(time.perf_counter() - t0)
+    return {name: statistics.median(ts) for name, ts in times.items()}
+
+
+def dot_rows(args, device):
+    b, h, t, d = args.batch, args.heads, args.seq, args.head_dim
+    g = torch.Generator(device=device).manual_seed(0)
+    q, k, v = (torch.randn(b, h, t, d, device=device, generator=g) for _ in range(3))
+    mask = torch.rand(b, 1, 1, t, device=device, generator=g) > 0.1  # key padding
+    e = h * d
+    mha = torch.nn.MultiheadAttention(e, h, batch_first=True).to(device).eval()
+    x = torch.randn(b, t, e, device=device, generator=g)
+    with torch.inference_mode():
+        fns = {
+            "sdpa": lambda: F.scaled_dot_product_attention(q, k, v),
+            "qkv": lambda: qkv.attention(q, k, v),
+            "qkv_weights": lambda: qkv.attention(q, k, v, return_weights=True),
+            "sdpa_mask": lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=mask),
+            "qkv_mask": lambda: qkv.attention(q, k, v, mask=mask),
+            "qkv_mask_weights": lambda: qkv.attention(q, k, v, mask=mask, return_weights=True),
+            "torch_mha": lambda: mha(x, x, x, need_weights=False),
+            "torch_mha_weights": lambda: mha(x, x, x, need_weights=True),
+        }
+        return timeit(fns, device, args.reps)
+
+
+# --------------------------------------------------------------------------------- additive, memory
+
+def _additive_inputs(cfg, device):
+    torch.manual_seed(0)
+    b, t, dim, hidden = cfg["batch"], cfg["seq"], cfg["dim"], cfg["hidden"]
+    score = Additive(dim, dim, hidden).to(device)
+    q, k, v = (torch.randn(b, t, dim, device=device) for _ in range(3))
+    return score, q, k, v
+
+
+def naive_additive(score, q, k, v):
+    """The textbook formula: the whole (B, Tq, Tk, hidden) tensor at once."""
+    h = score.query_proj(q)[:, :, None, :] + score.key_proj(k)[:, None, :, :]
+    s = (torch.tanh(h) @ score.v.weight[0])
+    return torch.softmax(s, dim=-1) @ v
+
+
+class RssPeak:
+    """Peak resident memory above the level at entry, sampled every millisecond from /proc (Linux)."""
+
+    def __enter__(self):
+        import threading
+
+        self.page = __import__("os").sysconf("SC_PAGE_SIZE")
+        self.base = self.peak = self._rss()
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+        return self
+
+    def _rss(self) -> int:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * self.page
+
+    def _run(self):
+        while not self.stop.wait(0.001):
+            self.peak = max(self.peak, self._rss())
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        self.thread.join()
+        self.peak = max(self.peak, self._rss())
+        self.bytes = self.peak - self.base
+
+
+def run_one(variant: str, cfg: dict, device_name: str) -> dict:
+    """Run one variant once (after a warm-up on tiny inputs) and report its time and peak memory."""
+    device = torch.device(device_name)
+    train = cfg["train"]
+
+    def step(score, q, k, v):
+        with torch.set_grad_enabled(train):
+            out = naive_additive(score, q, k, v) if variant == "naive" else qkv.attention(q, k, v, score=score)
+            if train:
+                out.square().sum().backward()
+        return out
+
+    tiny = dict(cfg, batch=1, seq=16)  # warm-up: first-call costs are not what is measured
+    score, q, k, v = _additive_inputs(tiny, device)
+    step(score, *(t.requires_grad_(train) for t in (q, k, v)))
+    score, q, k, v = _additive_inputs(cfg, device)
+    q, k, v = (t.requires_grad_(train) for t in (q, k, v))
+    sync(device)
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
+    t0 = time.perf_counter()
+    with RssPeak() as rss:
+        step(score, q, k, v)
+        sync(device)
+    seconds = time.perf_counter() - t0
+    peak = torch.cuda.max_memory_allocated() - base if device.type == "cuda" else rss.bytes
+    return {"seconds": seconds, "peak_bytes": max(peak, 0)}
+
+
+def additive_rows(cfg: dict, device: str, reps: int) -> dict:
+    """Each variant in its own subprocess (so peaks don't mix), repeated, interleaved."""
+    results = {"naive": [], "tiled": []}
+    for _ in range(reps):
+        for variant in results:
+            out = subprocess.run([sys.executable, __file__, "--child", variant, json.dumps(cfg), device],
+                                 capture_output=True, text=True, check=True)
+            results[variant].append(json.loads(out.stdout.strip().splitlines()[-1]))
+    return {v: {"seconds": statistics.median(r["seconds"] for r in rs),
+                "peak_bytes": statistics.median(r["peak_bytes"] for r in rs)} for v, rs in results.items()}
+
+
+def machine(device) -> str:
+    if device.type == "cuda":
+        return f"{torch.cuda.get_device_name()} (torch {torch.__version__})"
+    import os
+
+    return (f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, {torch.get_num_threads()} "
+            f"threads, torch {torch.__version__}")
+
+
+def gib(n):
+    return f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.0f} MiB"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--heads", type=int, default=8)
+    ap.add_argument("--seq", type=int, default=1024)
+    ap.add_argument("--head-dim", type=int, default=64)
+    ap.add_argument("--reps", type=int, default=7)
+    ap.add_argument("--quick", action="store_true", help="small sizes: checks the script, not the targets")
+    ap.add_argument("--write", metavar="MD", help="replace this script's section of a markdown file")
+    ap.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        variant, cfg, device = args.child
+        print(json.dumps(run_one(variant, json.loads(cfg), device)))
+        return
+    if args.quick:
+        args.batch, args.heads, args.seq, args.reps = 2, 2, 128, 3
+    device = torch.device(args.device)
+    add_infer = {"batch": 8, "seq": 1024, "dim": 64, "hidden": 256, "train": False}
+    add_train = {"batch": 2, "seq": 512, "dim": 64, "hidden": 128, "train": True}
+    if args.quick:
+        add_infer = {"batch": 2, "seq": 128, "dim": 16, "hidden": 32, "train": False}
+        add_train = {"batch": 2, "seq": 64, "dim": 16, "hidden": 32, "train": True}
+
+    dot = dot_rows(args, device)
+    reps = 1 if args.quick else 3
+    infer = additive_rows(add_infer, args.device, reps)
+    train = additive_rows(add_train, args.device, reps)
+
+    shape = f"B={args.batch}, H={args.heads}, T={args.seq}, D={args.head_dim}, float32"
+    lines = [
+        BEGIN,
+        "### Attention core (`benchmarks/attention.py`)",
+        "",
+        f"Machine: {machine(device)}. Command: `python benchmarks/attention.py{' --quick' if args.quick else ''}"
+        f"{' --device ' + args.device if args.device != 'cpu' else ''}`. "
+        "Times are medians of interleaved repetitions in one run; ratios are what the targets are about.",
+        "",
+        f"Scaled dot product, {shape}, inference:",
+        "",
+        "| what | time | ratio | target |",
+        "|---|---|---|---|",
+        f"| `F.scaled_dot_product_attention` | {dot['sdpa'] * 1e3:.1f} ms | 1.00 | |",
+        f"| `qkv.attention` (fast path) | {dot['qkv'] * 1e3:.1f} ms | speed {dot['sdpa'] / dot['qkv']:.2f}x of SDPA | "
+        ">= 0.95x |",
+        f"| `qkv.attention`, key padding mask | {dot['qkv_mask'] * 1e3:.1f} ms | speed "
+        f"{dot['sdpa_mask'] / dot['qkv_mask']:.2f}x of SDPA with the same mask | >= 0.95x |",
+        f"| `qkv.attention(return_weights=True)` | {dot['qkv_weights'] * 1e3:.1f} ms | "
+        f"{dot['qkv_weights'] / dot['qkv']:.2f}x the time without weights | <= 1.5x |",
+        f"| same, with the mask | {dot['qkv_mask_weights'] * 1e3:.1f} ms | "
+        f"{dot['qkv_mask_weights'] / dot['qkv_mask']:.2f}x the time without weights | <= 1.5x |",
+        f"| `nn.MultiheadAttention` need_weights=True vs False (E={args.heads * args.head_dim}) | "
+        f"{dot['torch_mha_weights'] * 1e3:.1f} vs {dot['torch_mha'] * 1e3:.1f} ms | "
+        f"{dot['torch_mha_weights'] / dot['torch_mha']:.2f}x | (for comparison) |",
+        "",
+    ]
+    for title, cfg, res in (("inference (online softmax over key tiles)", add_infer, infer),
+                            ("training, forward + backward (checkpointed tiles)", add_train, train)):
+        n, t = res["naive"], res["tiled"]
+        lines += [
+            f"Additive score, {title}: B={cfg['batch']}, Tq=Tk={cfg['seq']}, D={cfg['dim']}, "
+            f"hidden={cfg['hidden']}, float32:",
+            "",
+            "| what | time | peak memory |",
+            "|---|---|---|",
+            f"| textbook formula, `(B, Tq, Tk, hidden)` materialised | {n['seconds']:.2f} s | {gib(n['peak_bytes'])} |",
+            f"| `qkv.attention(score=Additive(...))` | {t['seconds']:.2f} s | {gib(t['peak_bytes'])} |",
+            f"| ratio qkv / textbook | {t['seconds'] / n['seconds']:.2f}x the time | "
+            f"{t['peak_bytes'] / max(n['peak_bytes'], 1):.3f}x the memory (target <= 0.125x) |",
+            "",
+        ]
+    lines.append(END)
+    section = "\n".join(lines)
+    print(section)
+    if args.write:
+        path = Path(args.write)
+        text = path.read_text() if path.exists() else "# Benchmarks\n\n"
+        if BEGIN in text and END in text:
+            text = text[: text.index(BEGIN)] + section + text[text.index(END) + len(END):]
+        else:
+            text = text.rstrip("\n") + "\n\n" + section + "\n"
+        path.write_text(text)
+
+
+if __name__ == "__main__":
+    main()
