@@ -79,7 +79,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--normalize", default="softmax", choices=["softmax", "sparsemax"])
     p.add_argument("--plot", metavar="PNG", help="save a heatmap of the (last) weights")
     p.set_defaults(func=cmd_explain)
+
+    train = sub.add_parser("train", help="train a model for one of the tasks")
+    train_sub = train.add_subparsers(dest="task", required=True, metavar="TASK")
+    for module in task_modules():
+        module.register_cli(sub, train_sub)
     return parser
+
+
+# Each task module defines `register_cli(commands, train_commands)`: it adds `qkv train <task>` to
+# `train_commands` and its own commands (e.g. `qkv translate`) to `commands`, importing heavy modules
+# only inside the functions it sets as `func`.
+TASK_MODULES = ("qkv.tasks.translate", "qkv.tasks.images", "qkv.tasks.sentiment")
+
+
+def task_modules():
+    """The task modules that exist in this installation, imported."""
+    import importlib.util
+
+    return [importlib.import_module(name) for name in TASK_MODULES if importlib.util.find_spec(name) is not None]
 
 
 def main(argv: list[str] | None = None) -> int:
