@@ -76,7 +76,8 @@ class ToyTask(Task):
             raise ValueError(f"unknown split {split!r}")
         device = next(model.parameters()).device
         x, y = self.x[sl[split]].to(device), self.y[sl[split]].to(device)
-        mse = ((model(x).squeeze(-1) - y) ** 2).mean()
+        with torch.no_grad():
+            mse = ((model(x).squeeze(-1) - y) ** 2).mean()
         return {"mse": float(mse), "neg_mse": -float(mse)}
 
     def save_assets(self, directory):

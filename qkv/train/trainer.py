@@ -291,8 +291,7 @@ class Trainer:
                     finally:
                         bar.close()
                     self._periodic_eval()
-                    if not st.stopped_early:
-                        st.epoch, st.step = st.epoch + 1, 0
+                    st.epoch, st.step = st.epoch + 1, 0
                     self._save()
                 return "early_stop" if st.stopped_early else "epochs"
             except KeyboardInterrupt:
