@@ -1,0 +1,236 @@
+"""Encoder-decoder models for translation: the fixed-context baseline, Bahdanau and Luong attention.
+
+Axis letters: ``B`` batch, ``S`` source positions, ``T`` target positions, ``V`` vocabulary, ``E``
+embedding, ``H`` hidden size.
+
+Every model has the same interface (:class:`EncoderDecoder`), used by training (teacher forcing through
+``forward``) and by greedy and beam decoding (``encode`` once, then ``decode_step`` per token):
+
+- ``forward(src, src_mask, tgt_in, return_attention=False) -> logits (B, T, V)`` [, ``attn (B, T, S)``];
+- ``encode(src, src_mask) -> state``; ``decode_step(y_prev (B,), state) -> (logits (B, V), attn (B, S), state)``.
+
+Papers, and what differs here:
+
+- Fixed context: Cho et al., 2014, "Learning Phrase Representations using RNN Encoder-Decoder for Statistical
+  Machine Translation" (https://arxiv.org/abs/1406.1078): the encoder's last state ``c`` starts the decoder
+  and is fed to every step and to the output layer. Seed 002's "distracted" model.
+- Bahdanau et al., 2015, "Neural Machine Translation by Jointly Learning to Align and Translate"
+  (https://arxiv.org/abs/1409.0473): bidirectional encoder; the decoder state ``s_{i-1}`` queries all encoder
+  outputs with the additive score; ``c_i`` enters the GRU with ``y_{i-1}``. Differs: the output layer is
+  ``Linear([s_i; c_i; E y_{i-1}])`` without the maxout, and any qkv score can replace the additive one.
+- Luong et al., 2015, "Effective Approaches to Attention-based Neural Machine Translation"
+  (https://arxiv.org/abs/1508.04025): global attention after the RNN step, ``h~_t = tanh(W_c [c_t; h_t])``,
+  input feeding of ``h~_{t-1}``; scores ``dot``, ``general``, ``concat`` (= additive). Differs: a
+  bidirectional encoder is allowed (its outputs are projected to the decoder size).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from ..functional import attention
+from ..layers import KVCache
+from ..scores import create_score
+
+__all__ = ["EncoderDecoder", "RNNConfig", "FixedContextSeq2Seq", "BahdanauSeq2Seq", "LuongSeq2Seq",
+           "reorder_state", "RNN_MODELS"]
+
+
+def reorder_state(state: Any, index: Tensor) -> Any:
+    """Select batch rows ``index`` of every tensor (and :class:`~qkv.layers.KVCache`) in a decoding state."""
+    if isinstance(state, Tensor):
+        return state.index_select(0, index)
+    if isinstance(state, KVCache):
+        state.reorder(index)
+        return state
+    if isinstance(state, dict):
+        return {k: reorder_state(v, index) for k, v in state.items()}
+    if isinstance(state, list | tuple):
+        return type(state)(reorder_state(v, index) for v in state)
+    return state
+
+
+class EncoderDecoder(nn.Module):
+    """Interface of the translation models (see the module docstring)."""
+
+    def forward(self, src: Tensor, src_mask: Tensor, tgt_in: Tensor, *, return_attention: bool = False):
+        """Teacher forcing: ``src (B, S)``, ``src_mask (B, S)`` bool, ``tgt_in (B, T)`` -> ``logits (B, T, V)``.
+
+        With ``return_attention`` also the alignment ``(B, T, S)`` (zeros for the fixed-context model).
+        """
+        state = self.encode(src, src_mask)
+        logits, attns = [], []
+        for t in range(tgt_in.shape[1]):
+            step_logits, attn, state = self.decode_step(tgt_in[:, t], state)
+            logits.append(step_logits)
+            attns.append(attn)
+        logits = torch.stack(logits, dim=1)
+        return (logits, torch.stack(attns, dim=1)) if return_attention else logits
+
+    def encode(self, src: Tensor, src_mask: Tensor) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def decode_step(self, y_prev: Tensor, state: dict[str, Any]) -> tuple[Tensor, Tensor, dict[str, Any]]:
+        raise NotImplementedError
+
+
+@dataclass
+class RNNConfig:
+    """Sizes of the RNN encoder-decoders."""
+
+    src_vocab: int
+    tgt_vocab: int
+    embed_dim: int = 128  # E, source and target embeddings
+    hidden_dim: int = 256  # H, decoder state (each encoder direction has H // 2 when bidirectional)
+    layers: int = 1  # RNN layers in the encoder and in the decoder
+    cell: str = "gru"  # "gru" or "lstm"
+    bidirectional: bool = True  # encoder direction(s)
+    dropout: float = 0.1  # on embeddings and RNN outputs
+    score: str = "additive"  # attention score (Bahdanau, Luong); ignored by the fixed-context model
+    attn_dim: int = 256  # hidden size of the additive / MLP score
+    pad_id: int = 0
+
+    def __post_init__(self):
+        if self.cell not in ("gru", "lstm"):
+            raise ValueError(f"cell must be 'gru' or 'lstm', got {self.cell!r}")
+        if self.bidirectional and self.hidden_dim % 2:
+            raise ValueError(f"a bidirectional encoder needs an even hidden_dim, got {self.hidden_dim}")
+        for name in ("src_vocab", "tgt_vocab", "embed_dim", "hidden_dim", "layers", "attn_dim"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
+
+
+class RNNEncoder(nn.Module):
+    """Embedding + (bi)GRU/LSTM over padded sources; outputs ``(B, S, H)`` and the decoder's first state."""
+
+    def __init__(self, cfg: RNNConfig):
+        super().__init__()
+        rnn = nn.GRU if cfg.cell == "gru" else nn.LSTM
+        self.cfg = cfg
+        self.embed = nn.Embedding(cfg.src_vocab, cfg.embed_dim, padding_idx=cfg.pad_id)
+        directions = 2 if cfg.bidirectional else 1
+        self.rnn = rnn(cfg.embed_dim, cfg.hidden_dim // directions, num_layers=cfg.layers, batch_first=True,
+                       bidirectional=cfg.bidirectional, dropout=cfg.dropout if cfg.layers > 1 else 0.0)
+        self.dropout = nn.Dropout(cfg.dropout)
+        # the decoder's initial state from the encoder's final state(s) (Bahdanau: tanh(W_s h_1^<-))
+        self.bridge = nn.Linear(cfg.hidden_dim, cfg.hidden_dim)
+
+    def forward(self, src: Tensor, src_mask: Tensor) -> tuple[Tensor, Any]:
+        lengths = src_mask.sum(dim=1).clamp(min=1).cpu()
+        x = self.dropout(self.embed(src))
+        packed = nn.utils.rnn.pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)
+        out, final = self.rnn(packed)
+        out, _ = nn.utils.rnn.pad_packed_sequence(out, batch_first=True, total_length=src.shape[1])
+        h = final[0] if isinstance(final, tuple) else final  # (layers * directions, B, H / directions)
+        b = src.shape[0]
+        h = h.view(self.cfg.layers, -1, b, h.shape[-1]).transpose(1, 2).reshape(self.cfg.layers, b, -1)
+        h0 = torch.tanh(self.bridge(h))  # (layers, B, H)
+        state = (h0, torch.zeros_like(h0)) if self.cfg.cell == "lstm" else h0
+        return self.dropout(out), state
+
+
+def _top(hidden: Any) -> Tensor:
+    """The top layer's hidden state ``(B, H)`` of a GRU or LSTM state."""
+    return (hidden[0] if isinstance(hidden, tuple) else hidden)[-1]
+
+
+class FixedContextSeq2Seq(EncoderDecoder):
+    """The "distracted" model: one context vector ``c`` for the whole target (Cho et al., 2014)."""
+
+    def __init__(self, cfg: RNNConfig):
+        super().__init__()
+        self.cfg = cfg
+        rnn = nn.GRU if cfg.cell == "gru" else nn.LSTM
+        self.encoder = RNNEncoder(cfg)
+        self.embed = nn.Embedding(cfg.tgt_vocab, cfg.embed_dim, padding_idx=cfg.pad_id)
+        self.rnn = rnn(cfg.embed_dim + cfg.hidden_dim, cfg.hidden_dim, num_layers=cfg.layers, batch_first=True,
+                       dropout=cfg.dropout if cfg.layers > 1 else 0.0)
+        self.dropout = nn.Dropout(cfg.dropout)
+        self.out = nn.Linear(2 * cfg.hidden_dim + cfg.embed_dim, cfg.tgt_vocab)
+
+    def encode(self, src, src_mask):
+        _, hidden = self.encoder(src, src_mask)
+        context = _top(hidden)
+        return {"hidden": hidden, "context": context, "no_attn": torch.zeros(src.shape, dtype=context.dtype,
+                                                                               device=src.device)}
+
+    def decode_step(self, y_prev, state):
+        e = self.dropout(self.embed(y_prev))
+        c = state["context"]
+        out, hidden = self.rnn(torch.cat([e, c], -1)[:, None], state["hidden"])
+        s = self.dropout(out[:, 0])
+        logits = self.out(torch.cat([s, c, e], -1))
+        return logits, state["no_attn"], {**state, "hidden": hidden}  # no attention: an all-zero alignment
+
+
+class BahdanauSeq2Seq(EncoderDecoder):
+    """Additive attention with the previous decoder state as the query (Bahdanau et al., 2015)."""
+
+    def __init__(self, cfg: RNNConfig):
+        super().__init__()
+        self.cfg = cfg
+        rnn = nn.GRU if cfg.cell == "gru" else nn.LSTM
+        h = cfg.hidden_dim
+        self.encoder = RNNEncoder(cfg)
+        self.score = create_score(cfg.score, h, h, cfg.attn_dim)
+        self.embed = nn.Embedding(cfg.tgt_vocab, cfg.embed_dim, padding_idx=cfg.pad_id)
+        self.rnn = rnn(cfg.embed_dim + h, h, num_layers=cfg.layers, batch_first=True,
+                       dropout=cfg.dropout if cfg.layers > 1 else 0.0)
+        self.dropout = nn.Dropout(cfg.dropout)
+        self.out = nn.Linear(2 * h + cfg.embed_dim, cfg.tgt_vocab)
+
+    def encode(self, src, src_mask):
+        memory, hidden = self.encoder(src, src_mask)
+        return {"memory": memory, "mask": src_mask[:, None, :], "hidden": hidden}
+
+    def decode_step(self, y_prev, state):
+        e = self.dropout(self.embed(y_prev))
+        query = _top(state["hidden"])[:, None]  # s_{i-1}: (B, 1, H)
+        c, w = attention(query, state["memory"], state["memory"], score=self.score, mask=state["mask"],
+                         return_weights=True)
+        c = c[:, 0]
+        out, hidden = self.rnn(torch.cat([e, c], -1)[:, None], state["hidden"])
+        s = self.dropout(out[:, 0])
+        logits = self.out(torch.cat([s, c, e], -1))
+        return logits, w[:, 0], {**state, "hidden": hidden}
+
+
+class LuongSeq2Seq(EncoderDecoder):
+    """Global attention after the RNN step, with input feeding (Luong et al., 2015)."""
+
+    def __init__(self, cfg: RNNConfig):
+        super().__init__()
+        self.cfg = cfg
+        rnn = nn.GRU if cfg.cell == "gru" else nn.LSTM
+        h = cfg.hidden_dim
+        self.encoder = RNNEncoder(cfg)
+        self.score = create_score(cfg.score, h, h, cfg.attn_dim)
+        self.embed = nn.Embedding(cfg.tgt_vocab, cfg.embed_dim, padding_idx=cfg.pad_id)
+        self.rnn = rnn(cfg.embed_dim + h, h, num_layers=cfg.layers, batch_first=True,
+                       dropout=cfg.dropout if cfg.layers > 1 else 0.0)
+        self.combine = nn.Linear(2 * h, h, bias=False)  # W_c
+        self.dropout = nn.Dropout(cfg.dropout)
+        self.out = nn.Linear(h, cfg.tgt_vocab)
+
+    def encode(self, src, src_mask):
+        memory, hidden = self.encoder(src, src_mask)
+        feed = torch.zeros(src.shape[0], self.cfg.hidden_dim, dtype=memory.dtype, device=memory.device)
+        return {"memory": memory, "mask": src_mask[:, None, :], "hidden": hidden, "feed": feed}
+
+    def decode_step(self, y_prev, state):
+        e = self.dropout(self.embed(y_prev))
+        out, hidden = self.rnn(torch.cat([e, state["feed"]], -1)[:, None], state["hidden"])  # input feeding
+        h_t = out  # (B, 1, H)
+        c, w = attention(h_t, state["memory"], state["memory"], score=self.score, mask=state["mask"],
+                         return_weights=True)
+        h_tilde = self.dropout(torch.tanh(self.combine(torch.cat([c, h_t], -1)[:, 0])))
+        return self.out(h_tilde), w[:, 0], {**state, "hidden": hidden, "feed": h_tilde}
+
+
+RNN_MODELS = {"fixed": FixedContextSeq2Seq, "bahdanau": BahdanauSeq2Seq, "luong": LuongSeq2Seq}
