@@ -352,3 +352,11 @@ def test_config_round_trip_and_cli_options():
     assert c.final_splits == ("valid",)
     with pytest.raises(ValueError, match="batch_size"):
         config_from_args(parser.parse_args(["--batch-size", "0"]), task_defaults)
+
+
+def test_progress_bar_shows_loss_rate_and_epoch(capsys):
+    train(ToyTask(), cfg(None, epochs=1, progress=True, final_splits=()))
+    err = capsys.readouterr().err
+    assert "epoch 1/1" in err and "loss=" in err and "items/s=" in err and "6/6" in err
+    train(ToyTask(), cfg(None, epochs=1, final_splits=()))  # progress=None: stderr is not a terminal here
+    assert "epoch 1/1" not in capsys.readouterr().err
