@@ -1,0 +1,281 @@
+"""Transformer encoder-decoder for translation, built from :class:`qkv.MultiHeadAttention`.
+
+Paper: Vaswani et al., 2017, "Attention Is All You Need" (https://arxiv.org/abs/1706.03762): token
+embeddings scaled by ``sqrt(d_model)`` plus sinusoidal positions; encoder layers of self-attention and a
+position-wise feed-forward network; decoder layers of causal self-attention, cross-attention over the
+encoder's output and the feed-forward network; residual connections and dropout around every sub-layer.
+
+What differs here:
+
+- **Pre-norm** (Xiong et al., 2020, "On Layer Normalization in the Transformer Architecture",
+  https://arxiv.org/abs/2002.04745): ``x + Dropout(Sublayer(LayerNorm(x)))`` with a final LayerNorm after the
+  last encoder and decoder layer, instead of the paper's post-norm ``LayerNorm(x + Dropout(Sublayer(x)))``;
+  it trains without a long warm-up.
+- Optional learned positions (``positions="learned"``, one table for each side) instead of the sinusoids.
+- Sharing of the source and target embeddings and tying of the output projection to the target embedding
+  (Press & Wolf, 2017, https://arxiv.org/abs/1608.05859) are options; the paper shares all three. Embeddings
+  are initialised ``N(0, d_model^-0.5)`` so that the scaled embeddings have unit variance.
+- Any qkv score (``score="cosine"``, ``"general"``, ...) can replace the scaled dot product in every
+  attention, and ``kv_heads`` gives grouped-query attention (Ainslie et al., 2023).
+- The output layer has no bias. Label smoothing and the learning-rate schedule belong to the trainer.
+
+Axis letters: ``B`` batch, ``S`` source positions, ``T`` target positions, ``V`` vocabulary, ``E`` model
+size (``d_model``).
+
+Incremental decoding (:meth:`TransformerSeq2Seq.decode_step`) keeps a :class:`~qkv.layers.KVCache` of the
+self-attention keys/values of every decoder layer, and a static one of the cross-attention keys/values
+(projected once from the encoder's output), so that a step attends over the cache instead of re-running the
+prefix.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from ..layers import KVCache, MultiHeadAttention
+from ..scores import score_names
+from .seq2seq import EncoderDecoder
+
+__all__ = ["TransformerConfig", "TransformerSeq2Seq", "sinusoidal_positions"]
+
+
+@dataclass
+class TransformerConfig:
+    """Sizes and options of :class:`TransformerSeq2Seq` (defaults: a small model for CPU training)."""
+
+    src_vocab: int
+    tgt_vocab: int
+    d_model: int = 256  # E, embeddings and every layer's input/output
+    heads: int = 4  # attention heads; must divide d_model
+    kv_heads: int | None = None  # key/value heads (grouped-query attention); None = heads
+    ffn_dim: int = 1024  # hidden size of the position-wise feed-forward network
+    encoder_layers: int = 3
+    decoder_layers: int = 3
+    dropout: float = 0.1  # on embeddings, attention weights, sub-layer outputs and the FFN hidden layer
+    positions: str = "sinusoidal"  # "sinusoidal" or "learned"
+    max_len: int = 256  # longest source or target sequence (size of the position table)
+    share_embeddings: bool = False  # one embedding for source and target (needs src_vocab == tgt_vocab)
+    tie_output: bool = True  # output projection weight = target embedding weight
+    score: str = "scaled_dot"  # score of every attention: any name in qkv.scores.score_names()
+    pad_id: int = 0
+
+    def __post_init__(self):
+        for name in ("src_vocab", "tgt_vocab", "d_model", "heads", "ffn_dim", "encoder_layers", "decoder_layers",
+                     "max_len"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        if self.d_model % self.heads:
+            raise ValueError(f"heads ({self.heads}) must divide d_model ({self.d_model})")
+        if self.kv_heads is not None and (self.kv_heads < 1 or self.heads % self.kv_heads):
+            raise ValueError(f"kv_heads ({self.kv_heads}) must be a positive divisor of heads ({self.heads})")
+        if self.positions == "sinusoidal" and self.d_model % 2:
+            raise ValueError(f"sinusoidal positions need an even d_model, got {self.d_model}")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
+        if self.positions not in ("sinusoidal", "learned"):
+            raise ValueError(f"positions must be 'sinusoidal' or 'learned', got {self.positions!r}")
+        if self.share_embeddings and self.src_vocab != self.tgt_vocab:
+            raise ValueError(f"share_embeddings needs src_vocab == tgt_vocab, got {self.src_vocab} and "
+                             f"{self.tgt_vocab}")
+        if self.score not in score_names():
+            raise ValueError(f"unknown score {self.score!r}; expected one of {score_names()}")
+        if not 0 <= self.pad_id < min(self.src_vocab, self.tgt_vocab):
+            raise ValueError(f"pad_id ({self.pad_id}) must be a token id of both vocabularies")
+
+
+def sinusoidal_positions(length: int, dim: int) -> Tensor:
+    """``(length, dim)``: ``PE[p, 2i] = sin(p / 10000^(2i/dim))``, ``PE[p, 2i+1] = cos(...)`` (Vaswani et al.)."""
+    pos = torch.arange(length, dtype=torch.float64)[:, None]
+    inv_freq = torch.exp(-math.log(10000.0) * torch.arange(0, dim, 2, dtype=torch.float64) / dim)
+    pe = torch.zeros(length, dim, dtype=torch.float64)
+    pe[:, 0::2] = torch.sin(pos * inv_freq)
+    pe[:, 1::2] = torch.cos(pos * inv_freq)
+    return pe.float()
+
+
+class FeedForward(nn.Module):
+    """Position-wise ``Linear(E, F) -> ReLU -> Dropout -> Linear(F, E)``."""
+
+    def __init__(self, dim: int, hidden: int, dropout: float):
+        super().__init__()
+        self.fc1, self.fc2 = nn.Linear(dim, hidden), nn.Linear(hidden, dim)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.fc2(self.dropout(torch.relu(self.fc1(x))))
+
+
+def _attention(cfg: TransformerConfig) -> MultiHeadAttention:
+    return MultiHeadAttention(cfg.d_model, cfg.heads, kv_heads=cfg.kv_heads, dropout=cfg.dropout, score=cfg.score)
+
+
+class EncoderLayer(nn.Module):
+    """Pre-norm self-attention over the real source tokens, then the feed-forward network."""
+
+    def __init__(self, cfg: TransformerConfig):
+        super().__init__()
+        self.norm1, self.self_attn = nn.LayerNorm(cfg.d_model), _attention(cfg)
+        self.norm2, self.ffn = nn.LayerNorm(cfg.d_model), FeedForward(cfg.d_model, cfg.ffn_dim, cfg.dropout)
+        self.dropout = nn.Dropout(cfg.dropout)
+
+    def forward(self, x: Tensor, src_mask: Tensor) -> Tensor:
+        """``x (B, S, E)``, ``src_mask (B, S)`` True at real tokens -> ``(B, S, E)``."""
+        x = x + self.dropout(self.self_attn(self.norm1(x), key_mask=src_mask))
+        return x + self.dropout(self.ffn(self.norm2(x)))
+
+
+class DecoderLayer(nn.Module):
+    """Pre-norm causal self-attention, cross-attention over the encoder's output, feed-forward network."""
+
+    def __init__(self, cfg: TransformerConfig):
+        super().__init__()
+        self.norm1, self.self_attn = nn.LayerNorm(cfg.d_model), _attention(cfg)
+        self.norm2, self.cross_attn = nn.LayerNorm(cfg.d_model), _attention(cfg)
+        self.norm3, self.ffn = nn.LayerNorm(cfg.d_model), FeedForward(cfg.d_model, cfg.ffn_dim, cfg.dropout)
+        self.dropout = nn.Dropout(cfg.dropout)
+
+    def forward(self, y: Tensor, memory: Tensor, src_mask: Tensor, *, self_cache: KVCache | None = None,
+                cross_cache: KVCache | None = None, return_weights: bool = False):
+        """``y (B, T, E)`` (the new positions when caching), ``memory (B, S, E)``, ``src_mask (B, S)``.
+
+        Returns ``(B, T, E)`` and, with ``return_weights``, the cross-attention weights ``(B, T, S)``
+        averaged over heads (else None).
+        """
+        y = y + self.dropout(self.self_attn(self.norm1(y), is_causal=True, cache=self_cache))
+        cross = self.cross_attn(self.norm2(y), memory, key_mask=src_mask, cache=cross_cache,
+                                return_weights=return_weights)
+        cross, weights = cross if return_weights else (cross, None)
+        y = y + self.dropout(cross)
+        return y + self.dropout(self.ffn(self.norm3(y))), weights
+
+
+class TransformerSeq2Seq(EncoderDecoder):
+    """Pre-norm Transformer encoder-decoder with the :class:`~qkv.models.seq2seq.EncoderDecoder` interface.
+
+    ``forward`` runs the whole target at once under a causal mask (teacher forcing); ``encode`` +
+    ``decode_step`` decode token by token with key/value caches and give the same logits.
+
+    Example:
+        >>> cfg = TransformerConfig(src_vocab=100, tgt_vocab=120, d_model=64, heads=4, ffn_dim=128)
+        >>> model = TransformerSeq2Seq(cfg).eval()
+        >>> src = torch.randint(4, 100, (2, 7)); src_mask = torch.ones(2, 7, dtype=torch.bool)
+        >>> logits, attn = model(src, src_mask, torch.ones(2, 5, dtype=torch.long), return_attention=True)
+        >>> logits.shape, attn.shape        # (B, T, V), (B, T, S)
+        (torch.Size([2, 5, 120]), torch.Size([2, 5, 7]))
+        >>> state = model.encode(src, src_mask)
+        >>> step_logits, step_attn, state = model.decode_step(torch.ones(2, dtype=torch.long), state)
+    """
+
+    def __init__(self, cfg: TransformerConfig):
+        super().__init__()
+        self.cfg = cfg
+        e = cfg.d_model
+        self.src_embed = nn.Embedding(cfg.src_vocab, e, padding_idx=cfg.pad_id)
+        self.tgt_embed = self.src_embed if cfg.share_embeddings else nn.Embedding(cfg.tgt_vocab, e,
+                                                                                  padding_idx=cfg.pad_id)
+        if cfg.positions == "learned":
+            self.src_pos = nn.Embedding(cfg.max_len, e)
+            self.tgt_pos = nn.Embedding(cfg.max_len, e)
+        else:
+            self.register_buffer("sinusoids", sinusoidal_positions(cfg.max_len, e), persistent=False)
+        self.dropout = nn.Dropout(cfg.dropout)
+        self.encoder = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.encoder_layers))
+        self.encoder_norm = nn.LayerNorm(e)
+        self.decoder = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.decoder_layers))
+        self.decoder_norm = nn.LayerNorm(e)
+        self.out = nn.Linear(e, cfg.tgt_vocab, bias=False)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """Embeddings ``N(0, E^-0.5)`` (padding row zero); the attention layers keep their own init."""
+        for emb in {self.src_embed, self.tgt_embed}:
+            nn.init.normal_(emb.weight, std=self.cfg.d_model ** -0.5)
+            with torch.no_grad():
+                emb.weight[self.cfg.pad_id].zero_()
+        if self.cfg.positions == "learned":
+            for emb in (self.src_pos, self.tgt_pos):
+                nn.init.normal_(emb.weight, std=0.02)
+        if self.cfg.tie_output:
+            self.out.weight = self.tgt_embed.weight
+        else:
+            nn.init.normal_(self.out.weight, std=self.cfg.d_model ** -0.5)
+
+    # --- embeddings ---------------------------------------------------------------------------------------
+    def _embed(self, tokens: Tensor, start: int, side: str) -> Tensor:
+        """``tokens (B, L)`` at positions ``start .. start + L - 1`` -> ``(B, L, E)``."""
+        length = tokens.shape[1]
+        if start + length > self.cfg.max_len:
+            raise ValueError(f"{side} position {start + length - 1} is beyond max_len ({self.cfg.max_len}); "
+                             "build the model with a larger max_len")
+        embed = self.src_embed if side == "source" else self.tgt_embed
+        x = embed(tokens) * math.sqrt(self.cfg.d_model)
+        if self.cfg.positions == "learned":
+            table = self.src_pos if side == "source" else self.tgt_pos
+            pos = table.weight[start:start + length]
+        else:
+            pos = self.sinusoids[start:start + length]
+        return self.dropout(x + pos.to(x.dtype))
+
+    # --- encoder ------------------------------------------------------------------------------------------
+    def _encode(self, src: Tensor, src_mask: Tensor) -> Tensor:
+        if src.dim() != 2 or src_mask.shape != src.shape or src_mask.dtype != torch.bool:
+            raise ValueError(f"src must be (B, S) token ids and src_mask a bool (B, S) tensor, got "
+                             f"{tuple(src.shape)} and {tuple(src_mask.shape)} {src_mask.dtype}")
+        x = self._embed(src, 0, "source")
+        for layer in self.encoder:
+            x = layer(x, src_mask)
+        return self.encoder_norm(x)
+
+    def encode(self, src: Tensor, src_mask: Tensor) -> dict[str, Any]:
+        """The decoding state: encoder output, source mask, empty caches and the next target position."""
+        memory = self._encode(src, src_mask)
+        return {"memory": memory, "src_mask": src_mask,
+                "self_cache": [KVCache() for _ in self.decoder],
+                "cross_cache": [KVCache(static=True) for _ in self.decoder],
+                "position": 0}
+
+    # --- decoder ------------------------------------------------------------------------------------------
+    def _decode(self, y: Tensor, memory: Tensor, src_mask: Tensor, caches=None, return_attention: bool = False):
+        last = len(self.decoder) - 1
+        attn = None
+        for i, layer in enumerate(self.decoder):
+            self_cache, cross_cache = (None, None) if caches is None else (caches[0][i], caches[1][i])
+            y, w = layer(y, memory, src_mask, self_cache=self_cache, cross_cache=cross_cache,
+                         return_weights=return_attention and i == last)
+            attn = w if w is not None else attn
+        return self.out(self.decoder_norm(y)), attn
+
+    def forward(self, src: Tensor, src_mask: Tensor, tgt_in: Tensor, *, return_attention: bool = False):
+        """Teacher forcing over the whole target in parallel.
+
+        Args:
+            src: ``(B, S)`` source ids.  src_mask: ``(B, S)`` bool, True at real tokens.
+            tgt_in: ``(B, T)`` target ids starting with BOS (right-padded; padding only follows real tokens,
+                so the causal mask keeps it out of every real position).
+            return_attention: also return the last decoder layer's cross-attention averaged over heads.
+
+        Returns:
+            ``logits (B, T, V)``, or ``(logits, attention (B, T, S))``.
+        """
+        if tgt_in.dim() != 2 or tgt_in.shape[0] != src.shape[0]:
+            raise ValueError(f"tgt_in must be (B={src.shape[0]}, T) token ids, got {tuple(tgt_in.shape)}")
+        memory = self._encode(src, src_mask)
+        logits, attn = self._decode(self._embed(tgt_in, 0, "target"), memory, src_mask,
+                                    return_attention=return_attention)
+        return (logits, attn) if return_attention else logits
+
+    def decode_step(self, y_prev: Tensor, state: dict[str, Any]) -> tuple[Tensor, Tensor, dict[str, Any]]:
+        """One token: ``y_prev (B,)`` -> ``(logits (B, V), cross-attention (B, S), state)``.
+
+        The caches in ``state`` are updated in place; the returned state has the next position.
+        """
+        pos = state["position"]
+        y = self._embed(y_prev[:, None], pos, "target")
+        logits, attn = self._decode(y, state["memory"], state["src_mask"],
+                                    caches=(state["self_cache"], state["cross_cache"]), return_attention=True)
+        return logits[:, 0], attn[:, 0], {**state, "position": pos + 1}
