@@ -1,0 +1,309 @@
+"""Text classifiers whose attention shows which words decided: every forward returns logits **and** weights.
+
+* :class:`RNNClassifier`: embedding, a bidirectional GRU or LSTM, then attention pooling. One learned query is
+  the word attention of Yang et al., 2016, "Hierarchical Attention Networks for Document Classification"
+  (https://aclanthology.org/N16-1174), used here on a single sentence (no sentence level). ``hops=R`` is the
+  structured self-attention of Lin et al., 2017, "A Structured Self-attentive Sentence Embedding"
+  (https://arxiv.org/abs/1703.03130): R learned queries, their pooled vectors concatenated; its penalty
+  ``||AA^T - I||_F^2`` is :meth:`qkv.AttentionPooling.penalty`. Differences from the papers: the output layer is
+  dropout + linear (Lin et al. use a hidden layer: ``mlp_dim``), and padded positions are packed away.
+* :class:`TransformerClassifier`: a pre-norm Transformer encoder (Vaswani et al., 2017,
+  https://arxiv.org/abs/1706.03762, with the norm before each sub-layer as in Xiong et al., 2020,
+  https://arxiv.org/abs/2002.04745) on :class:`qkv.MultiHeadAttention`, with sinusoidal positions. Pooled by a
+  [CLS]-style learned query or by attention pooling. Unlike BERT's [CLS] token, the query is a reader only:
+  words never attend to it and it never attends to itself, so its weights over the words sum to 1 in every
+  layer; in the last layer only the query row is computed.
+* :func:`load_word_vectors`: pretrained vectors from a GloVe/word2vec text file, for ``pretrained=``.
+
+Axis letters: ``B`` batch, ``T`` tokens, ``R`` attention hops, ``C`` outputs (classes, or 1 for regression).
+"""
+
+from __future__ import annotations
+
+import gzip
+import logging
+import math
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import NamedTuple
+
+import torch
+from torch import Tensor, nn
+from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+
+from ..layers.multihead import MultiHeadAttention
+from ..layers.pooling import AttentionPooling
+
+__all__ = ["ClassifierOutput", "RNNClassifier", "TransformerClassifier", "load_word_vectors", "create_classifier",
+           "CLASSIFIERS"]
+
+log = logging.getLogger(__name__)
+
+
+class ClassifierOutput(NamedTuple):
+    """``logits (B, C)`` and the pooled attention ``weights``: ``(B, T)`` for one query, ``(B, R, T)`` for R hops;
+    each row sums to 1 over the real tokens and is 0 on padding."""
+
+    logits: Tensor
+    weights: Tensor
+
+
+def _check_inputs(ids: Tensor, mask: Tensor | None) -> Tensor:
+    if ids.dim() != 2 or ids.dtype not in (torch.long, torch.int32, torch.int64):
+        raise ValueError(f"ids must be an integer (B, T) tensor, got {tuple(ids.shape)} {ids.dtype}")
+    if mask is None:
+        return torch.ones_like(ids, dtype=torch.bool)
+    if mask.dtype != torch.bool or mask.shape != ids.shape:
+        raise ValueError(f"mask must be a bool (B, T) = {tuple(ids.shape)} tensor, "
+                         f"got {tuple(mask.shape)} {mask.dtype}")
+    return mask
+
+
+def _embedding(vocab_size: int, embed_dim: int, padding_idx: int, pretrained: Tensor | None,
+               freeze: bool) -> nn.Embedding:
+    if pretrained is not None:
+        if pretrained.dim() != 2 or pretrained.shape[0] != vocab_size:
+            raise ValueError(f"pretrained must be (vocab_size={vocab_size}, D), got {tuple(pretrained.shape)}")
+        emb = nn.Embedding.from_pretrained(pretrained.float().clone(), freeze=freeze, padding_idx=padding_idx)
+        with torch.no_grad():
+            emb.weight[padding_idx].zero_()
+        return emb
+    return nn.Embedding(vocab_size, embed_dim, padding_idx=padding_idx)
+
+
+def _head(in_dim: int, num_classes: int, mlp_dim: int | None, dropout: float) -> nn.Sequential:
+    layers: list[nn.Module] = [nn.Dropout(dropout)]
+    if mlp_dim:
+        layers += [nn.Linear(in_dim, mlp_dim), nn.ReLU(), nn.Dropout(dropout)]
+        in_dim = mlp_dim
+    layers.append(nn.Linear(in_dim, num_classes))
+    return nn.Sequential(*layers)
+
+
+class RNNClassifier(nn.Module):
+    """Embedding + bidirectional GRU/LSTM + attention pooling (Yang et al., 2016; Lin et al., 2017 with ``hops``).
+
+    Args:
+        vocab_size: rows of the embedding; id ``padding_idx`` is padding.
+        num_classes: ``C`` outputs; 1 for regression.
+        embed_dim: word vector size (taken from ``pretrained`` when given).
+        hidden_dim: size of each direction of the RNN (the pooled vector is ``2 * hidden_dim`` per hop).
+        rnn: ``"gru"`` or ``"lstm"``.  num_layers: stacked RNN layers.
+        hops: ``R`` learned queries (1 = Yang et al.; more = Lin et al.'s structured self-attention).
+        attn_dim: size of the attention keys ``tanh(W h + b)`` and queries (Lin et al.'s ``d_a``); default
+            ``hidden_dim``.
+        mlp_dim: a hidden layer in the output (0/None = none).
+        dropout: on the RNN outputs and before the output layer.  embed_dropout: on the word vectors.
+        pretrained: ``(vocab_size, D)`` initial word vectors (see :func:`load_word_vectors`).
+        freeze_embeddings: keep ``pretrained`` fixed.
+    """
+
+    def __init__(self, vocab_size: int, num_classes: int, *, embed_dim: int = 128, hidden_dim: int = 128,
+                 rnn: str = "gru", num_layers: int = 1, hops: int = 1, attn_dim: int | None = None,
+                 mlp_dim: int | None = None, dropout: float = 0.5, embed_dropout: float = 0.3,
+                 padding_idx: int = 0, pretrained: Tensor | None = None, freeze_embeddings: bool = False):
+        super().__init__()
+        if rnn not in ("gru", "lstm"):
+            raise ValueError(f"rnn must be 'gru' or 'lstm', got {rnn!r}")
+        if num_classes < 1:
+            raise ValueError(f"num_classes must be >= 1, got {num_classes}")
+        self.embedding = _embedding(vocab_size, embed_dim, padding_idx, pretrained, freeze_embeddings)
+        embed_dim = self.embedding.embedding_dim
+        self.embed_dropout = nn.Dropout(embed_dropout)
+        cls = nn.GRU if rnn == "gru" else nn.LSTM
+        self.rnn = cls(embed_dim, hidden_dim, num_layers=num_layers, batch_first=True, bidirectional=True,
+                       dropout=dropout if num_layers > 1 else 0.0)
+        self.rnn_dropout = nn.Dropout(dropout)
+        self.pool = AttentionPooling(2 * hidden_dim, attn_dim or hidden_dim, num_queries=hops)
+        self.head = _head(2 * hidden_dim * hops, num_classes, mlp_dim, dropout)
+        self.hops = hops
+
+    def encode(self, ids: Tensor, mask: Tensor) -> Tensor:
+        """The RNN states ``(B, T, 2 * hidden_dim)``, zero at padding (padding is packed away)."""
+        x = self.embed_dropout(self.embedding(ids))
+        lengths = mask.sum(1).clamp(min=1).cpu()
+        packed = pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)
+        out, _ = self.rnn(packed)
+        out, _ = pad_packed_sequence(out, batch_first=True, total_length=ids.shape[1])
+        return self.rnn_dropout(out)
+
+    def forward(self, ids: Tensor, mask: Tensor | None = None) -> ClassifierOutput:
+        """``ids (B, T)`` token ids, ``mask (B, T)`` bool, True at real tokens -> ``(logits (B, C), weights)``."""
+        mask = _check_inputs(ids, mask)
+        pooled, weights = self.pool(self.encode(ids, mask), mask)
+        return ClassifierOutput(self.head(pooled.reshape(ids.shape[0], -1)), weights)
+
+
+def sinusoidal_positions(length: int, dim: int, *, device=None, dtype=None) -> Tensor:
+    """The fixed positions of Vaswani et al. (2017): ``(length, dim)``, sines on even and cosines on odd features."""
+    pos = torch.arange(length, device=device, dtype=torch.float32)[:, None]
+    freq = torch.exp(torch.arange(0, dim, 2, device=device, dtype=torch.float32) * (-math.log(10000.0) / dim))
+    out = torch.zeros(length, dim, device=device)
+    out[:, 0::2] = torch.sin(pos * freq)
+    out[:, 1::2] = torch.cos(pos * freq)[:, : dim // 2]
+    return out.to(dtype or torch.get_default_dtype())
+
+
+class EncoderLayer(nn.Module):
+    """Pre-norm Transformer encoder layer: ``x + MHA(LN(x))``, then ``x + FF(LN(x))``."""
+
+    def __init__(self, dim: int, num_heads: int, ff_dim: int, dropout: float):
+        super().__init__()
+        self.norm1 = nn.LayerNorm(dim)
+        self.attn = MultiHeadAttention(dim, num_heads, dropout=dropout)
+        self.norm2 = nn.LayerNorm(dim)
+        self.ff = nn.Sequential(nn.Linear(dim, ff_dim), nn.GELU(), nn.Dropout(dropout), nn.Linear(ff_dim, dim))
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x: Tensor, memory: Tensor | None = None, key_mask: Tensor | None = None,
+                return_weights: bool = False):
+        """``x (B, Tq, E)`` attends to ``memory (B, Tk, E)`` (default ``x``) -> ``(B, Tq, E)`` [, weights]."""
+        q = self.norm1(x)
+        kv = q if memory is None else self.norm1(memory)
+        res = self.attn(q, kv, kv, key_mask=key_mask, return_weights=return_weights)
+        a, w = res if return_weights else (res, None)
+        x = x + self.dropout(a)
+        x = x + self.dropout(self.ff(self.norm2(x)))
+        return (x, w) if return_weights else x
+
+
+class TransformerClassifier(nn.Module):
+    """A pre-norm Transformer encoder on :class:`qkv.MultiHeadAttention`, pooled by a query or attention pooling.
+
+    Args:
+        vocab_size, num_classes: as in :class:`RNNClassifier` (``num_classes=1`` for regression).
+        dim: model width ``E``.  num_heads: attention heads.  num_layers: encoder layers.
+        ff_dim: feed-forward width (default ``4 * dim``).  dropout: on attention weights, sub-layers, output.
+        embed_dim: word vector size (default ``dim``; projected to ``dim`` when different).
+        pooling: ``"cls"`` (a learned [CLS]-style query that reads every layer; its last-layer weights, averaged
+            over heads, are returned) or ``"attention"`` (:class:`qkv.AttentionPooling` on the last layer).
+        hops: queries of the attention pooling (``pooling="attention"`` only).
+        embed_dropout: on the word vectors.  pretrained, freeze_embeddings: as in :class:`RNNClassifier`.
+    """
+
+    def __init__(self, vocab_size: int, num_classes: int, *, dim: int = 128, num_heads: int = 4, num_layers: int = 2,
+                 ff_dim: int | None = None, dropout: float = 0.1, embed_dim: int | None = None,
+                 pooling: str = "cls", hops: int = 1, embed_dropout: float = 0.1, padding_idx: int = 0,
+                 pretrained: Tensor | None = None, freeze_embeddings: bool = False):
+        super().__init__()
+        if pooling not in ("cls", "attention"):
+            raise ValueError(f"pooling must be 'cls' or 'attention', got {pooling!r}")
+        if pooling == "cls" and hops != 1:
+            raise ValueError(f"hops={hops} needs pooling='attention' (the [CLS] query is one query)")
+        if num_layers < 1:
+            raise ValueError(f"num_layers must be >= 1, got {num_layers}")
+        self.embedding = _embedding(vocab_size, embed_dim or dim, padding_idx, pretrained, freeze_embeddings)
+        e = self.embedding.embedding_dim
+        self.proj = nn.Identity() if e == dim else nn.Linear(e, dim)
+        self.embed_scale = math.sqrt(dim) if pretrained is None and e == dim else 1.0
+        self.embed_dropout = nn.Dropout(embed_dropout)
+        self.layers = nn.ModuleList(EncoderLayer(dim, num_heads, ff_dim or 4 * dim, dropout) for _ in range(num_layers))
+        self.norm = nn.LayerNorm(dim)
+        self.pooling, self.hops, self.dim = pooling, hops, dim
+        if pooling == "cls":
+            self.cls = nn.Parameter(torch.randn(1, 1, dim) * 0.02)
+            self.pool = None
+        else:
+            self.cls = None
+            self.pool = AttentionPooling(dim, num_queries=hops)
+        self.head = _head(dim * hops, num_classes, None, dropout)
+        if pretrained is None:
+            nn.init.normal_(self.embedding.weight, std=dim ** -0.5)
+            with torch.no_grad():
+                self.embedding.weight[padding_idx].zero_()
+
+    def forward(self, ids: Tensor, mask: Tensor | None = None) -> ClassifierOutput:
+        """``ids (B, T)``, ``mask (B, T)`` bool, True at real tokens -> ``(logits (B, C), weights)``."""
+        mask = _check_inputs(ids, mask)
+        b, t = ids.shape
+        x = self.proj(self.embedding(ids)) * self.embed_scale
+        x = self.embed_dropout(x + sinusoidal_positions(t, self.dim, device=x.device, dtype=x.dtype))
+        if self.pooling == "attention":
+            for layer in self.layers:
+                x = layer(x, key_mask=mask)
+            pooled, weights = self.pool(self.norm(x), mask)
+            return ClassifierOutput(self.head(pooled.reshape(b, -1)), weights)
+        # [CLS]-style query: position 0, hidden from every query (itself included) by the key mask
+        x = torch.cat([self.cls.expand(b, 1, -1).to(x.dtype), x], dim=1)
+        key_mask = torch.cat([torch.zeros(b, 1, dtype=torch.bool, device=mask.device), mask], dim=1)
+        for layer in self.layers[:-1]:
+            x = layer(x, key_mask=key_mask)
+        q, weights = self.layers[-1](x[:, :1], x, key_mask=key_mask, return_weights=True)
+        return ClassifierOutput(self.head(self.norm(q[:, 0])), weights[:, 0, 1:])
+
+
+CLASSIFIERS = {"bigru": (RNNClassifier, {"rnn": "gru"}), "bilstm": (RNNClassifier, {"rnn": "lstm"}),
+               "transformer": (TransformerClassifier, {})}
+
+
+def create_classifier(name: str, vocab_size: int, num_classes: int, **kwargs) -> nn.Module:
+    """``create_classifier("bigru" | "bilstm" | "transformer", vocab_size, num_classes, **options)``."""
+    if name not in CLASSIFIERS:
+        raise ValueError(f"unknown classifier {name!r}; one of {', '.join(CLASSIFIERS)}")
+    cls, preset = CLASSIFIERS[name]
+    return cls(vocab_size, num_classes, **{**preset, **kwargs})
+
+
+def load_word_vectors(path: str | os.PathLike, vocab: Sequence[str], *, lowercase: bool = True,
+                      seed: int = 0) -> tuple[Tensor, int]:
+    """Word vectors for ``vocab`` from a text file in the GloVe or word2vec text format (``.gz`` too).
+
+    Each line is ``word v_1 ... v_D``; a first line ``N D`` (word2vec's header) is skipped. ``vocab[i]`` is the
+    token of id ``i`` (e.g. ``tok.tokens_of_ids(range(tok.vocab_size))``). A token not in the file tries its
+    lower-case form (``lowercase=True``); tokens still missing get random vectors with the found vectors'
+    standard deviation (from ``seed``), and id 0 (padding) is zero. The binary word2vec format is not read.
+
+    Returns:
+        ``(vectors (len(vocab), D), found)``: the matrix for ``pretrained=`` and how many tokens were found.
+    """
+    path = Path(path)
+    index: dict[str, int] = {}
+    for i, w in enumerate(vocab):
+        index.setdefault(w, i)
+    lower: dict[str, list[int]] = {}
+    if lowercase:
+        for w, i in index.items():
+            lower.setdefault(w.lower(), []).append(i)
+    opener = gzip.open if path.suffix == ".gz" else open
+    rows: dict[int, list[float]] = {}
+    exact: set[int] = set()
+    dim = None
+    with opener(path, "rt", encoding="utf-8", errors="replace") as f:
+        for line_no, line in enumerate(f, 1):
+            parts = line.rstrip().split(" ")
+            if line_no == 1 and len(parts) == 2 and all(p.isdigit() for p in parts):
+                continue  # word2vec header
+            if len(parts) < 2:
+                continue
+            if dim is None:
+                dim = len(parts) - 1
+            elif len(parts) - 1 != dim:
+                raise ValueError(f"{path}, line {line_no}: {len(parts) - 1} numbers, expected {dim}")
+            word = parts[0]
+            targets = []
+            if word in index:
+                targets.append((index[word], True))
+            for i in lower.get(word.lower(), ()) if lowercase else ():
+                targets.append((i, False))
+            for i, is_exact in targets:
+                if i in exact or (not is_exact and i in rows):
+                    continue
+                try:
+                    rows[i] = [float(v) for v in parts[1:]]
+                except ValueError:
+                    raise ValueError(f"{path}, line {line_no}: not a number in the vector of {word!r}") from None
+                if is_exact:
+                    exact.add(i)
+    if dim is None:
+        raise ValueError(f"{path}: no word vectors found")
+    found = torch.tensor(list(rows.values()), dtype=torch.float32) if rows else torch.zeros(0, dim)
+    std = float(found.std()) if found.numel() > 1 else 0.1
+    gen = torch.Generator().manual_seed(seed)
+    out = torch.randn(len(vocab), dim, generator=gen) * std
+    for i, v in rows.items():
+        out[i] = torch.tensor(v)
+    if len(vocab):
+        out[0] = 0.0
+    log.info("%s: vectors for %d of %d tokens (dimension %d)", path, len(rows), len(vocab), dim)
+    return out, len(rows)
