@@ -105,6 +105,28 @@ def test_interrupted_and_resumed_run_is_bitwise_identical(tmp_path, how, lengths
     assert any(r["event"] == "resume" for r in read_metrics(out))
 
 
+class InterruptedLoss(ToyTask):
+    def __init__(self, at_call, **kw):
+        super().__init__(**kw)
+        self.calls, self.at_call = 0, at_call
+
+    def loss(self, model, batch):
+        self.calls += 1
+        if self.calls == self.at_call:
+            raise KeyboardInterrupt
+        return super().loss(model, batch)
+
+
+def test_interrupt_inside_a_step_saves_the_last_finished_step(tmp_path, caplog):
+    full = train(ToyTask(), cfg(tmp_path / "full"))
+    with pytest.raises(KeyboardInterrupt):
+        train(InterruptedLoss(8), cfg(tmp_path / "cut"))
+    assert load_checkpoint(tmp_path / "cut" / "checkpoint").state["position"]["global_step"] == 7
+    assert "interrupted inside step 8" in caplog.text
+    resumed = train(ToyTask(), cfg(tmp_path / "cut", resume=True))  # no randomness: still identical
+    assert_bitwise_equal(params(resumed.model), params(full.model))
+
+
 def test_resume_needs_the_flag_and_the_same_data(tmp_path):
     train(ToyTask(), cfg(tmp_path, epochs=1))
     with pytest.raises(FileExistsError, match="resume"):

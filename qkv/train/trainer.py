@@ -253,7 +253,8 @@ class Trainer:
         start = time.monotonic()
         elapsed0 = st.elapsed
         self._interval = {"loss": 0.0, "count": 0.0, "stats": {}, "seconds": 0.0}
-        self._dirty = self._agreed_interrupt = False
+        self._phase = None  # "step" while a step computes, "update" while it changes the weights
+        self._agreed_interrupt = False
         with _StopFlag() as flag:
             try:
                 while st.epoch < cfg.epochs and not st.stopped_early:
@@ -295,9 +296,12 @@ class Trainer:
                     self._save()
                 return "early_stop" if st.stopped_early else "epochs"
             except KeyboardInterrupt:
-                if self._dirty:
+                if self._phase == "update":
                     log.warning("interrupted during an optimizer update: the last checkpoint is kept")
                 elif self.out is not None:
+                    if self._phase == "step":
+                        log.warning("interrupted inside step %d: the RNGs have moved on, so a resumed run will be "
+                                    "valid but not bitwise identical to an uninterrupted one", st.global_step + 1)
                     # an interrupt on one rank only leaves the others behind: then write without collectives
                     self._save(collective=self._agreed_interrupt)
                     log.warning("interrupted at step %d: checkpoint written to %s", st.global_step,
@@ -307,6 +311,7 @@ class Trainer:
     def _step(self, indices: list[int], *, interrupt: bool, over_time: bool) -> dict[str, float]:
         cfg, d, st = self.config, self.dist, self.state
         t0 = time.monotonic()
+        self._phase = "step"
         local = distributed.shard(indices, d.rank, d.world_size)
         batch = self.task.to_device(self.task.collate([self.examples[i] for i in local]), d.device)
         lr = cfg.lr * lr_factor(st.global_step, self.total_steps, schedule=cfg.schedule,
@@ -327,18 +332,18 @@ class Trainer:
         if total_count <= 0:
             raise ValueError(f"{type(self.task).__name__}.loss counted nothing in batch {st.step} of epoch "
                              f"{st.epoch}: count must be the number of items or tokens summed over")
-        self._dirty = True
         self.scaler.scale(loss_sum / (total_count / d.world_size)).backward()
         grad_norm = None
         if cfg.clip_norm is not None:
             self.scaler.unscale_(self.optimizer)
             grad_norm = torch.nn.utils.clip_grad_norm_(self.module.parameters(), cfg.clip_norm)
+        self._phase = "update"
         self.scaler.step(self.optimizer)
         self.scaler.update()
         self.optimizer.zero_grad(set_to_none=True)
         st.step += 1
         st.global_step += 1
-        self._dirty = False
+        self._phase = None
         iv = self._interval
         iv["loss"] += total_loss
         iv["count"] += total_count
