@@ -6,7 +6,7 @@ import torch
 from torch import nn
 
 from qkv import vision
-from qkv.models import SmallCNN, create_resnet, resnet18, resnet50, sknet50
+from qkv.models import ResNet, SmallCNN, create_resnet, resnet18, resnet50, sknet50
 from qkv.models.resnet import default_nonlocal_positions
 
 
@@ -94,10 +94,13 @@ ATTNS = [None, "se", "eca", "cbam", "sk", "non_local", "arm"]
 
 
 @pytest.mark.parametrize("attn", ATTNS)
-def test_resnet18_forward_backward_and_maps(attn):
+def test_resnet_forward_backward_and_maps(attn):
+    # one basic block per stage: every code path of ResNet-18/34, at a quarter of the cost
     torch.manual_seed(0)
     kw = {"attn_kwargs": {"reduction": 4}} if attn in ("se", "cbam") else {}
-    model = resnet18(attn=attn, num_classes=10, **kw)
+    if attn == "non_local":
+        kw["attn_positions"] = {2: (0,), 3: (-1,)}
+    model = ResNet("basic", (1, 1, 1, 1), attn=attn, num_classes=10, **kw)
     x = torch.randn(2, 3, 32, 32)
     logits, maps = model(x, return_attention=True)
     assert logits.shape == (2, 10)
@@ -106,14 +109,14 @@ def test_resnet18_forward_backward_and_maps(attn):
     if attn is None:
         assert maps == {}
         return
-    expected = {"se": 8, "eca": 8, "cbam": 8, "sk": 8, "non_local": 2, "arm": 2}[attn]
+    expected = {"se": 4, "eca": 4, "cbam": 4, "sk": 4, "non_local": 2, "arm": 2}[attn]
     assert len(maps) == expected
     if attn == "non_local":
-        assert maps["layer2.2"].shape == (2, 4 * 4, 4 * 4) and maps["layer3.2"].shape == (2, 4, 4)
+        assert maps["layer2.1"].shape == (2, 4 * 4, 4 * 4) and maps["layer3.1"].shape == (2, 4, 4)
     if attn == "cbam":
         assert maps["layer1.0.attn"].spatial.shape == (2, 1, 8, 8)
     if attn == "sk":
-        assert maps["layer4.1.sk"].shape == (2, 2, 512)
+        assert maps["layer4.0.sk"].shape == (2, 2, 512)
     model.eval()
     with torch.no_grad():
         torch.testing.assert_close(model(x), model(x, return_attention=True)[0])
