@@ -23,7 +23,6 @@ The concatenation score has no bias (the paper's ``w^T [.;.]``).
 from __future__ import annotations
 
 import torch.nn.functional as F
-from einops import rearrange
 from torch import Tensor, nn
 
 from ..functional import attention
@@ -102,7 +101,7 @@ class NonLocal(nn.Module):
         v = self.g(x)
         if self.subsample:
             k, v = F.max_pool2d(k, 2), F.max_pool2d(v, 2)
-        return tuple(rearrange(t, "b c h w -> b (h w) c") for t in (q, k, v))
+        return tuple(t.flatten(2).transpose(1, 2) for t in (q, k, v))  # (B, C, H, W) -> (B, HW, C)
 
     def forward(self, x: Tensor, *, return_attention: bool = False) -> Tensor | tuple[Tensor, Tensor]:
         check_input(x, self.channels, type(self).__name__)
@@ -111,7 +110,7 @@ class NonLocal(nn.Module):
         q, k, v = self.embed(x)
         result = attention(q, k, v, score=self.score, normalize=self.normalize, return_weights=return_attention)
         y, weights = result if return_attention else (result, None)
-        y = rearrange(y, "b (h w) c -> b c h w", h=x.shape[-2], w=x.shape[-1])
+        y = y.transpose(1, 2).reshape(x.shape[0], -1, *x.shape[-2:])  # (B, HW, C') -> (B, C', H, W)
         out = self.norm(self.out(y)) + x
         return (out, weights) if return_attention else out
 
