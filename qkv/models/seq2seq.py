@@ -107,7 +107,8 @@ class RNNConfig:
 
 
 class RNNEncoder(nn.Module):
-    """Embedding + (bi)GRU/LSTM over padded sources; outputs ``(B, S, H)`` and the decoder's first state."""
+    """Embedding + (bi)GRU/LSTM over padded sources: outputs ``(B, S, H)`` and the decoder's first state
+    (batch first: ``(B, layers, H)``, a pair for LSTMs)."""
 
     def __init__(self, cfg: RNNConfig):
         super().__init__()
@@ -130,14 +131,34 @@ class RNNEncoder(nn.Module):
         h = final[0] if isinstance(final, tuple) else final  # (layers * directions, B, H / directions)
         b = src.shape[0]
         h = h.view(self.cfg.layers, -1, b, h.shape[-1]).transpose(1, 2).reshape(self.cfg.layers, b, -1)
-        h0 = torch.tanh(self.bridge(h))  # (layers, B, H)
+        h0 = torch.tanh(self.bridge(h)).transpose(0, 1)  # (B, layers, H)
         state = (h0, torch.zeros_like(h0)) if self.cfg.cell == "lstm" else h0
         return self.dropout(out), state
 
 
+def _batch_first(hidden: Any) -> Any:
+    """An RNN state ``(layers, B, H)`` (a pair for LSTMs) as ``(B, layers, H)``: decoding states are batch first."""
+    if isinstance(hidden, tuple):
+        return tuple(h.transpose(0, 1) for h in hidden)
+    return hidden.transpose(0, 1)
+
+
+def _layers_first(hidden: Any) -> Any:
+    """Inverse of :func:`_batch_first`, for calling the RNN."""
+    if isinstance(hidden, tuple):
+        return tuple(h.transpose(0, 1).contiguous() for h in hidden)
+    return hidden.transpose(0, 1).contiguous()
+
+
 def _top(hidden: Any) -> Tensor:
-    """The top layer's hidden state ``(B, H)`` of a GRU or LSTM state."""
-    return (hidden[0] if isinstance(hidden, tuple) else hidden)[-1]
+    """The top layer's hidden state ``(B, H)`` of a batch-first GRU or LSTM state."""
+    return (hidden[0] if isinstance(hidden, tuple) else hidden)[:, -1]
+
+
+def _step(rnn: nn.Module, x: Tensor, hidden: Any) -> tuple[Tensor, Any]:
+    """One RNN step on ``x (B, F)`` from a batch-first state: ``(output (B, 1, H), new batch-first state)``."""
+    out, new = rnn(x[:, None], _layers_first(hidden))
+    return out, _batch_first(new)
 
 
 class FixedContextSeq2Seq(EncoderDecoder):
@@ -163,7 +184,7 @@ class FixedContextSeq2Seq(EncoderDecoder):
     def decode_step(self, y_prev, state):
         e = self.dropout(self.embed(y_prev))
         c = state["context"]
-        out, hidden = self.rnn(torch.cat([e, c], -1)[:, None], state["hidden"])
+        out, hidden = _step(self.rnn, torch.cat([e, c], -1), state["hidden"])
         s = self.dropout(out[:, 0])
         logits = self.out(torch.cat([s, c, e], -1))
         return logits, state["no_attn"], {**state, "hidden": hidden}  # no attention: an all-zero alignment
@@ -195,7 +216,7 @@ class BahdanauSeq2Seq(EncoderDecoder):
         c, w = attention(query, state["memory"], state["memory"], score=self.score, mask=state["mask"],
                          return_weights=True)
         c = c[:, 0]
-        out, hidden = self.rnn(torch.cat([e, c], -1)[:, None], state["hidden"])
+        out, hidden = _step(self.rnn, torch.cat([e, c], -1), state["hidden"])
         s = self.dropout(out[:, 0])
         logits = self.out(torch.cat([s, c, e], -1))
         return logits, w[:, 0], {**state, "hidden": hidden}
@@ -225,7 +246,7 @@ class LuongSeq2Seq(EncoderDecoder):
 
     def decode_step(self, y_prev, state):
         e = self.dropout(self.embed(y_prev))
-        out, hidden = self.rnn(torch.cat([e, state["feed"]], -1)[:, None], state["hidden"])  # input feeding
+        out, hidden = _step(self.rnn, torch.cat([e, state["feed"]], -1), state["hidden"])  # input feeding
         h_t = out  # (B, 1, H)
         c, w = attention(h_t, state["memory"], state["memory"], score=self.score, mask=state["mask"],
                          return_weights=True)
