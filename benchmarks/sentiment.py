@@ -44,6 +44,9 @@ PRESETS = {
     "transformer": ({"model": "transformer", "embed_dim": 128, "hidden_dim": 128, "layers": 2, "heads": 4,
                      "dropout": 0.3, "embed_dropout": 0.3}, {"lr": 1e-3, "batch_size": 50, "weight_decay": 0.1,
                                                              "warmup_steps": 100}),
+    "transformer-small": ({"model": "transformer", "embed_dim": 64, "hidden_dim": 64, "layers": 2, "heads": 4,
+                           "dropout": 0.3, "embed_dropout": 0.5}, {"lr": 2e-3, "batch_size": 50, "weight_decay": 0.1,
+                                                                   "warmup_steps": 100}),
 }
 
 
