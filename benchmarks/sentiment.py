@@ -41,12 +41,9 @@ PRESETS = {
               {"lr": 3e-3, "batch_size": 50, "weight_decay": 0.05}),
     "bigru-3hops": ({"model": "bigru", "embed_dim": 128, "hidden_dim": 64, "hops": 3, "penalty": 0.1,
                      "dropout": 0.5, "embed_dropout": 0.5}, {"lr": 3e-3, "batch_size": 50, "weight_decay": 0.05}),
-    "transformer": ({"model": "transformer", "embed_dim": 128, "hidden_dim": 128, "layers": 2, "heads": 4,
-                     "dropout": 0.3, "embed_dropout": 0.3}, {"lr": 1e-3, "batch_size": 50, "weight_decay": 0.1,
+    "transformer": ({"model": "transformer", "embed_dim": 64, "hidden_dim": 64, "layers": 2, "heads": 4,
+                     "dropout": 0.3, "embed_dropout": 0.5}, {"lr": 2e-3, "batch_size": 50, "weight_decay": 0.1,
                                                              "warmup_steps": 100}),
-    "transformer-small": ({"model": "transformer", "embed_dim": 64, "hidden_dim": 64, "layers": 2, "heads": 4,
-                           "dropout": 0.3, "embed_dropout": 0.5}, {"lr": 2e-3, "batch_size": 50, "weight_decay": 0.1,
-                                                                   "warmup_steps": 100}),
 }
 
 

@@ -62,7 +62,7 @@ class SentimentOptions:
     # model
     model: str = "bigru"  # bigru | bilstm | transformer
     embed_dim: int = 128  # word vector size (taken from the vectors file when given)
-    hidden_dim: int = 128  # RNN size per direction / Transformer width
+    hidden_dim: int = 64  # RNN size per direction / Transformer width
     layers: int = 1  # RNN or Transformer layers
     heads: int = 4  # Transformer heads
     pooling: str = "cls"  # Transformer: "cls" query or "attention" pooling (RNNs always use attention pooling)
@@ -71,7 +71,7 @@ class SentimentOptions:
     attn_dim: int | None = None  # size of the attention-pooling keys (default hidden_dim)
     mlp_dim: int | None = None  # hidden layer before the RNN classifier's output
     dropout: float = 0.5
-    embed_dropout: float = 0.3
+    embed_dropout: float = 0.5
     vectors: str | None = None  # pretrained word vectors, GloVe/word2vec text format
     freeze_vectors: bool = False
 
@@ -366,8 +366,9 @@ class SentimentClassifier:
 def _train_defaults():
     from ..train import TrainConfig
 
-    return TrainConfig(epochs=10, batch_size=50, lr=2e-3, weight_decay=0.01, schedule="cosine", warmup_steps=50,
-                       patience=3, monitor="accuracy")
+    # the benchmark's BiGRU settings (benchmarks/sentiment.py)
+    return TrainConfig(epochs=12, batch_size=50, lr=3e-3, weight_decay=0.05, schedule="cosine", patience=3,
+                       monitor="accuracy")
 
 
 def _options_from_args(args) -> SentimentOptions:
