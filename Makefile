@@ -3,9 +3,13 @@
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
+QKV := $(VENV)/bin/qkv
 STAMP := $(VENV)/.qkv-installed
+DEMO ?= runs/demo
+DEMO_MINUTES ?= 4.5
+FASHION := /usr/share/datasets/fashion-mnist
 
-.PHONY: demo test install lint bench clean
+.PHONY: demo test install data lint bench clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -18,10 +22,23 @@ $(STAMP): pyproject.toml | $(PY)
 
 install: $(STAMP)
 
-demo: $(STAMP)
-	$(VENV)/bin/qkv explain
+# Fashion-MNIST from Debian's package, when this machine can install it (its tests skip otherwise).
+data:
+	@test -d $(FASHION) || { command -v apt-get >/dev/null 2>&1 && \
+	  { apt-get install -y -q dataset-fashion-mnist >/dev/null 2>&1 || \
+	    { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q dataset-fashion-mnist >/dev/null 2>&1; }; }; } || \
+	  echo "note: could not install dataset-fashion-mnist; the tests that need it will skip"
 
-test: $(STAMP)
+# The three stages on seed 001's example; a Bahdanau date translator trained on the CPU; translations of dates
+# written in several languages with their alignment pictures.
+demo: $(STAMP)
+	$(QKV) explain --plot $(DEMO)-explain.png
+	rm -rf $(DEMO)
+	$(QKV) train translate --data dates --model bahdanau --max-minutes $(DEMO_MINUTES) --out $(DEMO) --no-progress
+	$(QKV) translate $(DEMO) "7 mars 2019" "2019年3月7日" "Donnerstag, 7. März 2019" "7 марта 2019 г." \
+	  "jueves, 7 de marzo de 2019" "March 7, 2019" "2019/03/07" --plot $(DEMO)/alignment.png
+
+test: $(STAMP) data
 	$(PY) -m pytest -q -n 2 --dist loadgroup
 
 lint: $(STAMP)
