@@ -1,0 +1,305 @@
+"""The images task end to end: `qkv train images` on scikit-learn's digits (and Fashion-MNIST when installed),
+checkpoints, exact resume with augmentation, `qkv show-attention` for every kind of map, and clear errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+pytest.importorskip("sklearn")
+pytest.importorskip("matplotlib")
+
+from qkv.cli import main  # noqa: E402
+from qkv.data.idx import FASHION_MNIST_ROOT, write_idx  # noqa: E402
+from qkv.tasks.images import (  # noqa: E402
+    ImageOptions,
+    ImageTask,
+    build_model,
+    load_image_data,
+    normalize,
+    random_shift_flip,
+    read_image,
+)
+from qkv.train import TrainConfig, load_model, train  # noqa: E402
+from qkv.train.checkpoint import load_weights  # noqa: E402
+
+PNG = b"\x89PNG\r\n\x1a\n"
+FAST = ["--no-progress", "--batch-size", "32"]
+
+
+def _fashion_mnist_installed() -> bool:
+    return all((Path(FASHION_MNIST_ROOT) / f"{p}-{k}-idx{n}-ubyte.gz").is_file()
+               for p in ("train", "t10k") for k, n in (("images", 3), ("labels", 1)))
+
+
+needs_fashion_mnist = pytest.mark.skipif(
+    not _fashion_mnist_installed(),
+    reason=f"Fashion-MNIST is not installed in {FASHION_MNIST_ROOT} (apt-get install dataset-fashion-mnist)")
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Small convolutions run fastest on one thread, and much faster than on two busy cores."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def final_metrics(out: Path) -> dict[str, dict[str, float]]:
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    return {r["split"]: r["metrics"] for r in records if r["event"] == "final"}
+
+
+def events(out: Path) -> list[dict]:
+    return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+
+
+def is_png(path: Path) -> bool:
+    return path.is_file() and path.read_bytes()[:8] == PNG
+
+
+# --------------------------------------------------------------------------------------------- data
+
+def test_digits_splits_are_deterministic_disjoint_and_complete():
+    a = load_image_data(ImageOptions(data="digits"))
+    b = load_image_data(ImageOptions(data="digits"))
+    c = load_image_data(ImageOptions(data="digits", data_seed=1))
+    sizes = {s: len(a.splits[s][1]) for s in ("train", "valid", "test")}
+    assert sum(sizes.values()) == 1797 and sizes["test"] == round(0.2 * 1797)
+    assert a.image_size == (16, 16) and a.class_names == [str(i) for i in range(10)]
+    for s in ("train", "valid", "test"):
+        assert torch.equal(a.splits[s][0], b.splits[s][0])
+        assert a.splits[s][0].dtype == torch.uint8
+    assert not torch.equal(a.splits["test"][0], c.splits["test"][0])
+    # no image appears in two splits (digits has a few exact duplicates, so compare by count)
+    flat = {s: {bytes(x.flatten().tolist()) for x in a.splits[s][0]} for s in a.splits}
+    everything = {bytes(x.flatten().tolist()) for s in a.splits for x in a.splits[s][0]}
+    assert len(everything) == len(flat["train"] | flat["valid"] | flat["test"])
+
+
+def test_random_shift_flip_moves_images_within_the_shift():
+    torch.manual_seed(0)
+    x = torch.zeros(64, 12, 12, dtype=torch.uint8)
+    x[:, 5, 6] = 255  # one bright pixel per image
+    out = random_shift_flip(x, shift=2, flip=False)
+    assert out.shape == x.shape and out.dtype == torch.uint8
+    ys, xs = (out == 255).nonzero()[:, 1], (out == 255).nonzero()[:, 2]
+    assert len(ys) == 64 and set(ys.tolist()) <= set(range(3, 8)) and set(xs.tolist()) <= set(range(4, 9))
+    assert len(set(zip(ys.tolist(), xs.tolist(), strict=True))) > 10  # many different shifts
+    flipped = random_shift_flip(x, shift=0, flip=True)
+    cols = (flipped == 255).nonzero()[:, 2]
+    assert set(cols.tolist()) == {6, 5} and 10 < (cols == 5).sum() < 54  # 11 - 6 = 5 when flipped
+    assert torch.equal(random_shift_flip(x, shift=0), x)
+    torch.manual_seed(1)
+    first = random_shift_flip(x, 2, True)
+    torch.manual_seed(1)
+    assert torch.equal(random_shift_flip(x, 2, True), first)  # only the torch RNG: reproducible
+
+
+def test_normalize_shapes_and_scales():
+    x = torch.tensor([[[0, 255]]], dtype=torch.uint8)
+    out = normalize(x, 0.5, 0.25)
+    assert out.shape == (1, 1, 1, 2)
+    torch.testing.assert_close(out, torch.tensor([[[[-2.0, 2.0]]]]))
+    torch.testing.assert_close(normalize(x.float() / 255, 0.5, 0.25), out)
+
+
+def test_options_errors_are_clear():
+    with pytest.raises(ValueError, match="unknown vision block 'fancy'"):
+        ImageOptions(attn="fancy")
+    with pytest.raises(ValueError, match="fuses two paths"):
+        ImageOptions(attn="ffm")
+    with pytest.raises(ValueError, match="needs --data-root"):
+        ImageOptions(data="mnist")
+    with pytest.raises(ValueError, match="valid must be a fraction"):
+        ImageOptions(valid=1.0)
+    with pytest.raises(ValueError, match="need an attention block"):
+        ImageOptions(attn_kwargs={"reduction": 4})
+    assert ImageOptions(attn="Non-Local").attn == "non_local"
+    assert ImageOptions().augmentation == "shift-flip" and ImageOptions(data="digits").augmentation == "none"
+
+
+def test_resnet_cifar_stem_keeps_small_images_large():
+    opts = ImageOptions(data="digits", arch="resnet18", attn="se")
+    task = ImageTask(opts)
+    task.setup()
+    model = task.build_model()
+    assert model.conv1.kernel_size == (3, 3) and model.conv1.stride == (1, 1) and model.conv1.in_channels == 1
+    feats = model.forward_features(torch.randn(2, 1, 16, 16))
+    assert feats.shape == (2, 512, 2, 2)  # 16 -> 16, 8, 4, 2 (the ImageNet stem would give 1x1 at stage 3)
+    again = build_model(json.loads(json.dumps(task.config())))
+    assert again.conv1.kernel_size == (3, 3)
+
+
+# --------------------------------------------------------------------------------------------- training
+
+def test_digits_cbam_reaches_85_percent_in_one_epoch(tmp_path, capsys):
+    out = tmp_path / "cbam"
+    rc = main(["train", "images", "--data", "digits", "--attn", "cbam", "--epochs", "1", "--out", str(out), *FAST])
+    assert rc == 0
+    printed = capsys.readouterr().out
+    assert "small-cnn with attention cbam" in printed and "test: accuracy" in printed
+    metrics = final_metrics(out)
+    assert metrics["test"]["accuracy"] >= 0.85, metrics
+    assert metrics["valid"]["accuracy"] >= 0.85, metrics
+    assert (out / "best" / "model.safetensors").is_file()
+
+
+def test_checkpoint_round_trip_gives_identical_logits(tmp_path):
+    opts = ImageOptions(data="digits", attn="sk")
+    task = ImageTask(opts)
+    result = train(task, TrainConfig(max_steps=4, batch_size=32, out=str(tmp_path / "run"), monitor="accuracy",
+                                     progress=False))
+    model, ckpt = load_model(tmp_path / "run", build_model, task="images")
+    assert ckpt.config["attn"] == "sk" and ckpt.config["image_size"] == [16, 16]
+    x = normalize(task.data.splits["test"][0][:50], ckpt.config["mean"], ckpt.config["std"])
+    result.model.eval()
+    with torch.no_grad():
+        assert torch.equal(model(x), result.model(x))
+    with pytest.raises(ValueError, match="not a 'translate' one"):
+        load_model(tmp_path / "run", build_model, task="translate")
+
+
+def test_resume_with_augmentation_is_exact(tmp_path):
+    common = ["train", "images", "--data", "digits", "--augment", "shift-flip", "--attn", "se", "--epochs", "2",
+              *FAST]
+    assert main([*common, "--out", str(tmp_path / "straight"), "--max-steps", "8"]) == 0
+    assert main([*common, "--out", str(tmp_path / "resumed"), "--max-steps", "4"]) == 0
+    assert main([*common, "--out", str(tmp_path / "resumed"), "--max-steps", "8", "--resume"]) == 0
+    log = events(tmp_path / "resumed")
+    assert [e["event"] for e in log if e["event"] in ("start", "resume")] == ["start", "resume"]
+    assert log[-1]["global_step"] == 8
+    a = load_weights(tmp_path / "straight" / "checkpoint" / "model.safetensors")
+    b = load_weights(tmp_path / "resumed" / "checkpoint" / "model.safetensors")
+    assert a.keys() == b.keys()
+    for k in a:
+        assert torch.equal(a[k], b[k]), k
+
+
+def test_any_mnist_style_idx_folder(tmp_path):
+    g = torch.Generator().manual_seed(0)
+    root = tmp_path / "idx"
+    root.mkdir()
+    for prefix, n in (("train", 60), ("t10k", 20)):
+        labels = torch.randint(0, 3, (n,), generator=g, dtype=torch.uint8)
+        images = (labels[:, None, None] * 80 + torch.randint(0, 30, (n, 12, 12), generator=g)).to(torch.uint8)
+        write_idx(root / f"{prefix}-images-idx3-ubyte.gz", images)
+        write_idx(root / f"{prefix}-labels-idx1-ubyte", labels)
+    out = tmp_path / "run"
+    assert main(["train", "images", "--data", "mnist", "--data-root", str(root), "--max-steps", "2", "--out",
+                 str(out), "--attn", "eca", *FAST]) == 0
+    config = json.loads((out / "checkpoint" / "config.json").read_text())["config"]
+    assert config["class_names"] == ["0", "1", "2"] and config["image_size"] == [12, 12]
+    assert config["options"]["augment"] == "auto"
+    assert ImageOptions(**config["options"]).augmentation == "shift"  # never flip digits
+
+
+# --------------------------------------------------------------------------------------------- show-attention
+
+EXPECTED = {"cbam": ("spatial", "channel"), "se": ("channel",), "sk": ("sk",), "non_local": ("nonlocal",)}
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """A briefly trained digits model per kind of attention."""
+    root = tmp_path_factory.mktemp("models")
+    torch.set_num_threads(1)
+    for attn in EXPECTED:
+        assert main(["train", "images", "--data", "digits", "--attn", attn, "--max-steps", "3", "--out",
+                     str(root / attn), *FAST]) == 0
+    return root
+
+
+@pytest.fixture
+def digit_png(tmp_path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from sklearn.datasets import load_digits
+
+    path = tmp_path / "my digit.png"
+    plt.imsave(path, load_digits().images[7], cmap="gray")  # an RGBA PNG, 8x8
+    return path
+
+
+@pytest.mark.parametrize("attn", list(EXPECTED))
+def test_show_attention_writes_pngs(trained, attn, digit_png, tmp_path, capsys):
+    out = tmp_path / "pictures"
+    rc = main(["show-attention", str(trained / attn), str(digit_png), "--index", "0", "--index", "12", "--out",
+               str(out), "--query-pixel", "3,9"])
+    assert rc == 0
+    printed = capsys.readouterr().out
+    names = ["my digit", "test0", "test12"]
+    for name in names:
+        for kind in EXPECTED[attn]:
+            path = out / f"{name}-{kind}.png"
+            assert is_png(path), path
+            assert f"wrote {path}" in printed
+    assert "(true: " in printed
+    assert sorted(p.name for p in out.iterdir()) == sorted(f"{n}-{k}.png" for n in names for k in EXPECTED[attn])
+
+
+def test_read_image_converts_to_grey_at_the_model_size(digit_png):
+    x = read_image(digit_png, (16, 16))
+    assert x.shape == (16, 16) and x.min() >= 0.0 and x.max() <= 1.0
+    torch.testing.assert_close(read_image(digit_png, (16, 16), invert=True), 1.0 - x)
+
+
+def test_show_attention_errors(trained, tmp_path, capsys):
+    ckpt = str(trained / "cbam")
+    assert main(["show-attention", ckpt, str(tmp_path / "missing.png"), "--out", str(tmp_path)]) == 2
+    assert "no image file" in capsys.readouterr().err
+    assert main(["show-attention", ckpt, "--index", "100000", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "--index 100000 is out of range" in err and "359 images" in err
+    assert main(["show-attention", ckpt, "--index", "0", "--query-pixel", "40,1", "--out", str(tmp_path)]) == 2
+    assert "outside the model's 16x16 input" in capsys.readouterr().err
+    assert main(["show-attention", ckpt, "--out", str(tmp_path)]) == 2
+    assert "give image files" in capsys.readouterr().err
+    (tmp_path / "bad.png").write_bytes(b"not a picture")
+    assert main(["show-attention", ckpt, str(tmp_path / "bad.png"), "--out", str(tmp_path)]) == 2
+    assert "cannot read image" in capsys.readouterr().err
+    assert main(["show-attention", str(tmp_path / "nowhere"), "--index", "0"]) == 2
+    assert "no checkpoint" in capsys.readouterr().err
+
+
+def test_train_errors(tmp_path, capsys):
+    assert main(["train", "images", "--data", "digits", "--attn", "fancy", "--out", str(tmp_path / "x")]) == 2
+    err = capsys.readouterr().err
+    assert "unknown vision block 'fancy'" in err and "cbam" in err
+    assert main(["train", "images", "--data", "fashion-mnist", "--data-root", str(tmp_path), "--max-steps", "1"]) == 2
+    assert "Fashion-MNIST not found" in capsys.readouterr().err
+    assert main(["train", "images", "--data", "digits", "--attn-arg", "reduction"]) == 2
+    assert "KEY=VALUE" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["train", "images", "--arch", "vgg"])
+
+
+def test_model_without_attention_has_nothing_to_show(tmp_path, capsys):
+    out = tmp_path / "plain"
+    assert main(["train", "images", "--data", "digits", "--max-steps", "1", "--out", str(out), *FAST]) == 0
+    assert main(["show-attention", str(out), "--index", "0", "--out", str(tmp_path / "p")]) == 2
+    assert "no attention maps" in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------------------------- Fashion-MNIST
+
+@needs_fashion_mnist
+def test_fashion_mnist_splits_and_a_few_steps(tmp_path, capsys):
+    data = load_image_data(ImageOptions())
+    assert {s: len(data.splits[s][1]) for s in data.splits} == {"train": 54000, "valid": 6000, "test": 10000}
+    assert data.image_size == (28, 28) and data.class_names[0] == "T-shirt/top"
+    task = ImageTask(ImageOptions(attn="cbam"), data=data)
+    train(task, TrainConfig(max_steps=2, batch_size=32, out=str(tmp_path / "fm"), eval_split=None, final_splits=(),
+                            progress=False))
+    assert 0.2 < task.mean < 0.4 and 0.25 < task.std < 0.45  # Fashion-MNIST: mean 0.286, std 0.353
+    x, y = task.collate([task.train_examples()[i] for i in range(8)])
+    assert x.shape == (8, 1, 28, 28) and y.shape == (8,)
+    assert main(["show-attention", str(tmp_path / "fm"), "--index", "0", "--out", str(tmp_path / "p")]) == 0
+    assert "(true: Ankle boot)" in capsys.readouterr().out  # the first test image of Fashion-MNIST
+    assert is_png(tmp_path / "p" / "test0-spatial.png")
