@@ -505,7 +505,7 @@ def register_cli(commands, train_commands) -> None:
     p.add_argument("--color", default="auto", choices=["auto", "always", "never"],
                    help="ANSI colours (auto: when stdout is a terminal)")
     p.add_argument("--top", type=int, default=3, help="without colours, list this many most attended words")
-    p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or auto")
+    p.add_argument("--device", default="auto", help="auto (CUDA if available), cpu, cuda or cuda:N")
     p.set_defaults(func=cmd_classify)
 
 
