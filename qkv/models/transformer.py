@@ -232,12 +232,11 @@ class TransformerSeq2Seq(EncoderDecoder):
         return self.encoder_norm(x)
 
     def encode(self, src: Tensor, src_mask: Tensor) -> dict[str, Any]:
-        """The decoding state: encoder output, source mask, empty caches and the next target position."""
+        """The decoding state: encoder output, source mask and empty caches (their length is the next position)."""
         memory = self._encode(src, src_mask)
         return {"memory": memory, "src_mask": src_mask,
                 "self_cache": [KVCache() for _ in self.decoder],
-                "cross_cache": [KVCache(static=True) for _ in self.decoder],
-                "position": 0}
+                "cross_cache": [KVCache(static=True) for _ in self.decoder]}
 
     # --- decoder ------------------------------------------------------------------------------------------
     def _decode(self, y: Tensor, memory: Tensor, src_mask: Tensor, caches=None, return_attention: bool = False):
@@ -272,10 +271,11 @@ class TransformerSeq2Seq(EncoderDecoder):
     def decode_step(self, y_prev: Tensor, state: dict[str, Any]) -> tuple[Tensor, Tensor, dict[str, Any]]:
         """One token: ``y_prev (B,)`` -> ``(logits (B, V), cross-attention (B, S), state)``.
 
-        The caches in ``state`` are updated in place; the returned state has the next position.
+        The caches in ``state`` are updated in place (the returned state is the same dict); the target
+        position is the number of tokens already in the self-attention cache.
         """
-        pos = state["position"]
+        pos = len(state["self_cache"][0])
         y = self._embed(y_prev[:, None], pos, "target")
         logits, attn = self._decode(y, state["memory"], state["src_mask"],
                                     caches=(state["self_cache"], state["cross_cache"]), return_attention=True)
-        return logits[:, 0], attn[:, 0], {**state, "position": pos + 1}
+        return logits[:, 0], attn[:, 0], state
