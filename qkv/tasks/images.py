@@ -27,7 +27,7 @@ original stem. ``--attn`` takes any :mod:`qkv.vision` name; each block goes wher
 Example::
 
     qkv train images --data fashion-mnist --arch small-cnn --attn cbam --out runs/fm-cbam --max-minutes 10
-    qkv show-attention runs/fm-cbam --index 0 --index 7 shirt.png --out pictures/
+    qkv show-attention runs/fm-cbam shirt.png --index 0 --index 7 --out pictures/ --invert
 """
 
 from __future__ import annotations
@@ -643,7 +643,8 @@ def register_cli(commands, train_commands) -> None:
 
     p = commands.add_parser("show-attention", help="draw an image model's attention maps (PNG)")
     p.add_argument("checkpoint", help="run directory or checkpoint directory of `qkv train images`")
-    p.add_argument("images", nargs="*", metavar="IMAGE", help="image files (PNG, JPEG...), converted to grey")
+    p.add_argument("images", nargs="*", metavar="IMAGE",
+                   help="image files (PNG, JPEG...), converted to grey; give them before the options")
     p.add_argument("--index", type=int, action="append", default=[], metavar="N",
                    help="an image of the test split (repeatable)")
     p.add_argument("--out", default="attention", help="folder for the PNGs (default %(default)s)")
