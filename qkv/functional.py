@@ -37,7 +37,8 @@ ScoreLike = str | Score | Callable[[Tensor, Tensor], Tensor]
 
 
 def compute_scores(
-    query: Tensor, key: Tensor, score: ScoreLike = "scaled_dot", *, scale: float | None = None
+    query: Tensor, key: Tensor, score: ScoreLike = "scaled_dot", *, scale: float | None = None,
+    key_prepared: bool = False,
 ) -> Tensor:
     """Stage one: scaled similarity scores ``(..., Tq, Tk)``.
 
@@ -45,8 +46,8 @@ def compute_scores(
     for cosine and 1 otherwise.
     """
     sc = get_score(score)
-    _check_qk(query, key, sc)
-    s = sc(query, key)
+    _check_qk(query, key, sc, key_prepared)
+    s = sc(query, key, key_prepared=key_prepared)
     factor = sc.default_scale(query, key) if scale is None else scale
     return s if factor == 1.0 else s * factor
 
@@ -83,6 +84,7 @@ def attention(
     scale: float | None = None,
     is_causal: bool = False,
     return_weights: bool = False,
+    key_prepared: bool = False,
     impl: Literal["auto", "reference"] = "auto",
 ) -> Tensor | tuple[Tensor, Tensor]:
     """Attention of ``query`` over ``key``/``value``: similarity -> normalisation -> weighted sum.
@@ -99,13 +101,15 @@ def attention(
         scale: factor on the raw scores (default: ``1/sqrt(Dk)`` for ``scaled_dot``, else 1).
         is_causal: also apply :func:`qkv.masks.causal_mask` (top-left aligned, as SDPA does).
         return_weights: also return the weights ``(..., Tq, Tk)`` (before dropout).
+        key_prepared: ``key`` is already ``score.prepare_key(key)``: its key-only part (e.g. Bahdanau's
+            ``W_k k``), computed once for keys that many queries attend to, such as a decoder's source.
         impl: ``auto`` takes the fastest correct path; ``reference`` the readable three stages.
 
     Returns:
         ``output (..., Tq, Dv)``, or ``(output, weights)`` when ``return_weights``.
     """
     sc = get_score(score)
-    _check_qkv(query, key, value, sc)
+    _check_qkv(query, key, value, sc, key_prepared)
     if not 0.0 <= dropout < 1.0:
         raise ValueError(f"dropout must be in [0, 1), got {dropout}")
     if impl not in ("auto", "reference"):
@@ -120,7 +124,7 @@ def attention(
         bias = bias.to(query.dtype)
 
     if impl == "auto" and normalizer is softmax and tk > 0:
-        pair = sc.dot_form(query, key)
+        pair = sc.dot_form(query, key, key_prepared=key_prepared)
         if pair is not None:
             factor = sc.default_scale(query, key) if scale is None else scale
             if not return_weights and is_causal and mask is None:
@@ -133,9 +137,9 @@ def attention(
             return _finish(weights, value, dropout, return_weights)
         if isinstance(sc, PairwiseScore) and not return_weights and not _needs_grad(sc, query, key, value):
             factor = 1.0 if scale is None else scale
-            return _online_softmax(sc, query, key, value, allowed, bias, factor)
+            return _online_softmax(sc, query, key, value, allowed, bias, factor, key_prepared)
 
-    scores = compute_scores(query, key, sc, scale=scale)
+    scores = compute_scores(query, key, sc, scale=scale, key_prepared=key_prepared)
     weights = _normalize(scores, allowed, bias, normalizer, inplace=False)
     return _finish(weights, value, dropout, return_weights)
 
@@ -195,7 +199,7 @@ def _slice(mask: Tensor, qi: slice, kj: slice) -> Tensor:
     return mask[..., rows, cols]
 
 
-def _online_softmax(sc: PairwiseScore, query, key, value, allowed, bias, scale) -> Tensor:
+def _online_softmax(sc: PairwiseScore, query, key, value, allowed, bias, scale, key_prepared) -> Tensor:
     """Softmax attention over key tiles with running max and sum (no ``(..., Tq, Tk)`` tensor)."""
     tq = query.shape[-2]
     batch = torch.broadcast_shapes(query.shape[:-2], key.shape[:-2], value.shape[:-2],
@@ -205,7 +209,7 @@ def _online_softmax(sc: PairwiseScore, query, key, value, allowed, bias, scale) 
     acc = torch.zeros(*batch, tq, value.shape[-1], dtype=dtype, device=query.device)
     run_max = torch.full((*batch, tq, 1), float("-inf"), dtype=dtype, device=query.device)
     run_sum = torch.zeros((*batch, tq, 1), dtype=dtype, device=query.device)
-    for qi, kj, s in sc.tiles(query, key):
+    for qi, kj, s in sc.tiles(query, key, key_prepared=key_prepared):
         if scale != 1.0:
             s = s * scale
         if bias is not None:
@@ -223,7 +227,7 @@ def _online_softmax(sc: PairwiseScore, query, key, value, allowed, bias, scale) 
     return torch.where(run_sum > 0, acc / run_sum.clamp(min=torch.finfo(dtype).tiny), torch.zeros_like(acc))
 
 
-def _check_qk(query: Tensor, key: Tensor, sc: Score) -> None:
+def _check_qk(query: Tensor, key: Tensor, sc: Score, key_prepared: bool = False) -> None:
     for name, t in (("query", query), ("key", key)):
         if not isinstance(t, Tensor):
             raise ValueError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
@@ -234,11 +238,11 @@ def _check_qk(query: Tensor, key: Tensor, sc: Score) -> None:
     except RuntimeError:
         raise ValueError(f"batch axes of query {tuple(query.shape)} and key {tuple(key.shape)} do not broadcast") \
             from None
-    sc.check(query, key)
+    sc.check(query, key, key_prepared=key_prepared)
 
 
-def _check_qkv(query: Tensor, key: Tensor, value: Tensor, sc: Score) -> None:
-    _check_qk(query, key, sc)
+def _check_qkv(query: Tensor, key: Tensor, value: Tensor, sc: Score, key_prepared: bool) -> None:
+    _check_qk(query, key, sc, key_prepared)
     if not isinstance(value, Tensor) or value.dim() < 2:
         shape = tuple(value.shape) if isinstance(value, Tensor) else type(value).__name__
         raise ValueError(f"value must be (..., Tk, Dv), got {shape}")

@@ -58,7 +58,7 @@ class Score(nn.Module):
     #: whether query and key must have the same feature size
     same_dim: bool = False
 
-    def check(self, query: Tensor, key: Tensor) -> None:
+    def check(self, query: Tensor, key: Tensor, *, key_prepared: bool = False) -> None:
         """Raise ``ValueError`` naming the shapes when this score cannot compare them."""
         if self.same_dim and query.shape[-1] != key.shape[-1]:
             raise ValueError(
@@ -66,7 +66,15 @@ class Score(nn.Module):
                 f"{tuple(query.shape)} and key {tuple(key.shape)}; use General or Additive for different sizes"
             )
 
-    def dot_form(self, query: Tensor, key: Tensor) -> tuple[Tensor, Tensor] | None:
+    def prepare_key(self, key: Tensor) -> Tensor:
+        """The part of the score that depends on the key alone (a projection, a normalisation).
+
+        Keys attended to many times (a decoder's source memory) can be prepared once and passed with
+        ``key_prepared=True`` to the score and to :func:`qkv.attention`.
+        """
+        return key
+
+    def dot_form(self, query: Tensor, key: Tensor, *, key_prepared: bool = False) -> tuple[Tensor, Tensor] | None:
         """``(q', k')`` with ``forward(query, key) == q' @ k'^T``, or ``None`` outside the dot family."""
         return None
 
@@ -74,8 +82,8 @@ class Score(nn.Module):
         """Factor applied to the raw scores when the caller gives no ``scale``."""
         return 1.0
 
-    def forward(self, query: Tensor, key: Tensor) -> Tensor:
-        q, k = self.dot_form(query, key)
+    def forward(self, query: Tensor, key: Tensor, *, key_prepared: bool = False) -> Tensor:
+        q, k = self.dot_form(query, key, key_prepared=key_prepared)
         return q @ k.transpose(-2, -1)
 
 
@@ -84,7 +92,7 @@ class Dot(Score):
 
     same_dim = True
 
-    def dot_form(self, query, key):
+    def dot_form(self, query, key, *, key_prepared=False):
         return query, key
 
 
@@ -113,8 +121,11 @@ class Cosine(Score):
         self.temperature = temperature
         self.eps = eps
 
-    def dot_form(self, query, key):
-        return F.normalize(query, dim=-1, eps=self.eps), F.normalize(key, dim=-1, eps=self.eps)
+    def prepare_key(self, key):
+        return F.normalize(key, dim=-1, eps=self.eps)
+
+    def dot_form(self, query, key, *, key_prepared=False):
+        return F.normalize(query, dim=-1, eps=self.eps), key if key_prepared else self.prepare_key(key)
 
     def default_scale(self, query, key):
         return 1.0 / self.temperature
@@ -136,15 +147,19 @@ class General(Score):
         self.query_dim, self.key_dim = query_dim, key_dim
         self.key_proj = nn.Linear(key_dim, query_dim, bias=bias, device=device, dtype=dtype)
 
-    def check(self, query, key):
-        if query.shape[-1] != self.query_dim or key.shape[-1] != self.key_dim:
+    def check(self, query, key, *, key_prepared=False):
+        key_dim = self.query_dim if key_prepared else self.key_dim
+        if query.shape[-1] != self.query_dim or key.shape[-1] != key_dim:
             raise ValueError(
                 f"General score built for query_dim={self.query_dim}, key_dim={self.key_dim} got query "
-                f"{tuple(query.shape)} and key {tuple(key.shape)}"
+                f"{tuple(query.shape)} and {'prepared ' if key_prepared else ''}key {tuple(key.shape)}"
             )
 
-    def dot_form(self, query, key):
-        return query, self.key_proj(key)
+    def prepare_key(self, key):
+        return self.key_proj(key)
+
+    def dot_form(self, query, key, *, key_prepared=False):
+        return query, key if key_prepared else self.key_proj(key)
 
 
 class PairwiseScore(Score):
@@ -174,12 +189,16 @@ class PairwiseScore(Score):
     def pair(self, hidden: Tensor) -> Tensor:
         raise NotImplementedError
 
-    def check(self, query, key):
-        if query.shape[-1] != self.query_dim or key.shape[-1] != self.key_dim:
+    def check(self, query, key, *, key_prepared=False):
+        key_dim = self.hidden_dim if key_prepared else self.key_dim
+        if query.shape[-1] != self.query_dim or key.shape[-1] != key_dim:
             raise ValueError(
                 f"{type(self).__name__} score built for query_dim={self.query_dim}, key_dim={self.key_dim} got "
-                f"query {tuple(query.shape)} and key {tuple(key.shape)}"
+                f"query {tuple(query.shape)} and {'prepared ' if key_prepared else ''}key {tuple(key.shape)}"
             )
+
+    def prepare_key(self, key):
+        return self.key_proj(key)
 
     def reference(self, query: Tensor, key: Tensor) -> Tensor:
         """The textbook formula, materialising ``(..., Tq, Tk, hidden)``: for tests and benchmarks."""
@@ -195,9 +214,10 @@ class PairwiseScore(Score):
         cq = min(tq, max(1, self.max_elements // (per_pair * ck)))
         return cq, ck
 
-    def tiles(self, query: Tensor, key: Tensor) -> Iterator[tuple[slice, slice, Tensor]]:
+    def tiles(self, query: Tensor, key: Tensor, *, key_prepared: bool = False
+              ) -> Iterator[tuple[slice, slice, Tensor]]:
         """Yield ``(query_rows, key_rows, scores)`` tile by tile, never holding more than one tile."""
-        qp, kp = self.query_proj(query), self.key_proj(key)
+        qp, kp = self.query_proj(query), key if key_prepared else self.key_proj(key)
         cq, ck = self.tile_sizes(query, key)
         tq, tk = qp.shape[-2], kp.shape[-2]
         remat = torch.is_grad_enabled() and (cq < tq or ck < tk)
@@ -214,13 +234,13 @@ class PairwiseScore(Score):
     def _tile(self, qp: Tensor, kp: Tensor) -> Tensor:
         return self.pair(qp[..., :, None, :] + kp[..., None, :, :])
 
-    def forward(self, query, key):
+    def forward(self, query, key, *, key_prepared=False):
         tq, tk = query.shape[-2], key.shape[-2]
         cq, ck = self.tile_sizes(query, key)
         if cq >= tq and ck >= tk:
-            return self._tile(self.query_proj(query), self.key_proj(key))
+            return self._tile(self.query_proj(query), key if key_prepared else self.key_proj(key))
         rows, row = [], []
-        for _, kj, s in self.tiles(query, key):
+        for _, kj, s in self.tiles(query, key, key_prepared=key_prepared):
             row.append(s)
             if kj.stop == tk:
                 rows.append(torch.cat(row, dim=-1))
@@ -282,7 +302,7 @@ class FunctionScore(Score):
         super().__init__()
         self.fn = fn
 
-    def forward(self, query, key):
+    def forward(self, query, key, *, key_prepared=False):
         s = self.fn(query, key)
         tq, tk = query.shape[-2], key.shape[-2]
         if not isinstance(s, Tensor) or s.dim() < 2 or s.shape[-2:] != (tq, tk):

@@ -74,6 +74,27 @@ def test_paths_match_reference(score_name, mask_kind, normalize, gen):
 
 
 @pytest.mark.parametrize("score_name", SCORES)
+def test_prepared_keys_give_the_same_attention(score_name, gen):
+    dq = 8
+    dk = 8 if score_name in SAME_DIM else 6
+    q = torch.randn(2, 3, dq, generator=gen, dtype=D64)
+    k = torch.randn(2, 5, dk, generator=gen, dtype=D64)
+    v = torch.randn(2, 5, 4, generator=gen, dtype=D64)
+    score = S.get_score(make_score(score_name, dq, dk, gen))
+    mask = torch.rand(2, 3, 5, generator=gen) > 0.3
+    want = qkv.attention(q, k, v, score=score, mask=mask, return_weights=True)
+    pk = score.prepare_key(k)
+    for grad in (True, False):
+        with torch.set_grad_enabled(grad):
+            got = qkv.attention(q, pk, v, score=score, mask=mask, return_weights=True, key_prepared=True)
+            torch.testing.assert_close(got, want)
+            torch.testing.assert_close(qkv.attention(q, pk, v, score=score, mask=mask, key_prepared=True), want[0])
+    if score_name in ("general", "additive", "mlp"):
+        with pytest.raises(ValueError, match="prepared key"):
+            qkv.attention(q, k, v, score=score, key_prepared=True)
+
+
+@pytest.mark.parametrize("score_name", SCORES)
 def test_gradcheck_every_score(score_name, gen):
     dq = 4
     dk = 4 if score_name in SAME_DIM else 3

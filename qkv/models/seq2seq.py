@@ -208,13 +208,15 @@ class BahdanauSeq2Seq(EncoderDecoder):
 
     def encode(self, src, src_mask):
         memory, hidden = self.encoder(src, src_mask)
-        return {"memory": memory, "mask": src_mask[:, None, :], "hidden": hidden}
+        # the key-only part of the score (Bahdanau's U_a h_j) once per sentence, not once per target word
+        return {"memory": memory, "keys": self.score.prepare_key(memory), "mask": src_mask[:, None, :],
+                "hidden": hidden}
 
     def decode_step(self, y_prev, state):
         e = self.dropout(self.embed(y_prev))
         query = _top(state["hidden"])[:, None]  # s_{i-1}: (B, 1, H)
-        c, w = attention(query, state["memory"], state["memory"], score=self.score, mask=state["mask"],
-                         return_weights=True)
+        c, w = attention(query, state["keys"], state["memory"], score=self.score, mask=state["mask"],
+                         return_weights=True, key_prepared=True)
         c = c[:, 0]
         out, hidden = _step(self.rnn, torch.cat([e, c], -1), state["hidden"])
         s = self.dropout(out[:, 0])
@@ -242,14 +244,15 @@ class LuongSeq2Seq(EncoderDecoder):
     def encode(self, src, src_mask):
         memory, hidden = self.encoder(src, src_mask)
         feed = torch.zeros(src.shape[0], self.cfg.hidden_dim, dtype=memory.dtype, device=memory.device)
-        return {"memory": memory, "mask": src_mask[:, None, :], "hidden": hidden, "feed": feed}
+        return {"memory": memory, "keys": self.score.prepare_key(memory), "mask": src_mask[:, None, :],
+                "hidden": hidden, "feed": feed}
 
     def decode_step(self, y_prev, state):
         e = self.dropout(self.embed(y_prev))
         out, hidden = _step(self.rnn, torch.cat([e, state["feed"]], -1), state["hidden"])  # input feeding
         h_t = out  # (B, 1, H)
-        c, w = attention(h_t, state["memory"], state["memory"], score=self.score, mask=state["mask"],
-                         return_weights=True)
+        c, w = attention(h_t, state["keys"], state["memory"], score=self.score, mask=state["mask"],
+                         return_weights=True, key_prepared=True)
         h_tilde = self.dropout(torch.tanh(self.combine(torch.cat([c, h_t], -1)[:, 0])))
         return self.out(h_tilde), w[:, 0], {**state, "hidden": hidden, "feed": h_tilde}
 
