@@ -169,7 +169,8 @@ def test_scale_and_temperature(gen):
     q = torch.randn(4, 6, generator=gen, dtype=D64)
     k = torch.randn(5, 6, generator=gen, dtype=D64)
     v = torch.randn(5, 2, generator=gen, dtype=D64)
-    torch.testing.assert_close(qkv.attention(q, k, v, score="dot", scale=0.3), attention_ref(q, k, v, "dot", scale=0.3)[0])
+    want = attention_ref(q, k, v, "dot", scale=0.3)[0]
+    torch.testing.assert_close(qkv.attention(q, k, v, score="dot", scale=0.3), want)
     cos = S.Cosine(temperature=0.1)
     _, w = qkv.attention(q, k, v, score=cos, return_weights=True)
     torch.testing.assert_close(w, attention_ref(q, k, v, "cosine", scale=10.0)[1])

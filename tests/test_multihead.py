@@ -5,7 +5,6 @@ import torch
 from torch import nn
 
 import qkv
-from qkv import scores as S
 from qkv.masks import from_torch_mask
 from tests.reference import attention_ref
 

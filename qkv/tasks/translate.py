@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import torch
 import torch.nn.functional as F
 from torch import nn
 
@@ -281,7 +280,8 @@ def cmd_translate(args: argparse.Namespace) -> int:
     model, src_tok, tgt_tok, _ = _load(args.checkpoint, args.device)
     texts = list(args.text)
     if args.file:
-        texts += [line.rstrip("\n") for line in Path(args.file).read_text(encoding="utf-8").splitlines() if line.strip()]
+        lines = Path(args.file).read_text(encoding="utf-8").splitlines()
+        texts += [line for line in lines if line.strip()]
     if not texts:
         raise ValueError("give sentences to translate, or --file")
     results = translate_texts(model, src_tok, tgt_tok, texts, beam=args.beam, max_len=args.max_len)
