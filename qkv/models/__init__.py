@@ -1,16 +1,18 @@
 """Models built on the attention layers and vision blocks."""
 
+from .classifiers import ClassifierOutput, RNNClassifier, TransformerClassifier, create_classifier, load_word_vectors
+from .decoding import Hypothesis, beam_search, greedy_decode
 from .resnet import ResNet, create_resnet, resnet18, resnet34, resnet50, resnet101, sknet50
+from .seq2seq import BahdanauSeq2Seq, EncoderDecoder, FixedContextSeq2Seq, LuongSeq2Seq, RNNConfig, reorder_state
 from .small_cnn import SmallCNN
+from .transformer import TransformerConfig, TransformerSeq2Seq
 
-__all__ = ["ResNet", "create_resnet", "resnet18", "resnet34", "resnet50", "resnet101", "sknet50", "SmallCNN"]
-from .classifiers import (  # noqa: E402
-    ClassifierOutput,
-    RNNClassifier,
-    TransformerClassifier,
-    create_classifier,
-    load_word_vectors,
-)
-from .transformer import TransformerConfig, TransformerSeq2Seq  # noqa: E402, F401
-
-__all__ += ["ClassifierOutput", "RNNClassifier", "TransformerClassifier", "create_classifier", "load_word_vectors"]
+__all__ = [
+    # translation
+    "EncoderDecoder", "RNNConfig", "FixedContextSeq2Seq", "BahdanauSeq2Seq", "LuongSeq2Seq", "TransformerConfig",
+    "TransformerSeq2Seq", "reorder_state", "Hypothesis", "greedy_decode", "beam_search",
+    # images
+    "ResNet", "create_resnet", "resnet18", "resnet34", "resnet50", "resnet101", "sknet50", "SmallCNN",
+    # text classification
+    "ClassifierOutput", "RNNClassifier", "TransformerClassifier", "create_classifier", "load_word_vectors",
+]
