@@ -1,0 +1,115 @@
+"""The translation task end to end through the CLI, on tiny data: train, translate, evaluate, resume."""
+
+import json
+
+import pytest
+import torch
+
+from qkv.cli import main
+from qkv.tasks.translate import _parse_buckets, build_model, score_translations
+from qkv.train import load_model
+
+TINY = ["--n-train", "300", "--eval-max", "20", "--hidden-dim", "32", "--embed-dim", "16", "--batch-size", "32",
+        "--no-progress", "--log-every", "2"]
+
+
+@pytest.fixture(scope="module")
+def dates_runs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("runs")
+    runs = {}
+    for model in ("bahdanau", "fixed"):
+        out = root / model
+        assert main(["train", "translate", "--data", "dates", "--model", model, "--max-steps", "6", "--out",
+                     str(out), *TINY]) == 0
+        runs[model] = out
+    return runs
+
+
+def test_train_writes_a_loadable_checkpoint(dates_runs, capsys):
+    out = dates_runs["bahdanau"]
+    lines = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert lines[0]["event"] == "start" and lines[-1]["event"] == "end"
+    finals = {x["split"]: x["metrics"] for x in lines if x["event"] == "final"}
+    assert {"exact_match", "bleu", "chrf"} <= set(finals["test"])
+    model, ckpt = load_model(out, build_model, task="translate")
+    assert ckpt.config["model"] == "bahdanau" and (ckpt.assets / "src_tokenizer").is_dir()
+    # the round trip gives identical outputs
+    again = build_model(ckpt.config)
+    again.load_state_dict(model.state_dict())
+    again.eval()
+    src = torch.randint(4, 20, (3, 9))
+    mask = torch.ones(3, 9, dtype=torch.bool)
+    tgt = torch.randint(4, 12, (3, 5))
+    assert torch.equal(model(src, mask, tgt), again(src, mask, tgt))
+
+
+def test_translate_command_with_plot_and_files(dates_runs, tmp_path, capsys):
+    out = dates_runs["bahdanau"]
+    png = tmp_path / "align.png"
+    assert main(["translate", str(out), "7 mars 2019", "--beam", "2", "--max-len", "12", "--plot", str(png)]) == 0
+    printed = capsys.readouterr().out
+    assert printed.startswith("7 mars 2019\t") and png.read_bytes()[:4] == b"\x89PNG"
+    src = tmp_path / "in.txt"
+    src.write_text("2019年3月7日\n\nMarch 7, 2019\n", encoding="utf-8")
+    dst = tmp_path / "out.txt"
+    assert main(["translate", str(out), "--file", str(src), "--output", str(dst), "--beam", "1", "--max-len", "12",
+                 "--plot", str(tmp_path / "a.svg")]) == 0
+    assert len(dst.read_text(encoding="utf-8").splitlines()) == 2
+    assert (tmp_path / "a-0.svg").exists() and (tmp_path / "a-1.svg").exists()
+    assert main(["translate", str(out)]) == 2  # nothing to translate: a clear error
+    assert "give sentences" in capsys.readouterr().err
+
+
+def test_evaluate_compares_checkpoints_by_length(dates_runs, tmp_path, capsys):
+    js = tmp_path / "eval.json"
+    png = tmp_path / "buckets.png"
+    assert main(["evaluate", str(dates_runs["fixed"]), str(dates_runs["bahdanau"]), "--beam", "1", "--max-len", "12",
+                 "--max-sentences", "30", "--buckets", "0,12,20,40", "--plot", str(png), "--json", str(js)]) == 0
+    text = capsys.readouterr().out
+    assert "| fixed |" in text and "| bahdanau |" in text and "BLEU by source length" in text
+    data = json.loads(js.read_text())
+    assert set(data["totals"]) == {"fixed", "bahdanau"}
+    assert [r["bucket"] for r in data["buckets"]["fixed"]] == ["0-12", "13-20", "21-40"]
+    assert sum(r["sentences"] for r in data["buckets"]["fixed"]) == 30
+    assert png.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_resume_continues_the_run(dates_runs, tmp_path):
+    out = tmp_path / "r"
+    args = ["train", "translate", "--data", "dates", "--model", "luong", "--out", str(out), *TINY]
+    assert main([*args, "--max-steps", "2"]) == 0
+    with pytest.raises(FileExistsError):
+        main([*args, "--max-steps", "4"])
+    assert main([*args, "--max-steps", "4", "--resume"]) == 0
+    steps = [json.loads(x)["global_step"] for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert max(steps) == 4
+
+
+def test_corpus_file_with_subwords(tmp_path, capsys):
+    pairs = [("the cat sleeps", "le chat dort"), ("the dog eats", "le chien mange"), ("a cat eats", "un chat mange"),
+             ("the cat eats", "le chat mange"), ("a dog sleeps", "un chien dort")] * 8
+    path = tmp_path / "tiny-eng-fra.tsv"
+    lines = [f"{e} {i}\t{f} {i}\tCC-BY" for i, (e, f) in enumerate(pairs)]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    out = tmp_path / "tf"
+    assert main(["train", "translate", "--data", str(path), "--src-lang", "en", "--model", "transformer",
+                 "--vocab-size", "60", "--max-steps", "3", "--out", str(out), "--hidden-dim", "32", "--heads", "2",
+                 "--batch-size", "8", "--no-progress"]) == 0
+    assert main(["translate", str(out), "the cat sleeps", "--beam", "3", "--max-len", "8"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1].startswith("the cat sleeps\t")
+
+
+def test_bad_options(tmp_path, capsys):
+    assert main(["train", "translate", "--data", str(tmp_path / "missing.tsv"), "--out", str(tmp_path / "x")]) == 2
+    assert "existing file" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="increasing edges"):
+        _parse_buckets("10,5")
+
+
+def test_scores_with_several_references():
+    hyps = ["le petit chat dort sur le lit", "bonjour à tous"]
+    refs = [["le chat dort sur le lit", "le petit chat dort sur le lit"], ["salut tout le monde"]]
+    m = score_translations(hyps, refs)
+    assert m["exact_match"] == 0.5 and m["sentences"] == 2
+    one = score_translations(hyps, [r[:1] for r in refs])  # a second reference can only help
+    assert 0 < one["bleu"] < m["bleu"] <= 100 and one["exact_match"] == 0
