@@ -22,16 +22,19 @@ $(STAMP): pyproject.toml | $(PY)
 
 install: $(STAMP)
 
-# Fashion-MNIST from Debian's package, when this machine can install it (its tests skip otherwise).
+# Fashion-MNIST and a CJK font from Debian's packages, when this machine can install them (the tests that
+# need Fashion-MNIST skip otherwise; plots fall back to fonts without CJK glyphs).
+DEBS := dataset-fashion-mnist fonts-wqy-zenhei
 data:
-	@test -d $(FASHION) || { command -v apt-get >/dev/null 2>&1 && \
-	  { apt-get install -y -q dataset-fashion-mnist >/dev/null 2>&1 || \
-	    { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q dataset-fashion-mnist >/dev/null 2>&1; }; }; } || \
-	  echo "note: could not install dataset-fashion-mnist; the tests that need it will skip"
+	@{ test -d $(FASHION) && test -f /usr/share/fonts/truetype/wqy/wqy-zenhei.ttc; } || \
+	{ command -v apt-get >/dev/null 2>&1 && \
+	  { apt-get install -y -q $(DEBS) >/dev/null 2>&1 || \
+	    { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q $(DEBS) >/dev/null 2>&1; }; }; } || \
+	  echo "note: could not install $(DEBS); the tests that need Fashion-MNIST will skip"
 
 # The three stages on seed 001's example; a Bahdanau date translator trained on the CPU; translations of dates
 # written in several languages with their alignment pictures.
-demo: $(STAMP)
+demo: $(STAMP) data
 	$(QKV) explain --plot $(DEMO)-explain.png
 	rm -rf $(DEMO)
 	$(QKV) train translate --data dates --model bahdanau --max-minutes $(DEMO_MINUTES) --out $(DEMO) --no-progress

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import logging
+import os
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -13,16 +15,28 @@ CJK_FONTS = ["Noto Sans CJK JP", "Noto Sans CJK SC", "WenQuanYi Zen Hei", "Droid
              "DejaVu Sans"]
 
 
+# CJK font files that matplotlib's cached font list may not know yet (installed after its cache was built)
+_CJK_FILES = ("/usr/share/fonts/truetype/wqy/wqy-zenhei.ttc", "/usr/share/fonts/opentype/noto/NotoSansCJK-Regular.ttc",
+              "/usr/share/fonts/truetype/droid/DroidSansFallbackFull.ttf")
+
+
+@functools.cache
 def _pyplot():
     try:
         import matplotlib
 
         matplotlib.use("Agg", force=False)
         import matplotlib.pyplot as plt
+        from matplotlib import font_manager
     except ImportError as e:  # pragma: no cover - depends on the environment
         raise ImportError("plots need matplotlib: pip install 'qkv[viz]'") from e
+    logging.getLogger("matplotlib.font_manager").setLevel(logging.ERROR)  # "weight normal ... using 500" noise
+    known = {f.fname for f in font_manager.fontManager.ttflist}
+    for path in _CJK_FILES:
+        if os.path.exists(path) and path not in known:
+            font_manager.fontManager.addfont(path)
     plt.rcParams["font.family"] = "sans-serif"
-    plt.rcParams["font.sans-serif"] = CJK_FONTS + list(plt.rcParams["font.sans-serif"])
+    plt.rcParams["font.sans-serif"] = CJK_FONTS + [f for f in plt.rcParams["font.sans-serif"] if f not in CJK_FONTS]
     return plt
 
 
