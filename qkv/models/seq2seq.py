@@ -161,10 +161,11 @@ def _step(rnn: nn.Module, x: Tensor, hidden: Any) -> tuple[Tensor, Any]:
     return out, _batch_first(new)
 
 
-class FixedContextSeq2Seq(EncoderDecoder):
-    """The "distracted" model: one context vector ``c`` for the whole target (Cho et al., 2014)."""
+class _RNNSeq2Seq(EncoderDecoder):
+    """What the three RNN models share: the encoder, the target embedding, a decoder RNN reading
+    ``[E y_{i-1}; x_i]`` (``x_i`` of size ``H``: a context or the input-fed state) and the output layer."""
 
-    def __init__(self, cfg: RNNConfig):
+    def __init__(self, cfg: RNNConfig, out_features: int):
         super().__init__()
         self.cfg = cfg
         rnn = nn.GRU if cfg.cell == "gru" else nn.LSTM
@@ -173,7 +174,14 @@ class FixedContextSeq2Seq(EncoderDecoder):
         self.rnn = rnn(cfg.embed_dim + cfg.hidden_dim, cfg.hidden_dim, num_layers=cfg.layers, batch_first=True,
                        dropout=cfg.dropout if cfg.layers > 1 else 0.0)
         self.dropout = nn.Dropout(cfg.dropout)
-        self.out = nn.Linear(2 * cfg.hidden_dim + cfg.embed_dim, cfg.tgt_vocab)
+        self.out = nn.Linear(out_features, cfg.tgt_vocab)
+
+
+class FixedContextSeq2Seq(_RNNSeq2Seq):
+    """The "distracted" model: one context vector ``c`` for the whole target (Cho et al., 2014)."""
+
+    def __init__(self, cfg: RNNConfig):
+        super().__init__(cfg, 2 * cfg.hidden_dim + cfg.embed_dim)
 
     def encode(self, src, src_mask):
         _, hidden = self.encoder(src, src_mask)
@@ -190,21 +198,12 @@ class FixedContextSeq2Seq(EncoderDecoder):
         return logits, state["no_attn"], {**state, "hidden": hidden}  # no attention: an all-zero alignment
 
 
-class BahdanauSeq2Seq(EncoderDecoder):
+class BahdanauSeq2Seq(_RNNSeq2Seq):
     """Additive attention with the previous decoder state as the query (Bahdanau et al., 2015)."""
 
     def __init__(self, cfg: RNNConfig):
-        super().__init__()
-        self.cfg = cfg
-        rnn = nn.GRU if cfg.cell == "gru" else nn.LSTM
-        h = cfg.hidden_dim
-        self.encoder = RNNEncoder(cfg)
-        self.score = create_score(cfg.score, h, h, cfg.attn_dim)
-        self.embed = nn.Embedding(cfg.tgt_vocab, cfg.embed_dim, padding_idx=cfg.pad_id)
-        self.rnn = rnn(cfg.embed_dim + h, h, num_layers=cfg.layers, batch_first=True,
-                       dropout=cfg.dropout if cfg.layers > 1 else 0.0)
-        self.dropout = nn.Dropout(cfg.dropout)
-        self.out = nn.Linear(2 * h + cfg.embed_dim, cfg.tgt_vocab)
+        super().__init__(cfg, 2 * cfg.hidden_dim + cfg.embed_dim)
+        self.score = create_score(cfg.score, cfg.hidden_dim, cfg.hidden_dim, cfg.attn_dim)
 
     def encode(self, src, src_mask):
         memory, hidden = self.encoder(src, src_mask)
@@ -224,22 +223,14 @@ class BahdanauSeq2Seq(EncoderDecoder):
         return logits, w[:, 0], {**state, "hidden": hidden}
 
 
-class LuongSeq2Seq(EncoderDecoder):
+class LuongSeq2Seq(_RNNSeq2Seq):
     """Global attention after the RNN step, with input feeding (Luong et al., 2015)."""
 
     def __init__(self, cfg: RNNConfig):
-        super().__init__()
-        self.cfg = cfg
-        rnn = nn.GRU if cfg.cell == "gru" else nn.LSTM
+        super().__init__(cfg, cfg.hidden_dim)
         h = cfg.hidden_dim
-        self.encoder = RNNEncoder(cfg)
         self.score = create_score(cfg.score, h, h, cfg.attn_dim)
-        self.embed = nn.Embedding(cfg.tgt_vocab, cfg.embed_dim, padding_idx=cfg.pad_id)
-        self.rnn = rnn(cfg.embed_dim + h, h, num_layers=cfg.layers, batch_first=True,
-                       dropout=cfg.dropout if cfg.layers > 1 else 0.0)
         self.combine = nn.Linear(2 * h, h, bias=False)  # W_c
-        self.dropout = nn.Dropout(cfg.dropout)
-        self.out = nn.Linear(h, cfg.tgt_vocab)
 
     def encode(self, src, src_mask):
         memory, hidden = self.encoder(src, src_mask)
