@@ -105,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(message)s")
     try:
         return args.func(args)
-    except ValueError as e:
+    except (ValueError, FileExistsError, FileNotFoundError) as e:  # bad input: a message, not a traceback
         print(f"qkv: error: {e}", file=sys.stderr)
         return 2
 

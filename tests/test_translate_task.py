@@ -78,8 +78,7 @@ def test_resume_continues_the_run(dates_runs, tmp_path):
     out = tmp_path / "r"
     args = ["train", "translate", "--data", "dates", "--model", "luong", "--out", str(out), *TINY]
     assert main([*args, "--max-steps", "2"]) == 0
-    with pytest.raises(FileExistsError):
-        main([*args, "--max-steps", "4"])
+    assert main([*args, "--max-steps", "4"]) == 2  # an existing run is not overwritten without --resume
     assert main([*args, "--max-steps", "4", "--resume"]) == 0
     steps = [json.loads(x)["global_step"] for x in (out / "metrics.jsonl").read_text().splitlines()]
     assert max(steps) == 4
