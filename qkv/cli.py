@@ -69,6 +69,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="qkv", description="Attention mechanisms: explain, train, look inside.")
     parser.add_argument("--version", action="version", version=f"qkv {__version__}")
     parser.add_argument("-v", "--verbose", action="store_true", help="log progress to stderr")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="CPU threads for PyTorch (default: its own choice; 1 is faster when the cores are busy)")
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("explain", help="walk through similarity -> normalisation -> weighted sum on seed 001's example")
@@ -103,6 +105,11 @@ def task_modules():
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(message)s")
+    if args.threads is not None:
+        if args.threads < 1:
+            print(f"qkv: error: --threads must be at least 1, got {args.threads}", file=sys.stderr)
+            return 2
+        torch.set_num_threads(args.threads)
     try:
         return args.func(args)
     except (ValueError, FileExistsError, FileNotFoundError) as e:  # bad input: a message, not a traceback

@@ -78,6 +78,16 @@ def test_cli_explain_other_scores(capsys):
     assert main(["explain", "--score", "additive"]) == 0
 
 
+def test_cli_threads_option(capsys):
+    before = torch.get_num_threads()
+    try:
+        assert main(["--threads", "1", "explain"]) == 0 and torch.get_num_threads() == 1
+        assert main(["--threads", "0", "explain"]) == 2
+        assert "--threads must be at least 1" in capsys.readouterr().err
+    finally:
+        torch.set_num_threads(before)
+
+
 def test_cli_explain_bad_score(capsys):
     assert main(["explain", "--score", "nope"]) == 2
     assert "unknown score 'nope'" in capsys.readouterr().err
