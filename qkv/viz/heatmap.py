@@ -75,6 +75,7 @@ def heatmap(weights, *, x_labels: Sequence[str] | None = None, y_labels: Sequenc
                 ax.text(j, i, f"{w[i, j]:.2f}", ha="center", va="center",
                         color="black" if w[i, j] > 0.6 * w.max() else "white", fontsize=8)
     if path is not None:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
         ax.figure.tight_layout()
         ax.figure.savefig(path, dpi=150)
         logger.info("saved heatmap to %s", path)
