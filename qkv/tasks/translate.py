@@ -244,10 +244,13 @@ def alignment_plot(result: dict[str, Any], path: str, title: str | None = None) 
     """Heatmap of one translation's attention: target tokens (rows) x source tokens (columns)."""
     from ..viz import heatmap
 
+    def visible(tokens):  # a space token would be an empty label
+        return [t.replace(" ", "␣") if t.strip() == "" else t for t in tokens]
+
     att = result["attention"]
     ys = result["tokens"] + (["</s>"] if att.shape[0] > len(result["tokens"]) else [])
-    heatmap(att[: len(ys)], x_labels=result["src_tokens"], y_labels=ys, xlabel="source", ylabel="target",
-            title=title, path=path, annotate=False)
+    heatmap(att[: len(ys)], x_labels=visible(result["src_tokens"]), y_labels=visible(ys), xlabel="source",
+            ylabel="target", title=title, path=path, annotate=False)
 
 
 # ----------------------------------------------------------------------------------------------- commands
