@@ -117,19 +117,20 @@ def attention(
     normalizer = get_normalizer(normalize)
     tq, tk = query.shape[-2], key.shape[-2]
     allowed, bias = prepare_mask(mask, tq, tk)
+    if bias is not None:
+        bias = bias.to(query.dtype)
+    fast = impl == "auto" and normalizer is softmax and tk > 0
+    pair = sc.dot_form(query, key, key_prepared=key_prepared) if fast else None
+    factor = sc.default_scale(query, key) if pair is not None and scale is None else scale
+    if pair is not None and not return_weights and is_causal and mask is None:  # SDPA's own causal kernel
+        return F.scaled_dot_product_attention(pair[0], pair[1], value, dropout_p=dropout, is_causal=True,
+                                              scale=factor)
     if is_causal:
         causal = causal_mask(tq, tk, device=query.device)
         allowed = causal if allowed is None else allowed & causal
-    if bias is not None:
-        bias = bias.to(query.dtype)
 
-    if impl == "auto" and normalizer is softmax and tk > 0:
-        pair = sc.dot_form(query, key, key_prepared=key_prepared)
+    if fast:
         if pair is not None:
-            factor = sc.default_scale(query, key) if scale is None else scale
-            if not return_weights and is_causal and mask is None:
-                return F.scaled_dot_product_attention(pair[0], pair[1], value, dropout_p=dropout,
-                                                      is_causal=True, scale=factor)
             if not return_weights:
                 return _sdpa(pair[0], pair[1], value, allowed, bias, dropout, factor)
             scores = (pair[0] * factor) @ pair[1].transpose(-2, -1)
