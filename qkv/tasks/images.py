@@ -47,6 +47,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..train.task import Task
+from .common import print_result
 
 logger = logging.getLogger(__name__)
 
@@ -561,11 +562,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     except FileNotFoundError as e:
         raise ValueError(str(e)) from None
     print(f"{opts.arch} with attention {opts.attn}: {count_parameters(result.model):,} parameters")
-    print(f"stopped: {result.stopped} after {result.state.global_step} steps ({result.state.elapsed:.1f} s)")
-    for split, metrics in result.metrics.items():
-        print(f"{split}: " + ", ".join(f"{k} {v:.4f}" for k, v in metrics.items()))
-    if result.out:
-        print(f"checkpoint: {result.out}")
+    print_result(result)
     return 0
 
 

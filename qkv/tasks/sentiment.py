@@ -30,6 +30,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..train.task import Task
+from .common import print_result
 
 logger = logging.getLogger(__name__)
 
@@ -408,10 +409,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     cfg = config_from_args(args, _train_defaults(), monitor="accuracy", extra={"command": " ".join(sys.argv)})
     summary = train_sentiment(opts, cfg)
     for k, result in enumerate(summary["runs"]):
-        head = f"fold {k + 1}: " if opts.folds else ""
-        print(f"{head}stopped: {result.stopped} at step {result.state.global_step}")
-        for split, metrics in result.metrics.items():
-            print(f"{head}{split}: " + ", ".join(f"{name} {v:.4f}" for name, v in metrics.items()))
+        print_result(result, head=f"fold {k + 1}: " if opts.folds else "")
     if opts.folds:
         print(f"{opts.folds}-fold test accuracy: {summary['mean']:.4f} +- {summary['std']:.4f}")
         if cfg.out:
@@ -419,7 +417,7 @@ def cmd_train(args: argparse.Namespace) -> int:
             path.write_text(json.dumps({k: summary[k] for k in ("test_accuracy", "mean", "std")}, indent=1) + "\n",
                             encoding="utf-8")
             print(f"wrote {path}")
-    if cfg.out:
+    if cfg.out and opts.folds:
         print(f"run directory: {cfg.out}")
     return 0
 

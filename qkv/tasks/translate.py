@@ -21,6 +21,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..train.task import Task
+from .common import print_result
 
 logger = logging.getLogger(__name__)
 
@@ -271,11 +272,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     cfg = config_from_args(args, _train_defaults(), monitor="exact_match" if opts.data == "dates" else "bleu",
                            extra={"command": " ".join(sys.argv)})
     result = train(TranslationTask(opts), cfg)
-    print(f"stopped: {result.stopped}")
-    for split, metrics in result.metrics.items():
-        print(f"{split}: " + ", ".join(f"{k} {v:.4f}" for k, v in metrics.items()))
-    if result.out:
-        print(f"checkpoint: {result.out}")
+    print_result(result)
     return 0
 
 

@@ -1,0 +1,14 @@
+"""What the tasks' commands share."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def print_result(result: Any, head: str = "") -> None:
+    """Print how a :class:`qkv.train.TrainResult` ended and its final metrics, one split per line."""
+    print(f"{head}stopped: {result.stopped} after {result.state.global_step} steps ({result.state.elapsed:.1f} s)")
+    for split, metrics in result.metrics.items():
+        print(f"{head}{split}: " + ", ".join(f"{name} {v:.4f}" for name, v in metrics.items()))
+    if result.out and not head:
+        print(f"checkpoint: {result.out}")
