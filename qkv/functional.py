@@ -160,7 +160,7 @@ def _normalize(scores: Tensor, allowed: Tensor | None, bias: Tensor | None, norm
         own = inplace and scores.shape == torch.broadcast_shapes(scores.shape, bias.shape)
         scores = scores.add_(bias) if own else scores + bias
     if allowed is None:
-        return normalizer(scores)
+        return _apply(normalizer, scores, inplace)
     rows = allowed.any(dim=-1, keepdim=True)
     every_row = bool(rows.all())
     keep = allowed if every_row else allowed & rows
@@ -170,10 +170,25 @@ def _normalize(scores: Tensor, allowed: Tensor | None, bias: Tensor | None, norm
     else:
         scores = scores.masked_fill(~keep, fill)
     # a fully masked row holds only `fill`: finite, so the normaliser gives finite weights, zeroed below
-    weights = normalizer(scores)
+    weights = _apply(normalizer, scores, inplace)
     if normalizer is softmax and every_row:
         return weights  # exp(fill - max) underflows to exactly 0 at every masked position
-    return weights.masked_fill(~keep, 0.0)
+    return weights.masked_fill_(~keep, 0.0) if inplace and not _tracked(weights) else weights.masked_fill(~keep, 0.0)
+
+
+def _tracked(t: Tensor) -> bool:
+    return torch.is_grad_enabled() and t.requires_grad
+
+
+def _apply(normalizer, scores: Tensor, inplace: bool) -> Tensor:
+    """The normaliser; softmax overwrites ``scores`` when it may (owned, and no autograd graph to keep).
+
+    Writing the weights over the scores saves allocating (and, on CPU, page-faulting in) a second
+    ``(..., Tq, Tk)`` tensor: at B=8, H=8, T=1024 that is 256 MiB and a third of the weights path's time.
+    """
+    if normalizer is softmax and inplace and not _tracked(scores):
+        return torch.softmax(scores, dim=-1, out=scores)
+    return normalizer(scores)
 
 
 def _sdpa(q, k, v, allowed, bias, dropout, scale):

@@ -71,6 +71,11 @@ def test_paths_match_reference(score_name, mask_kind, normalize, gen):
         with torch.no_grad():  # the online-softmax path of pairwise scores
             out = qkv.attention(q, k, v, score=score, mask=mask, normalize=normalize, impl=impl)
         torch.testing.assert_close(out, want_out, atol=1e-10, rtol=1e-9)
+        with torch.no_grad():  # weights normalised in place over the scores (no graph to keep)
+            out, w = qkv.attention(q, k, v, score=score, mask=mask, normalize=normalize, impl=impl,
+                                   return_weights=True)
+        torch.testing.assert_close(w, want_w, atol=1e-10, rtol=1e-9)
+        torch.testing.assert_close(out, want_out, atol=1e-10, rtol=1e-9)
 
 
 @pytest.mark.parametrize("score_name", SCORES)
