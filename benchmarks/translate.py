@@ -3,6 +3,7 @@
     python benchmarks/translate.py dates [--minutes 2] [--threads 1]
     python benchmarks/translate.py corpus --data ../shared/data/tatoeba-eng-fra.tsv.gz --src-lang en \\
         --models fixed bahdanau transformer --minutes 10
+    python benchmarks/translate.py report --json-in a.json b.json   # one table from runs made apart
 
 Each model is trained with the project's trainer under the same wall-clock budget (``--minutes``), then
 evaluated on the test split (greedy for dates, beam 5 for corpora): exact match, BLEU, chrF, training
@@ -63,7 +64,9 @@ def run(opts: TranslateOptions, minutes: float, batch_size: int, lr: float, out:
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("what", choices=["dates", "corpus"])
+    ap.add_argument("what", choices=["dates", "corpus", "report"],
+                    help="report: print the tables of earlier runs' --json files (given as --json-in)")
+    ap.add_argument("--json-in", nargs="+", default=[], help="report: JSON files written by --json, in order")
     ap.add_argument("--data", default="dates")
     ap.add_argument("--src-lang", default=None)
     ap.add_argument("--models", nargs="+", default=["fixed", "bahdanau", "luong", "transformer"])
@@ -75,6 +78,13 @@ def main():
     if args.threads:
         torch.set_num_threads(args.threads)
     rows = []
+    if args.what == "report":
+        if not args.json_in:
+            ap.error("report needs --json-in FILE [FILE ...]")
+        for name in args.json_in:
+            rows += json.loads(Path(name).read_text())
+        print_tables(rows, corpus="buckets" in rows[0])
+        return
     for model in args.models:
         if args.what == "dates":
             opts = TranslateOptions(data="dates", model=model, eval_max=1000)
@@ -90,6 +100,12 @@ def main():
     cmd = "python benchmarks/translate.py " + " ".join(sys.argv[1:])
     print(f"Machine: {platform.machine()}, {os.cpu_count()} cores, {torch.get_num_threads()} torch threads, "
           f"torch {torch.__version__}. Command: `{cmd}`. Budget: {args.minutes} min of training per model.\n")
+    print_tables(rows, corpus=args.what == "corpus")
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=2))
+
+
+def print_tables(rows: list[dict], corpus: bool) -> None:
     print("| model | score | parameters | steps | train tokens/s | valid exact match >= 99% after | "
           "test exact match | test BLEU | test chrF |")
     print("|---|---|---|---|---|---|---|---|---|")
@@ -98,15 +114,13 @@ def main():
         t = r["test"]
         print(f"| {r['model']} | {r['score'] if r['model'] != 'fixed' else '-'} | {r['params']:,} | {r['steps']} | "
               f"{r['tokens_per_s']:,.0f} | {reach} | {t['exact_match']:.4f} | {t['bleu']:.2f} | {t['chrf']:.2f} |")
-    if args.what == "corpus":
+    if corpus:
         print("\nTest BLEU by source length (words):\n")
         print("| length | " + " | ".join(r["model"] for r in rows) + " | sentences |")
         print("|---|" + "---|" * (len(rows) + 1))
         for i, b in enumerate(rows[0]["buckets"]):
             print(f"| {b['bucket']} | " + " | ".join(f"{r['buckets'][i]['bleu']:.2f}" for r in rows)
                   + f" | {int(b['sentences'])} |")
-    if args.json:
-        Path(args.json).write_text(json.dumps(rows, indent=2))
 
 
 if __name__ == "__main__":

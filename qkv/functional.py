@@ -199,6 +199,8 @@ def _sdpa(q, k, v, allowed, bias, dropout, scale):
     safe = allowed | ~rows  # a fully masked row attends everywhere, then its output is zeroed
     attn_mask = safe if bias is None else bias.masked_fill(~safe, float("-inf"))
     out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout, scale=scale)
+    if out.device.type == "cpu" and bool(rows.all()):  # (on GPUs, the check would cost a sync)
+        return out
     return out * rows.to(out.dtype)
 
 
