@@ -151,3 +151,18 @@ def test_reorder_state_and_config_errors():
         RNNConfig(5, 5, cell="rnn")
     with pytest.raises(ValueError, match="even hidden_dim"):
         RNNConfig(5, 5, hidden_dim=33)
+
+
+@pytest.mark.parametrize("cell", ["gru", "lstm"])
+@pytest.mark.parametrize("kind", ["fixed", "bahdanau", "luong"])
+def test_teacher_forcing_equals_step_by_step_decoding(kind, cell, gen):
+    """forward() applies the output layer once to all steps; decode_step() once per step: same logits."""
+    model = tiny_model(kind, cell=cell, seed=7).eval()
+    src, mask = batch(gen)
+    tgt = torch.randint(3, 12, (src.shape[0], 5), generator=gen)
+    logits, attn = model(src, mask, tgt, return_attention=True)
+    state = model.encode(src, mask)
+    for t in range(tgt.shape[1]):
+        step_logits, step_attn, state = model.decode_step(tgt[:, t], state)
+        torch.testing.assert_close(logits[:, t], step_logits, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(attn[:, t], step_attn, atol=1e-6, rtol=1e-6)

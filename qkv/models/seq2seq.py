@@ -176,6 +176,26 @@ class _RNNSeq2Seq(EncoderDecoder):
         self.dropout = nn.Dropout(cfg.dropout)
         self.out = nn.Linear(out_features, cfg.tgt_vocab)
 
+    def forward(self, src: Tensor, src_mask: Tensor, tgt_in: Tensor, *, return_attention: bool = False):
+        # as EncoderDecoder.forward, with the output layer applied once to every step's features: one
+        # (B*T, F) x (F, V) product and one weight gradient instead of T of each (the largest layer)
+        state = self.encode(src, src_mask)
+        features, attns = [], []
+        for t in range(tgt_in.shape[1]):
+            f, attn, state = self.step_features(tgt_in[:, t], state)
+            features.append(f)
+            attns.append(attn)
+        logits = self.out(torch.stack(features, dim=1))
+        return (logits, torch.stack(attns, dim=1)) if return_attention else logits
+
+    def decode_step(self, y_prev, state):
+        f, attn, state = self.step_features(y_prev, state)
+        return self.out(f), attn, state
+
+    def step_features(self, y_prev: Tensor, state: dict[str, Any]) -> tuple[Tensor, Tensor, dict[str, Any]]:
+        """One decoder step up to the output layer: ``(features (B, F), alignment (B, S), new state)``."""
+        raise NotImplementedError
+
 
 class FixedContextSeq2Seq(_RNNSeq2Seq):
     """The "distracted" model: one context vector ``c`` for the whole target (Cho et al., 2014)."""
@@ -189,13 +209,12 @@ class FixedContextSeq2Seq(_RNNSeq2Seq):
         return {"hidden": hidden, "context": context, "no_attn": torch.zeros(src.shape, dtype=context.dtype,
                                                                                device=src.device)}
 
-    def decode_step(self, y_prev, state):
+    def step_features(self, y_prev, state):
         e = self.dropout(self.embed(y_prev))
         c = state["context"]
         out, hidden = _step(self.rnn, torch.cat([e, c], -1), state["hidden"])
         s = self.dropout(out[:, 0])
-        logits = self.out(torch.cat([s, c, e], -1))
-        return logits, state["no_attn"], {**state, "hidden": hidden}  # no attention: an all-zero alignment
+        return torch.cat([s, c, e], -1), state["no_attn"], {**state, "hidden": hidden}  # all-zero alignment
 
 
 class BahdanauSeq2Seq(_RNNSeq2Seq):
@@ -211,7 +230,7 @@ class BahdanauSeq2Seq(_RNNSeq2Seq):
         return {"memory": memory, "keys": self.score.prepare_key(memory), "mask": src_mask[:, None, :],
                 "hidden": hidden}
 
-    def decode_step(self, y_prev, state):
+    def step_features(self, y_prev, state):
         e = self.dropout(self.embed(y_prev))
         query = _top(state["hidden"])[:, None]  # s_{i-1}: (B, 1, H)
         c, w = attention(query, state["keys"], state["memory"], score=self.score, mask=state["mask"],
@@ -219,8 +238,7 @@ class BahdanauSeq2Seq(_RNNSeq2Seq):
         c = c[:, 0]
         out, hidden = _step(self.rnn, torch.cat([e, c], -1), state["hidden"])
         s = self.dropout(out[:, 0])
-        logits = self.out(torch.cat([s, c, e], -1))
-        return logits, w[:, 0], {**state, "hidden": hidden}
+        return torch.cat([s, c, e], -1), w[:, 0], {**state, "hidden": hidden}
 
 
 class LuongSeq2Seq(_RNNSeq2Seq):
@@ -238,14 +256,14 @@ class LuongSeq2Seq(_RNNSeq2Seq):
         return {"memory": memory, "keys": self.score.prepare_key(memory), "mask": src_mask[:, None, :],
                 "hidden": hidden, "feed": feed}
 
-    def decode_step(self, y_prev, state):
+    def step_features(self, y_prev, state):
         e = self.dropout(self.embed(y_prev))
         out, hidden = _step(self.rnn, torch.cat([e, state["feed"]], -1), state["hidden"])  # input feeding
         h_t = out  # (B, 1, H)
         c, w = attention(h_t, state["keys"], state["memory"], score=self.score, mask=state["mask"],
                          return_weights=True, key_prepared=True)
         h_tilde = self.dropout(torch.tanh(self.combine(torch.cat([c, h_t], -1)[:, 0])))
-        return self.out(h_tilde), w[:, 0], {**state, "hidden": hidden, "feed": h_tilde}
+        return h_tilde, w[:, 0], {**state, "hidden": hidden, "feed": h_tilde}
 
 
 RNN_MODELS = {"fixed": FixedContextSeq2Seq, "bahdanau": BahdanauSeq2Seq, "luong": LuongSeq2Seq}
