@@ -14,9 +14,10 @@ It has exactly qkv's parameters (same names up to :func:`weight_map`, same shape
 initial weights into it and checks that the logits agree before timing, so both train the same network.
 
 The reference runs in two forms: ``plain PyTorch`` embeds the targets and applies the output layer once per
-batch (one ``(B*T, 2H+E) x (2H+E, V)`` product), as training code usually does; ``plain PyTorch, per step``
-keeps qkv's loop (embedding and output layer at every step, as in ``decode_step``), so the gap between the
-two rows is the model's structure and the gap between qkv and the per-step row is qkv's attention call.
+batch (one ``(B*T, 2H+E) x (2H+E, V)`` product), as training code usually does, and as qkv's teacher-forced
+``forward`` does too; ``plain PyTorch, per step`` applies them at every step, as step-by-step decoding must
+(``decode_step``), so the gap between the two plain rows is what hoisting is worth, and the gap between qkv and
+the hoisted row is what qkv's general modules (its attention call, its ``nn.GRU`` decoder step) cost.
 
 One training step is forward (teacher forcing) + cross-entropy + backward + AdamW step on a batch of random
 right-padded sentences of ``--min-len`` to ``--max-len`` tokens. Throughput is real (non-padding) target
