@@ -135,6 +135,31 @@ def test_resnet_cifar_stem_keeps_small_images_large():
     assert again.conv1.kernel_size == (3, 3)
 
 
+def test_channels_last_is_a_memory_layout_not_another_model():
+    cl = ImageTask(ImageOptions(data="digits", attn="cbam"))
+    cl.setup()
+    plain = ImageTask(ImageOptions(data="digits", attn="cbam", channels_last=False), data=cl.data)
+    plain.setup()
+    model_cl = cl.build_model()
+    conv = model_cl.stages[1][0][0]
+    assert conv.weight.is_contiguous(memory_format=torch.channels_last) and not conv.weight.is_contiguous()
+    model_plain = plain.build_model()
+    assert model_plain.stages[1][0][0].weight.is_contiguous()
+    model_plain.load_state_dict(model_cl.state_dict())
+    examples = [plain.train_examples()[i] for i in range(8)]
+    torch.manual_seed(0)
+    x_cl, y = cl.collate(examples)
+    torch.manual_seed(0)
+    x, y2 = plain.collate(examples)
+    assert x_cl.is_contiguous(memory_format=torch.channels_last) and x.is_contiguous()
+    assert torch.equal(x_cl, x) and torch.equal(y, y2)  # same values, same augmentation draws
+    model_cl.eval(), model_plain.eval()
+    with torch.no_grad():
+        torch.testing.assert_close(model_cl(x_cl), model_plain(x), rtol=1e-4, atol=1e-5)
+        acc_cl, acc = (t.evaluate(m, "test")["accuracy"] for t, m in ((cl, model_cl), (plain, model_plain)))
+    assert acc_cl == pytest.approx(acc, abs=2 / len(cl.data.splits["test"][1]))
+
+
 # --------------------------------------------------------------------------------------------- training
 
 def test_digits_cbam_reaches_85_percent_in_one_epoch(tmp_path, capsys):
@@ -158,6 +183,8 @@ def test_checkpoint_round_trip_gives_identical_logits(tmp_path):
     assert ckpt.config["attn"] == "sk" and ckpt.config["image_size"] == [16, 16]
     x = normalize(task.data.splits["test"][0][:50], ckpt.config["mean"], ckpt.config["std"])
     result.model.eval()
+    model.to(memory_format=torch.channels_last)  # the layout it was trained in (a layout, not a weight)
+    x = x.contiguous(memory_format=torch.channels_last)
     with torch.no_grad():
         assert torch.equal(model(x), result.model(x))
     with pytest.raises(ValueError, match="not a 'translate' one"):
