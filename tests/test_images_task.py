@@ -120,7 +120,7 @@ def test_options_errors_are_clear():
     with pytest.raises(ValueError, match="need an attention block"):
         ImageOptions(attn_kwargs={"reduction": 4})
     assert ImageOptions(attn="Non-Local").attn == "non_local"
-    assert ImageOptions().augmentation == "shift-flip" and ImageOptions(data="digits").augmentation == "none"
+    assert ImageOptions().augmentation == "flip" and ImageOptions(data="digits").augmentation == "none"
 
 
 def test_resnet_cifar_stem_keeps_small_images_large():

@@ -288,6 +288,18 @@ def test_lr_schedule():
         f(10, 100, schedule="step")
 
 
+def test_schedule_steps_sets_the_length_of_the_lr_schedule():
+    """A schedule shorter than the epochs (a time budget measured in steps) anneals to 0 at its end."""
+    logs = []
+    r = train(ToyTask(), cfg(None, epochs=3, warmup_steps=2, schedule_steps=10, max_steps=10),
+              callbacks=[lambda s, lg: logs.append(lg["lr"])])
+    assert r.stopped == "max_steps" and len(logs) == 10
+    assert logs == pytest.approx([0.01 * lr_factor(s, 10, warmup_steps=2) for s in range(10)])
+    full = []
+    train(ToyTask(), cfg(None, epochs=3, warmup_steps=2, max_steps=10), callbacks=[lambda s, lg: full.append(lg["lr"])])
+    assert full == pytest.approx([0.01 * lr_factor(s, 18, warmup_steps=2) for s in range(10)])  # 3 epochs x 6
+
+
 def test_epoch_order_is_a_pure_function_of_seed_and_epoch():
     a = epoch_batches(103, 10, seed=3, epoch=2)
     assert a == epoch_batches(103, 10, seed=3, epoch=2)
@@ -326,6 +338,7 @@ def test_length_bucketing_groups_similar_lengths():
     ("weight_decay", -0.1, "weight_decay must be >= 0"),
     ("max_minutes", 0, "max_minutes must be > 0"),
     ("max_steps", 0, "max_steps must be an integer >= 1"),
+    ("schedule_steps", 0, "schedule_steps must be an integer >= 1"),
     ("clip_norm", -1.0, "clip_norm must be > 0"),
     ("warmup_steps", -1, "warmup_steps must be an integer >= 0"),
     ("min_lr_ratio", 1.5, r"min_lr_ratio must be in \[0, 1\]"),

@@ -35,6 +35,7 @@ class TrainConfig:
     epochs: int = 10  # passes over the training examples; also sets the length of the LR schedule
     max_minutes: float | None = None  # wall-clock budget for this invocation: stop cleanly, checkpoint, evaluate
     max_steps: int | None = None  # stop after this many optimizer steps in total (the schedule is unchanged)
+    schedule_steps: int | None = None  # length of the LR schedule in optimizer steps; None = epochs x batches/epoch
     monitor: str | None = None  # metric of `eval_split` to track the best model by, e.g. "accuracy"
     mode: str = "max"  # "max" if a larger `monitor` is better, "min" if smaller is
     patience: int = 0  # early stopping: evaluations without improvement before stopping; 0 = never stop early
@@ -82,6 +83,8 @@ class TrainConfig:
         _int(self, "seed", 0)
         if self.max_steps is not None:
             _int(self, "max_steps", 1)
+        if self.schedule_steps is not None:
+            _int(self, "schedule_steps", 1)
         if self.max_minutes is not None:
             _positive(self, "max_minutes")
         _positive(self, "lr")

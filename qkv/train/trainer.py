@@ -172,7 +172,7 @@ class Trainer:
         if self.steps_per_epoch == 0:
             raise ValueError(f"{n} training examples make no batch of batch_size={cfg.batch_size}"
                              f"{' with drop_last' if cfg.drop_last else ''}")
-        self.total_steps = cfg.epochs * self.steps_per_epoch
+        self.total_steps = cfg.schedule_steps or cfg.epochs * self.steps_per_epoch  # the LR schedule's length
         self.optimizer = torch.optim.AdamW(_param_groups(self.module, cfg.weight_decay), lr=cfg.lr,
                                            betas=cfg.betas, eps=cfg.eps)
         self.amp_dtype = _amp_dtype(cfg.amp, d.device)
