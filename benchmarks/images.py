@@ -74,7 +74,7 @@ def probe_speed(task: ImageTask, batch_size: int, steps: int = 20, warmup: int =
 
 def run_variant(attn: str, data, args) -> dict:
     opts = ImageOptions(data="fashion-mnist", data_root=args.data_root, attn=attn, augment=args.augment,
-                        dropout=args.dropout)
+                        dropout=args.dropout, shift=args.shift)
     task = ImageTask(opts, data=data)
     epochs, schedule_steps, max_steps = args.epochs, None, args.max_steps
     if args.epochs == "auto":
@@ -93,7 +93,7 @@ def run_variant(attn: str, data, args) -> dict:
 
     cfg = TrainConfig(epochs=int(epochs), max_minutes=args.max_minutes, max_steps=max_steps,
                       schedule_steps=schedule_steps,
-                      batch_size=args.batch_size, lr=args.lr, weight_decay=0.05, schedule="cosine",
+                      batch_size=args.batch_size, lr=args.lr, weight_decay=args.weight_decay, schedule="cosine",
                       monitor="accuracy", seed=args.seed, device="cpu", progress=False)
     t0 = time.perf_counter()
     result = train(task, cfg, callbacks=[clock])
@@ -112,7 +112,9 @@ def main() -> int:
                    help="'auto': a schedule fitted to --max-minutes per variant; N: N epochs for every variant")
     p.add_argument("--max-minutes", type=float, default=10.0, help="training time budget per variant")
     p.add_argument("--augment", default="auto", help="the task's --augment: auto (flips), shift-flip, ...")
+    p.add_argument("--shift", type=int, default=2, help="largest random shift in pixels, with --augment shift-flip")
     p.add_argument("--dropout", type=float, default=0.1)
+    p.add_argument("--weight-decay", type=float, default=0.05)
     p.add_argument("--max-steps", type=int, default=None)
     p.add_argument("--batch-size", type=int, default=128)
     p.add_argument("--lr", type=float, default=2e-3)
@@ -156,8 +158,11 @@ def main() -> int:
                   f"{args.max_minutes:g} minutes of training"
                   + (f" or {args.max_steps} steps" if args.max_steps else ""))
     aug = ImageOptions(augment=args.augment).augmentation
-    print(f"Budget per variant: {budget}; batch {args.batch_size}, AdamW lr {args.lr:g}, augmentation {aug}, "
-          f"dropout {args.dropout:g}, label smoothing 0.1; best validation epoch tested.\n")
+    if "shift" in aug:
+        aug += f" (shift {args.shift})"
+    print(f"Budget per variant: {budget}; batch {args.batch_size}, AdamW lr {args.lr:g} weight decay "
+          f"{args.weight_decay:g}, augmentation {aug}, dropout {args.dropout:g}, label smoothing 0.1; best validation "
+          "epoch tested.\n")
     print("| attention | parameters | train images/s | epochs | train time | valid acc | test acc |")
     print("|---|---:|---:|---:|---:|---:|---:|")
     for r in rows:

@@ -6,8 +6,8 @@ Data (grey images, one channel):
 - ``fashion-mnist``: the IDX files of Fashion-MNIST (Xiao, Rasul and Vollgraf, 2017), by default from Debian's
   ``dataset-fashion-mnist`` (``/usr/share/datasets/fashion-mnist``); ``--data-root`` reads any folder with the
   same four files. Augmentation: horizontal flips (clothes are left-right symmetric, their classes too).
-  Random shifts (``--augment shift-flip``) lowered the test accuracy of 6-epoch runs by 0.6 to 1.3 points
-  (the test images are centred as the training ones are; see BENCHMARKS.md), so they are not the default.
+  Two 6-epoch runs with random shifts as well (``--augment shift-flip``) tested 0.6 and 1.3 points lower than
+  one with flips only (BENCHMARKS.md gives the other settings), so shifts are not the default.
 - ``mnist``: any MNIST-style IDX folder (``--data-root`` is required); classes named ``0`` ... ``9``.
   Augmentation: shifts only (a flipped digit is not the same digit).
 - ``digits``: scikit-learn's bundled 8x8 digits (1,797 images), upsampled to 16x16 (bilinear), for tiny tests;
