@@ -35,6 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import qkv  # noqa: E402
+from qkv.memory import can_keep_freed_memory, keep_freed_memory  # noqa: E402
 from qkv.scores import Additive  # noqa: E402
 
 BEGIN, END = "<!-- benchmarks/attention.py:begin -->", "<!-- benchmarks/attention.py:end -->"
@@ -85,16 +86,18 @@ def dot_rows(args, device):
         return timeit(fns, device, args.reps)
 
 
-def dot_rows_in_child(args, huge_pages: bool) -> dict:
-    """:func:`dot_rows` in a fresh process, with PyTorch's transparent-huge-page CPU allocator on or off.
+def dot_rows_in_child(args, huge_pages: bool, keep_memory: bool = False) -> dict:
+    """:func:`dot_rows` in a fresh process, with PyTorch's transparent-huge-page CPU allocator on or off, and
+    with or without :func:`qkv.memory.keep_freed_memory`.
 
     ``THP_MEM_ALLOC_ENABLE=1`` (read by PyTorch's CPU allocator when the process starts) backs large tensors
-    with 2 MiB pages, so a fresh 256 MiB weights tensor costs ~100 page faults instead of ~65,000.
+    with 2 MiB pages, so a fresh 256 MiB weights tensor costs ~100 page faults instead of ~65,000; with the
+    freed memory kept, the next weights tensor reuses pages that are already there.
     """
     env = dict(os.environ, THP_MEM_ALLOC_ENABLE="1" if huge_pages else "0")
     cmd = [sys.executable, __file__, "--dot-child", "--device", args.device, "--batch", str(args.batch),
            "--heads", str(args.heads), "--seq", str(args.seq), "--head-dim", str(args.head_dim),
-           "--reps", str(args.reps)]
+           "--reps", str(args.reps)] + (["--keep-memory"] if keep_memory else [])
     out = subprocess.run(cmd, capture_output=True, text=True, check=True, env=env)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -186,6 +189,28 @@ def additive_rows(cfg: dict, device: str, reps: int) -> dict:
                 "peak_bytes": statistics.median(r["peak_bytes"] for r in rs)} for v, rs in results.items()}
 
 
+def allocator_table(r: dict) -> list[str]:
+    """The dot-product rows of one allocator setting, as markdown lines."""
+    return [
+        "| what | time | ratio | target |",
+        "|---|---|---|---|",
+        f"| `F.scaled_dot_product_attention` | {r['sdpa'] * 1e3:.1f} ms | 1.00 | |",
+        f"| `qkv.attention` (fast path) | {r['qkv'] * 1e3:.1f} ms | speed {r['sdpa'] / r['qkv']:.2f}x of SDPA | "
+        ">= 0.95x |",
+        f"| `qkv.attention(return_weights=True)` | {r['qkv_weights'] * 1e3:.1f} ms | "
+        f"{r['qkv_weights'] / r['qkv']:.2f}x the time without weights | <= 1.5x |",
+        f"| same, with the mask | {r['qkv_mask_weights'] * 1e3:.1f} ms | "
+        f"{r['qkv_mask_weights'] / r['qkv_mask']:.2f}x the time without weights | <= 1.5x |",
+        f"| `nn.MultiheadAttention` need_weights=True vs False | "
+        f"{r['torch_mha_weights'] * 1e3:.1f} vs {r['torch_mha'] * 1e3:.1f} ms | "
+        f"{r['torch_mha_weights'] / r['torch_mha']:.2f}x | (for comparison) |",
+        f"| `qkv.MultiHeadAttention` with vs without weights | "
+        f"{r['qkv_mha_weights'] * 1e3:.1f} vs {r['qkv_mha'] * 1e3:.1f} ms | "
+        f"{r['qkv_mha_weights'] / r['qkv_mha']:.2f}x | <= 1.5x |",
+        "",
+    ]
+
+
 def machine(device) -> str:
     if device.type == "cuda":
         return f"{torch.cuda.get_device_name()} (torch {torch.__version__})"
@@ -209,8 +234,11 @@ def main():
     ap.add_argument("--write", metavar="MD", help="replace this script's section of a markdown file")
     ap.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
     ap.add_argument("--dot-child", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--keep-memory", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.dot_child:
+        if args.keep_memory and not keep_freed_memory():
+            raise SystemExit("keep_freed_memory is not available here (not glibc)")
         print(json.dumps(dot_rows(args, torch.device(args.device))))
         return
     if args.child:
@@ -228,6 +256,8 @@ def main():
 
     dot = dot_rows_in_child(args, huge_pages=False)
     thp = dot_rows_in_child(args, huge_pages=True) if device.type == "cpu" else None
+    kept = (dot_rows_in_child(args, huge_pages=False, keep_memory=True)
+            if device.type == "cpu" and can_keep_freed_memory() else None)
     reps = 1 if args.quick else 3
     infer = additive_rows(add_infer, args.device, reps)
     train = additive_rows(add_train, args.device, reps)
@@ -262,29 +292,16 @@ def main():
         f"{dot['qkv_mha_weights'] / dot['qkv_mha']:.2f}x | <= 1.5x |",
         "",
     ]
-    if thp is not None:
-        lines += [
-            "The same, in a process started with `THP_MEM_ALLOC_ENABLE=1` (PyTorch's CPU allocator backs large "
-            "tensors with transparent huge pages, so the fresh weights tensor is not page-faulted in 4 KiB at a "
-            "time):",
-            "",
-            "| what | time | ratio | target |",
-            "|---|---|---|---|",
-            f"| `F.scaled_dot_product_attention` | {thp['sdpa'] * 1e3:.1f} ms | 1.00 | |",
-            f"| `qkv.attention` (fast path) | {thp['qkv'] * 1e3:.1f} ms | speed {thp['sdpa'] / thp['qkv']:.2f}x "
-            "of SDPA | >= 0.95x |",
-            f"| `qkv.attention(return_weights=True)` | {thp['qkv_weights'] * 1e3:.1f} ms | "
-            f"{thp['qkv_weights'] / thp['qkv']:.2f}x the time without weights | <= 1.5x |",
-            f"| same, with the mask | {thp['qkv_mask_weights'] * 1e3:.1f} ms | "
-            f"{thp['qkv_mask_weights'] / thp['qkv_mask']:.2f}x the time without weights | <= 1.5x |",
-            f"| `nn.MultiheadAttention` need_weights=True vs False | "
-            f"{thp['torch_mha_weights'] * 1e3:.1f} vs {thp['torch_mha'] * 1e3:.1f} ms | "
-            f"{thp['torch_mha_weights'] / thp['torch_mha']:.2f}x | (for comparison) |",
-            f"| `qkv.MultiHeadAttention` with vs without weights | "
-            f"{thp['qkv_mha_weights'] * 1e3:.1f} vs {thp['qkv_mha'] * 1e3:.1f} ms | "
-            f"{thp['qkv_mha_weights'] / thp['qkv_mha']:.2f}x | <= 1.5x |",
-            "",
-        ]
+    for res, intro in (
+        (thp, "The same, in a process started with `THP_MEM_ALLOC_ENABLE=1` (PyTorch's CPU allocator backs large "
+              "tensors with transparent huge pages, so the fresh weights tensor is not page-faulted in 4 KiB at a "
+              "time):"),
+        (kept, "The same, in a process that called `qkv.memory.keep_freed_memory()` (as the `qkv` command does: "
+               "glibc keeps freed memory for the next allocation, so the weights tensor of the next call reuses "
+               "pages that are already mapped):"),
+    ):
+        if res is not None:
+            lines += [intro, ""] + allocator_table(res)
     for title, cfg, res in (("inference (online softmax over key tiles)", add_infer, infer),
                             ("training, forward + backward (checkpointed tiles)", add_train, train)):
         n, t = res["naive"], res["tiled"]

@@ -10,6 +10,7 @@ import sys
 import torch
 
 from . import __version__
+from .memory import keep_freed_memory
 from .scores import score_names
 
 
@@ -71,6 +72,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="log progress to stderr")
     parser.add_argument("--threads", type=int, default=None,
                         help="CPU threads for PyTorch (default: its own choice; 1 is faster when the cores are busy)")
+    parser.add_argument("--release-memory", action="store_true",
+                        help="let the C library give freed memory back to the system at once (by default qkv keeps "
+                             "it for reuse, which makes large temporary tensors cheaper: see qkv.memory)")
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("explain", help="walk through similarity -> normalisation -> weighted sum on seed 001's example")
@@ -110,6 +114,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"qkv: error: --threads must be at least 1, got {args.threads}", file=sys.stderr)
             return 2
         torch.set_num_threads(args.threads)
+    if not args.release_memory:
+        keep_freed_memory()
     try:
         return args.func(args)
     except (ValueError, FileExistsError, FileNotFoundError) as e:  # bad input: a message, not a traceback

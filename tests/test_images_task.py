@@ -160,6 +160,29 @@ def test_channels_last_is_a_memory_layout_not_another_model():
     assert acc_cl == pytest.approx(acc, abs=2 / len(cl.data.splits["test"][1]))
 
 
+def test_flip_tta_averages_the_probabilities_of_each_image_and_its_mirror():
+    task = ImageTask(ImageOptions(data="digits", tta="flip"))
+    task.setup()
+    torch.manual_seed(1)
+    model = task.build_model().eval()
+    with torch.no_grad():
+        model.fc.weight.mul_(50.0)  # confident, so that averaging with the mirror changes the loss visibly
+    images, labels = task.data.splits["test"]
+    x = normalize(images, task.mean, task.std)
+    with torch.no_grad():
+        probs = (model(x).double().softmax(-1) + model(x.flip(-1)).double().softmax(-1)) / 2
+        got = task.evaluate(model, "test")
+    assert got["accuracy"] == pytest.approx(float((probs.argmax(-1) == labels).double().mean()),
+                                            abs=1 / len(labels))  # a near tie may break the other way in float32
+    assert got["loss"] == pytest.approx(float(-probs[torch.arange(len(labels)), labels].log().mean()), rel=1e-4)
+    plain = ImageTask(ImageOptions(data="digits"), data=task.data)
+    plain.setup()
+    with torch.no_grad():
+        assert plain.evaluate(model, "test")["loss"] != pytest.approx(got["loss"], rel=1e-4)
+    with pytest.raises(ValueError, match="tta must be one of none, flip"):
+        ImageOptions(tta="rotate")
+
+
 # --------------------------------------------------------------------------------------------- training
 
 def test_digits_cbam_reaches_85_percent_in_one_epoch(tmp_path, capsys):

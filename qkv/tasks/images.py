@@ -55,6 +55,7 @@ logger = logging.getLogger(__name__)
 DATASETS = ("fashion-mnist", "mnist", "digits")
 ARCHS = ("small-cnn", "resnet18", "resnet34", "resnet50", "resnet101")
 AUGMENTATIONS = ("auto", "none", "flip", "shift", "shift-flip")
+TTAS = ("none", "flip")
 STEMS = ("cifar", "imagenet")
 DIGITS_SIZE = 16  # scikit-learn's 8x8 digits are upsampled to this
 
@@ -79,6 +80,7 @@ class ImageOptions:
     label_smoothing: float = 0.1
     eval_batch: int = 500  # images per forward pass in evaluation
     channels_last: bool = True  # train and evaluate in the channels-last memory format (faster oneDNN/cuDNN convs)
+    tta: str = "none"  # test-time augmentation in evaluation: none | flip (average the image's and its mirror's)
 
     def __post_init__(self):
         from .. import vision
@@ -103,6 +105,8 @@ class ImageOptions:
             raise ValueError("attention arguments need an attention block (--attn)")
         if self.augment not in AUGMENTATIONS:
             raise ValueError(f"augment must be one of {', '.join(AUGMENTATIONS)}, got {self.augment!r}")
+        if self.tta not in TTAS:
+            raise ValueError(f"tta must be one of {', '.join(TTAS)}, got {self.tta!r}")
         if self.stem not in STEMS:
             raise ValueError(f"stem must be one of {', '.join(STEMS)}, got {self.stem!r}")
         for name in ("valid", "test"):
@@ -327,10 +331,17 @@ class ImageTask(Task):
         return loss, len(y), {"correct": (logits.argmax(-1) == y).sum()}
 
     def evaluate(self, model, split: str) -> dict[str, float]:
+        """Accuracy and loss on ``split``; with ``tta="flip"``, of the mean probabilities of each image and its
+        left-right mirror (the loss is then the NLL of those mean probabilities)."""
         if split not in self.data.splits or split == "train":
             raise ValueError(f"no split {split!r}; one of valid, test")
         images, labels = self.data.splits[split]
-        logits = predict_logits(model, self._layout(normalize(images, self.mean, self.std)), self.opts.eval_batch)
+        x = self._layout(normalize(images, self.mean, self.std))
+        logits = predict_logits(model, x, self.opts.eval_batch)
+        if self.opts.tta == "flip":
+            mirrored = predict_logits(model, x.flip(-1), self.opts.eval_batch)
+            probs = (logits.softmax(-1) + mirrored.softmax(-1)) / 2
+            logits = probs.clamp_min(torch.finfo(probs.dtype).tiny).log()  # log-probabilities: CE = NLL of probs
         return {"accuracy": float((logits.argmax(-1) == labels).double().mean()),
                 "loss": float(F.cross_entropy(logits, labels))}
 
@@ -644,6 +655,9 @@ def register_cli(commands, train_commands) -> None:
     g.add_argument("--label-smoothing", type=float, default=d.label_smoothing)
     g.add_argument("--channels-last", action=argparse.BooleanOptionalAction, default=d.channels_last,
                    help="channels-last memory format for the model and batches (default: on; faster convolutions)")
+    g.add_argument("--tta", default=d.tta, choices=TTAS,
+                   help="test-time augmentation in evaluation: flip averages each image's probabilities with its "
+                        "mirror's (for left-right symmetric classes such as Fashion-MNIST's)")
     add_arguments(p, _train_defaults())
     p.set_defaults(func=cmd_train)
 
@@ -664,4 +678,5 @@ def register_cli(commands, train_commands) -> None:
 
 __all__ = ["ImageOptions", "ImageData", "ImageTask", "ImageExamples", "AttentionView", "load_image_data",
            "load_digits_images", "random_shift_flip", "normalize", "cifar_stem", "build_model", "count_parameters",
-           "predict_logits", "read_image", "attention_view", "show_attention", "register_cli", "DATASETS", "ARCHS"]
+           "predict_logits", "read_image", "attention_view", "show_attention", "register_cli", "DATASETS", "ARCHS",
+           "AUGMENTATIONS", "TTAS"]
