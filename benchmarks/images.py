@@ -8,14 +8,14 @@ under the same training budget, with parameter counts and training images/s. Pri
 Every variant trains with the project's trainer on the same data, split, seed, augmentation (the task's
 default for Fashion-MNIST: horizontal flips; ``--augment``), dropout 0.1, AdamW (lr 2e-3, weight decay 0.05,
 batch 128) and a cosine schedule. With ``--epochs auto`` (the default) every variant gets the same time budget,
-``--max-minutes``: a 20-step probe measures its speed, and its cosine schedule is set to the number of steps
-that fit in the budget (less 10% for the evaluations), so that a slower block trains on fewer images but still
-ends its schedule. With ``--epochs N`` every variant gets N epochs and ``--max-minutes`` only stops one that is
-too slow (its schedule is then cut short, which the table shows as "(time)"). The best validation accuracy
-(checked every epoch on ``--valid`` of the training images, held out) picks the weights that are tested, as they
-are and with flip TTA (each test image's class probabilities averaged with its mirror's). Images/s is the median
-over training steps (evaluations excluded), on ``--threads`` threads. Freed memory is kept for reuse
-(:func:`qkv.memory.keep_freed_memory`, as the ``qkv`` command does) unless ``--release-memory``.
+``--max-minutes``: a 30-step probe (after 10 warm-up steps) measures its speed, and its cosine schedule is set
+to the number of steps that fit in the budget (less 10% for the evaluations), so that a slower block trains on
+fewer images but still ends its schedule. With ``--epochs N`` every variant gets N epochs and ``--max-minutes``
+only stops one that is too slow (its schedule is then cut short, which the table shows as "(time)"). The best
+validation accuracy (checked every epoch on ``--valid`` of the training images, held out) picks the weights that
+are tested, as they are and with flip TTA (each test image's class probabilities averaged with its mirror's).
+Images/s is the median over training steps (evaluations excluded), on ``--threads`` threads. Freed memory is kept
+for reuse (:func:`qkv.memory.keep_freed_memory`, as the ``qkv`` command does) unless ``--release-memory``.
 
 Data: Debian's ``dataset-fashion-mnist`` (``/usr/share/datasets/fashion-mnist``) or ``--data-root``.
 Reference: Xiao et al. (2017) list 2-layer CNNs at 91-93% test accuracy; the issue's target is >= 93% for the
@@ -56,7 +56,7 @@ def cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
-def probe_speed(task: ImageTask, batch_size: int, steps: int = 20, warmup: int = 5) -> float:
+def probe_speed(task: ImageTask, batch_size: int, steps: int = 30, warmup: int = 10) -> float:
     """Training images/s of ``task``'s model (forward, backward, AdamW step) on real batches."""
     torch.manual_seed(0)
     task.setup()
