@@ -5,17 +5,17 @@ under the same training budget, with parameter counts and training images/s. Pri
     python benchmarks/images.py --epochs 6 --max-minutes 20       # the same 6 epochs for every variant
     python benchmarks/images.py --variants none,cbam --quick      # a few steps, a smoke test
 
-Every variant trains with the project's trainer on the same data, split, seed, augmentation (the task's
-default for Fashion-MNIST: horizontal flips; ``--augment``), dropout 0.1, AdamW (lr 2e-3, weight decay 0.05,
-batch 128) and a cosine schedule. With ``--epochs auto`` (the default) every variant gets the same time budget,
-``--max-minutes``: a 30-step probe (after 10 warm-up steps) measures its speed, and its cosine schedule is set
-to the number of steps that fit in the budget (less 10% for the evaluations), so that a slower block trains on
-fewer images but still ends its schedule. With ``--epochs N`` every variant gets N epochs and ``--max-minutes``
-only stops one that is too slow (its schedule is then cut short, which the table shows as "(time)"). The best
-validation accuracy (checked every epoch on ``--valid`` of the training images, held out) picks the weights that
-are tested, as they are and with flip TTA (each test image's class probabilities averaged with its mirror's).
-Images/s is the median over training steps (evaluations excluded), on ``--threads`` threads. Freed memory is kept
-for reuse (:func:`qkv.memory.keep_freed_memory`, as the ``qkv`` command does) unless ``--release-memory``.
+Every variant trains with the project's trainer on the same data, split, seed, augmentation (the task's default for
+Fashion-MNIST: horizontal flips; ``--augment``), dropout 0.1, AdamW (lr 2e-3, weight decay 0.05, batch 128) and a
+cosine schedule. With ``--epochs auto`` (the default) every variant gets the same time budget, ``--max-minutes``: a
+40-step run of the trainer measures its speed (the median step after 10), and its cosine schedule is set to the
+number of steps that fit in the budget (less 10% for the evaluations), so that a slower block trains on fewer
+images but still ends its schedule. With ``--epochs N`` every variant gets N epochs and ``--max-minutes`` only
+stops one that is too slow (its schedule is then cut short, which the table shows as "(time)"). The best validation
+accuracy (checked every epoch on ``--valid`` of the training images, held out) picks the weights that are tested,
+as they are and with flip TTA (each test image's class probabilities averaged with its mirror's). Images/s is the
+median over training steps (evaluations excluded), on ``--threads`` threads. Freed memory is kept for reuse
+(:func:`qkv.memory.keep_freed_memory`, as the ``qkv`` command does) unless ``--release-memory``.
 
 Data: Debian's ``dataset-fashion-mnist`` (``/usr/share/datasets/fashion-mnist``) or ``--data-root``.
 Reference: Xiao et al. (2017) list 2-layer CNNs at 91-93% test accuracy; the issue's target is >= 93% for the
@@ -56,23 +56,21 @@ def cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
-def probe_speed(task: ImageTask, batch_size: int, steps: int = 30, warmup: int = 10) -> float:
-    """Training images/s of ``task``'s model (forward, backward, AdamW step) on real batches."""
-    torch.manual_seed(0)
-    task.setup()
-    model = task.build_model().train()
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    examples = task.train_examples()
-    t0 = 0.0
-    for i in range(warmup + steps):
-        if i == warmup:
-            t0 = time.perf_counter()
-        x, y = task.collate([examples[j] for j in range(i * batch_size, (i + 1) * batch_size)])
-        loss = torch.nn.functional.cross_entropy(model(x), y)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-    return steps * batch_size / (time.perf_counter() - t0)
+def train_config(args, **overrides) -> TrainConfig:
+    """The trainer's settings for every variant (and its speed probe)."""
+    settings = dict(epochs=1, max_minutes=args.max_minutes, batch_size=args.batch_size, lr=args.lr,
+                    weight_decay=args.weight_decay, schedule="cosine", monitor="accuracy", seed=args.seed,
+                    device="cpu", progress=False)
+    return TrainConfig(**{**settings, **overrides})
+
+
+def probe_speed(task: ImageTask, args, steps: int = 30, warmup: int = 10) -> float:
+    """Training images/s of ``task``'s model: the median step of a short run of the same trainer."""
+    stamps: list[float] = []
+    train(task, train_config(args, max_steps=warmup + steps), callbacks=[lambda state, logs: stamps.append(
+        time.perf_counter())])
+    return args.batch_size / statistics.median(b - a for a, b in zip(stamps[warmup:], stamps[warmup + 1:],
+                                                                        strict=False))
 
 
 def run_variant(attn: str, data, args) -> dict:
@@ -82,7 +80,7 @@ def run_variant(attn: str, data, args) -> dict:
     epochs, schedule_steps, max_steps = args.epochs, None, args.max_steps
     if args.epochs == "auto":
         per_epoch = -(-len(data.splits["train"][1]) // args.batch_size)
-        speed = probe_speed(ImageTask(opts, data=data), args.batch_size)
+        speed = probe_speed(ImageTask(opts, data=data), args)
         schedule_steps = max(1, int(0.9 * 60 * args.max_minutes * speed / args.batch_size))
         if max_steps:
             schedule_steps = min(schedule_steps, max_steps)
@@ -94,10 +92,7 @@ def run_variant(attn: str, data, args) -> dict:
         times.append(time.perf_counter())
         counts.append(logs["count"])
 
-    cfg = TrainConfig(epochs=int(epochs), max_minutes=args.max_minutes, max_steps=max_steps,
-                      schedule_steps=schedule_steps,
-                      batch_size=args.batch_size, lr=args.lr, weight_decay=args.weight_decay, schedule="cosine",
-                      monitor="accuracy", seed=args.seed, device="cpu", progress=False)
+    cfg = train_config(args, epochs=int(epochs), max_steps=max_steps, schedule_steps=schedule_steps)
     t0 = time.perf_counter()
     result = train(task, cfg, callbacks=[clock])
     wall = time.perf_counter() - t0
