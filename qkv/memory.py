@@ -2,18 +2,17 @@
 
 PyTorch's CPU tensors come from the C library's ``malloc``. glibc serves a large block (above a threshold
 that starts at 128 KiB and rises to at most 32 MiB) with a fresh ``mmap`` and gives it back to the kernel on
-``free``; freed memory at the top of its heap is given back too. So every new
-large tensor starts as untouched pages that fault in 4 KiB at a time when first written. In a loop that
-allocates the same shapes again and again (a training step, attention weights ``(B, H, T, T)``), that is
-paid on every iteration: about 0.3 ms per MiB on the machine of BENCHMARKS.md, a third of the time of
-``qkv.attention(..., return_weights=True)`` at B=8, H=8, T=1024.
+``free``; freed memory at the top of its heap is given back too. So every new large tensor starts as untouched
+pages that fault in 4 KiB at a time when first written. In a loop that allocates the same shapes again and again
+(a training step, attention weights ``(B, H, T, T)``), that is paid on every iteration: about 0.3 ms per MiB on
+the machine of BENCHMARKS.md, ~80 ms of each ``qkv.attention(..., return_weights=True)`` at B=8, H=8, T=1024.
 
 :func:`keep_freed_memory` tells glibc to serve large blocks from its heap and to keep freed memory there
 for the next allocation, as a caching allocator (jemalloc, tcmalloc, PyTorch's CUDA allocator) does. The
-cost: the process keeps its peak memory instead of returning it to the system. The ``qkv`` command
-calls it for its training and evaluation commands (``qkv --release-memory ...`` does not); a library
-import never changes it. The same without code: ``MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=2147483647``
-in the environment, or ``LD_PRELOAD`` of jemalloc or tcmalloc.
+cost: the process keeps its peak memory instead of returning it to the system. The ``qkv`` command calls it
+before any of its commands (``qkv --release-memory ...`` does not); a library import never changes it. The
+same without code: ``MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=2147483647`` in the environment, or
+``LD_PRELOAD`` of jemalloc or tcmalloc.
 """
 
 from __future__ import annotations
