@@ -18,7 +18,7 @@ same without code: ``MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=2147483647`` in t
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
+import functools
 import logging
 import sys
 
@@ -32,12 +32,13 @@ _INT_MAX = 2**31 - 1
 _kept = False
 
 
+@functools.cache
 def _glibc():
     """glibc as a ``ctypes.CDLL``, or ``None`` on other C libraries and systems."""
     if not sys.platform.startswith("linux"):
         return None
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        libc = ctypes.CDLL("libc.so.6")  # glibc's soname (no ldconfig subprocess, as find_library would run)
         libc.gnu_get_libc_version  # noqa: B018 - glibc only (musl has mallopt but not this)
         libc.mallopt  # noqa: B018
     except (OSError, AttributeError):
