@@ -13,3 +13,12 @@ def gen():
     """A fresh, seeded generator per test: inputs are random but reproducible on failure."""
     return torch.Generator().manual_seed(int.from_bytes(os.urandom(4), "little") if os.environ.get("QKV_RANDOM")
                                          else 1234)
+
+
+@pytest.fixture
+def one_thread():
+    """Tiny models run fastest on one thread, and do not then fight other processes for the cores."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

@@ -126,11 +126,3 @@ def test_date_corpus_is_a_parallel_corpus():
     assert c.sizes() == {"train": 200, "valid": 20, "test": 30}
     assert {t for _, t in c.train}.isdisjoint({t for _, t in c.test})
     assert c.references("test")[0][1]
-
-
-def test_fast_enough():
-    import time
-
-    t = time.perf_counter()
-    make_dates(20_000, seed=11)
-    assert time.perf_counter() - t < 5.0

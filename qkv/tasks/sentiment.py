@@ -1,26 +1,24 @@
-"""Sentiment analysis with attention: data + word tokeniser + an attention classifier + the shared trainer, and
-the commands ``qkv train sentiment`` and ``qkv classify``.
+"""Sentiment analysis with attention: the options, data, model, the trainer's task and a
+:class:`SentimentClassifier`.
 
 The default data format is the movie-review snippets (``id<TAB>rating<TAB>text``, binary by the rating's sign,
-or the rating itself with ``--regression``); ``--text-col``/``--label-col`` read any CSV/TSV file instead. The
-model's pooled attention weights are its visible output: ``qkv classify`` shades every word by its weight, in
-the terminal or in an HTML page.
+or the rating itself with ``regression``); ``text_col``/``label_col`` read any CSV/TSV file instead. The
+model's pooled attention weights are its visible output: each prediction carries a weight per word.
 
 Example::
 
-    qkv train sentiment --data movie-review-snippets.tsv.gz --model bigru --out runs/mr
-    qkv classify runs/mr "a gorgeous, witty, seductive movie." --html mr.html
+    from qkv.tasks.sentiment import SentimentClassifier, SentimentOptions, train_defaults, train_folds
+    options = SentimentOptions(data="movie-review-snippets.tsv.gz", model="bigru")
+    train_folds(options, train_defaults(options).replace(out="runs/mr"))
+    SentimentClassifier.load("runs/mr").predict(["a gorgeous, witty, seductive movie."])[0].label
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
-import json
 import logging
 import math
 import os
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,142 +27,193 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..options import check_options, option
 from ..train.task import Task
-from .common import print_result
+from .base import load_run, upgrade_options
 
 logger = logging.getLogger(__name__)
 
+__all__ = ["SentimentOptions", "load_data", "make_splits", "model_spec", "build_model", "train_defaults",
+           "SentimentTask", "train_folds", "collate_texts", "Prediction", "SentimentClassifier", "MODELS"]
+
 MODELS = ("bigru", "bilstm", "transformer")
+_RNN = {"model": ("bigru", "bilstm")}
+_TRANSFORMER = {"model": ("transformer",)}
 
 
 @dataclass
 class SentimentOptions:
     """What to train on and which model; the trainer's settings are in :class:`qkv.train.TrainConfig`."""
 
-    data: str = ""  # the data file (.gz allowed): movie-review format, or a CSV/TSV with text_col/label_col
-    text_col: str | None = None  # CSV/TSV: the text column (name or 0-based index); None = movie-review format
-    label_col: str | None = None  # CSV/TSV: the label column
-    delimiter: str | None = None  # CSV/TSV: default tab for .tsv, comma otherwise
-    no_header: bool = False  # CSV/TSV: the first row is data, columns are indices
-    labels: str | None = None  # CSV/TSV: comma-separated known labels (others are errors); default: all seen
-    on_error: str = "raise"  # bad rows (empty text, unknown label): "raise" or "skip" (and count)
-    regression: bool = False  # predict the number in the label column (one output, MSE) instead of classes
+    # data
+    data: str = option("", help="movie-review file (id<TAB>rating<TAB>text) or a CSV/TSV file, .gz allowed")
+    text_col: str | None = option(None, help="CSV/TSV: the text column (name or 0-based index)")
+    label_col: str | None = option(None, help="CSV/TSV: the label column (name or 0-based index)")
+    delimiter: str | None = option(None, help="CSV/TSV delimiter (default: tab for .tsv, else comma)")
+    header: bool = option(True, help="CSV/TSV: the first row names the columns")
+    labels: str | None = option(None, help="CSV/TSV: comma-separated known labels (others are bad rows)")
+    on_error: str = option("raise", choices=("raise", "skip"), help="bad rows: stop, or skip and count them")
+    regression: bool = option(False, help="predict the rating (MSE) instead of classes")
     # splits
-    valid: float = 0.1  # fraction of the data for validation (early stopping)
-    test: float = 0.1  # fraction held out for the final test (ignored with folds)
-    folds: int = 0  # k-fold cross-validation: k runs, each testing on one fold; 0 = one split
-    fold: int = 0  # which fold this task trains (set by the k-fold loop)
-    data_seed: int = 0  # seed of the splits (independent of the training seed)
+    valid: float = option(0.1, low=0, low_open=True, high=0.5, help="fraction for validation")
+    test: float = option(0.1, low=0, high=0.5, applies={"folds": (0,)},
+                         help="fraction held out for the test (without folds)")
+    folds: int = option(0, low=0, help="k-fold cross-validation: k runs, each testing on one fold (0 = one split)")
+    fold: int = option(0, low=0, cli=False, help="the fold this task trains (set by the k-fold loop)")
+    data_seed: int = option(0, low=0, help="seed of the splits (not of training)")
     # tokens
-    min_freq: int = 1  # words seen fewer times in the training split become <unk>
-    max_vocab: int | None = 30000  # vocabulary cap (most frequent first, special tokens included)
-    max_len: int = 100  # tokens kept per text
-    lowercase: bool = True
+    min_freq: int = option(1, low=1, help="words seen fewer times in the training split become <unk>")
+    max_vocab: int | None = option(30000, low=5, help="vocabulary cap, special tokens included")
+    max_len: int = option(100, low=1, help="tokens kept per text")
+    lowercase: bool = option(True, help="lower-case the words")
     # model
-    model: str = "bigru"  # bigru | bilstm | transformer
-    embed_dim: int = 128  # word vector size (taken from the vectors file when given)
-    hidden_dim: int = 64  # RNN size per direction / Transformer width
-    layers: int = 1  # RNN or Transformer layers
-    heads: int = 4  # Transformer heads
-    pooling: str = "cls"  # Transformer: "cls" query or "attention" pooling (RNNs always use attention pooling)
-    hops: int = 1  # attention-pooling queries (Lin et al. 2017 when > 1)
-    penalty: float = 0.0  # weight of Lin et al.'s ||AA^T - I||^2 penalty (hops > 1)
-    attn_dim: int | None = None  # size of the attention-pooling keys (default hidden_dim)
-    mlp_dim: int | None = None  # hidden layer before the RNN classifier's output
-    dropout: float = 0.5
-    embed_dropout: float = 0.5
-    vectors: str | None = None  # pretrained word vectors, GloVe/word2vec text format
-    freeze_vectors: bool = False
+    model: str = option("bigru", choices=MODELS, help="bigru, bilstm (attention pooling) or transformer")
+    embed_dim: int = option(128, low=1, help="word vector size (from the vectors file when given)")
+    hidden_dim: int = option(128, low=2, applies=_RNN, help="RNNs: output size, both directions together")
+    attn_dim: int | None = option(None, low=1, applies=_RNN, help="RNNs: size of the attention-pooling keys "
+                                  "(default: hidden-dim / 2)")
+    mlp_dim: int | None = option(None, low=1, applies=_RNN, help="RNNs: a hidden layer before the output")
+    dim: int = option(64, low=2, applies=_TRANSFORMER, help="transformer: model width")
+    num_heads: int = option(4, low=1, applies=_TRANSFORMER, help="transformer: attention heads")
+    ffn_dim: int | None = option(None, low=1, applies=_TRANSFORMER, help="transformer: feed-forward width "
+                                 "(default: 4 x dim)")
+    pooling: str = option("cls", choices=("cls", "attention"), applies=_TRANSFORMER,
+                          help="transformer: a [CLS]-style query, or attention pooling")
+    num_layers: int = option(1, low=1, help="RNN or transformer layers")
+    hops: int = option(1, low=1, help="attention-pooling queries (Lin et al. 2017 when > 1)")
+    penalty: float = option(0.0, low=0, help="weight of Lin et al.'s ||AA^T - I||^2 penalty (needs hops > 1)")
+    dropout: float = option(0.5, low=0, high=0.99, help="dropout")
+    embed_dropout: float = option(0.5, low=0, high=0.99, help="dropout on the word vectors")
+    vectors: str | None = option(None, help="pretrained word vectors (GloVe/word2vec text file)")
+    freeze_vectors: bool = option(False, help="keep the pretrained vectors fixed (needs vectors)")
 
     def __post_init__(self):
-        if self.model not in MODELS:
-            raise ValueError(f"model must be one of {', '.join(MODELS)}, got {self.model!r}")
+        check_options(self)
         if (self.text_col is None) != (self.label_col is None):
-            raise ValueError("give both --text-col and --label-col (or neither, for the movie-review format)")
-        if self.on_error not in ("raise", "skip"):
-            raise ValueError(f"on_error must be 'raise' or 'skip', got {self.on_error!r}")
-        if self.folds and not (self.folds >= 2 and 0 <= self.fold < self.folds):
+            raise ValueError("give both text_col and label_col (or neither, for the movie-review format)")
+        if self.text_col is None and (self.delimiter is not None or not self.header or self.labels is not None):
+            raise ValueError("delimiter, header and labels are for CSV/TSV files: give text_col and label_col")
+        if self.folds and not (self.folds >= 2 and self.fold < self.folds):
             raise ValueError(f"folds must be >= 2 with 0 <= fold < folds, got folds={self.folds}, fold={self.fold}")
-        if self.hops < 1:
-            raise ValueError(f"hops must be >= 1, got {self.hops}")
-        if self.penalty < 0:
-            raise ValueError(f"penalty must be >= 0, got {self.penalty}")
         if self.model == "transformer" and self.pooling == "cls" and self.hops != 1:
-            raise ValueError("--hops needs attention pooling: add --pooling attention for the transformer")
-        if self.max_len < 1:
-            raise ValueError(f"max_len must be >= 1, got {self.max_len}")
-
-    def arch(self, vocab_size: int, num_classes: int) -> dict[str, Any]:
-        """Keyword arguments of :func:`qkv.models.classifiers.create_classifier` (JSON, no pretrained tensor)."""
-        if self.model == "transformer":
-            return {"dim": self.hidden_dim, "num_heads": self.heads, "num_layers": self.layers,
-                    "dropout": self.dropout, "embed_dim": self.embed_dim, "pooling": self.pooling,
-                    "hops": self.hops, "embed_dropout": self.embed_dropout}
-        return {"embed_dim": self.embed_dim, "hidden_dim": self.hidden_dim, "num_layers": self.layers,
-                "hops": self.hops, "attn_dim": self.attn_dim, "mlp_dim": self.mlp_dim, "dropout": self.dropout,
-                "embed_dropout": self.embed_dropout}
+            raise ValueError("hops needs attention pooling: add pooling='attention' for the transformer")
+        if self.penalty and self.hops < 2:
+            raise ValueError(f"penalty={self.penalty} needs hops > 1 (the penalty is on several attention rows)")
+        if self.freeze_vectors and not self.vectors:
+            raise ValueError("freeze_vectors needs vectors (a word-vector file)")
+        if self.model == "transformer" and self.dim % self.num_heads:
+            raise ValueError(f"num_heads ({self.num_heads}) must divide dim ({self.dim})")
+        if self.model != "transformer" and self.hidden_dim % 2:
+            raise ValueError(f"hidden_dim ({self.hidden_dim}) must be even: it is split between two directions")
 
 
-def build_model(config: dict[str, Any]) -> nn.Module:
-    """Rebuild a classifier from a checkpoint's ``config`` (``{"model", "vocab_size", "num_classes", "arch"}``)."""
-    from ..models.classifiers import create_classifier
+def train_defaults(options: SentimentOptions):
+    """The trainer's settings for sentiment (the ``qkv train sentiment`` defaults: the benchmark's BiGRU)."""
+    from ..train import TrainConfig
 
-    return create_classifier(config["model"], config["vocab_size"], config["num_classes"], **config["arch"])
+    return TrainConfig(epochs=12, batch_size=50, lr=3e-3, weight_decay=0.05, schedule="cosine", patience=3,
+                       monitor="accuracy")
 
 
-def load_data(opts: SentimentOptions):
-    """The :class:`qkv.data.text_classification.TextDataset` that ``opts`` describes."""
+def load_data(options: SentimentOptions):
+    """The :class:`qkv.data.text_classification.TextDataset` that ``options`` describes."""
     from ..data.text_classification import read_movie_reviews, read_table
 
-    if not opts.data:
-        raise ValueError("no data file: give --data PATH")
-    if opts.text_col is None:
-        return read_movie_reviews(opts.data, regression=opts.regression, on_error=opts.on_error)
-    labels = [s.strip() for s in opts.labels.split(",")] if opts.labels else None
-    return read_table(opts.data, text_col=opts.text_col, label_col=opts.label_col, delimiter=opts.delimiter,
-                      header=not opts.no_header, labels=labels, regression=opts.regression, on_error=opts.on_error)
+    if not options.data:
+        raise ValueError("no data file: give data (--data PATH)")
+    if not Path(options.data).is_file():
+        raise FileNotFoundError(f"no such data file: {options.data} (data)")
+    if options.text_col is None:
+        return read_movie_reviews(options.data, regression=options.regression, on_error=options.on_error)
+    labels = [s.strip() for s in options.labels.split(",")] if options.labels else None
+    return read_table(options.data, text_col=options.text_col, label_col=options.label_col,
+                      delimiter=options.delimiter, header=options.header, labels=labels,
+                      regression=options.regression, on_error=options.on_error)
 
 
-def make_splits(labels, opts: SentimentOptions) -> dict[str, list[int]]:
-    """``{"train", "valid", "test"}`` indices: a stratified split, or fold ``opts.fold`` of ``opts.folds``
-    (its test part; validation is carved, stratified, from the other folds)."""
+def make_splits(labels, options: SentimentOptions) -> dict[str, list[int]]:
+    """``{"train", "valid", "test"}`` indices: a stratified split, or fold ``options.fold`` of ``options.folds``
+    (its test part; validation is carved, stratified, from the other folds). Every split must be non-empty."""
     from ..data.text_classification import kfold_splits, stratified_split
 
-    if not opts.folds:
-        train, valid, test = stratified_split(labels, valid=opts.valid, test=opts.test, seed=opts.data_seed)
-        return {"train": train, "valid": valid, "test": test}
-    rest, test = kfold_splits(labels, opts.folds, seed=opts.data_seed)[opts.fold]
-    tr, va, _ = stratified_split([labels[i] for i in rest], valid=opts.valid, test=0.0, seed=opts.data_seed)
-    return {"train": [rest[i] for i in tr], "valid": [rest[i] for i in va], "test": test}
+    o = options
+    if not o.folds:
+        train, valid, test = stratified_split(labels, valid=o.valid, test=o.test, seed=o.data_seed)
+        splits = {"train": train, "valid": valid, "test": test}
+    else:
+        rest, test = kfold_splits(labels, o.folds, seed=o.data_seed)[o.fold]
+        tr, va, _ = stratified_split([labels[i] for i in rest], valid=o.valid, test=0.0, seed=o.data_seed)
+        splits = {"train": [rest[i] for i in tr], "valid": [rest[i] for i in va], "test": test}
+    needed = ("train", "valid", "test") if o.test or o.folds else ("train", "valid")
+    if not all(splits[s] for s in needed):
+        raise ValueError(f"{o.data or 'the data'}: {len(labels)} examples give "
+                         f"{', '.join(f'{len(splits[s])} {s}' for s in needed)}; every split needs at least one "
+                         "example: use more data or larger fractions")
+    return splits
+
+
+def model_spec(options: SentimentOptions, *, vocab_size: int, num_classes: int) -> dict[str, Any]:
+    """``{"name", "config"}`` for :func:`qkv.models.create` (JSON only: pretrained vectors are loaded apart)."""
+    o = options
+    config: dict[str, Any] = {"vocab_size": vocab_size, "num_classes": num_classes, "embed_dim": o.embed_dim,
+                              "num_layers": o.num_layers, "hops": o.hops, "dropout": o.dropout,
+                              "embed_dropout": o.embed_dropout}
+    if o.model == "transformer":
+        config.update(dim=o.dim, num_heads=o.num_heads, ffn_dim=o.ffn_dim, pooling=o.pooling)
+        return {"name": "transformer-classifier", "config": config}
+    config.update(hidden_dim=o.hidden_dim, attn_dim=o.attn_dim, mlp_dim=o.mlp_dim)
+    return {"name": f"{o.model}-classifier", "config": config}
+
+
+def build_model(options: SentimentOptions, *, vocab_size: int, num_classes: int, vocab: list[str] | None = None):
+    """A new classifier; with ``options.vectors``, its embedding starts from the vectors of ``vocab``'s words."""
+    from ..models import create
+    from ..models.classifiers import load_word_vectors
+
+    spec = model_spec(options, vocab_size=vocab_size, num_classes=num_classes)
+    extra: dict[str, Any] = {}
+    if options.vectors:
+        if vocab is None:
+            raise ValueError("vectors need the vocabulary (vocab=)")
+        pretrained, found = load_word_vectors(options.vectors, vocab)
+        logger.info("word vectors for %d of %d tokens from %s", found, len(vocab), options.vectors)
+        extra = {"pretrained": pretrained, "freeze_embeddings": options.freeze_vectors}
+    return create(spec["name"], **spec["config"], **extra)
+
+
+def collate_texts(examples, *, regression: bool = False) -> dict[str, torch.Tensor]:
+    """``[(ids, label), ...]`` -> ``{"ids" (B, T), "mask" (B, T) True at tokens, "labels" (B,)}``."""
+    from ..data.batching import pad_sequences
+
+    ids, _, mask = pad_sequences([x for x, _ in examples], min_len=1)
+    labels = torch.tensor([y for _, y in examples], dtype=torch.float32 if regression else torch.long)
+    return {"ids": ids, "mask": mask, "labels": labels}
 
 
 class SentimentTask(Task):
     """Text classification (cross-entropy) or rating regression (MSE) with attention-pooled classifiers.
 
     ``dataset`` (a :class:`~qkv.data.text_classification.TextDataset`) may be given to skip reading
-    ``opts.data`` (e.g. once for all folds).
+    ``options.data`` (e.g. once for all folds).
     """
 
     name = "sentiment"
     unit = "items"
 
-    def __init__(self, opts: SentimentOptions, dataset=None):
-        self.opts = opts
+    def __init__(self, options: SentimentOptions, dataset=None):
+        self.options = options
         self.dataset = dataset
         self.tokenizer = None
         self.encoded: dict[str, list[tuple[list[int], Any]]] = {}
 
-    # -- data -----------------------------------------------------------------------------------------
     def setup(self) -> None:
         from ..data.tokenize import WordTokenizer
 
-        o = self.opts
+        o = self.options
         if self.dataset is None:
             self.dataset = load_data(o)
         data = self.dataset
         self.splits = make_splits(data.labels, o)
-        if not self.splits["train"]:
-            raise ValueError(f"{o.data}: no training examples after the split")
         if self.tokenizer is None:
             self.tokenizer = WordTokenizer.train((data.texts[i] for i in self.splits["train"]), min_freq=o.min_freq,
                                                  max_size=o.max_vocab, lowercase=o.lowercase)
@@ -192,25 +241,15 @@ class SentimentTask(Task):
     def collate(self, examples):
         return collate_texts(examples, regression=self.dataset.regression)
 
-    # -- model ----------------------------------------------------------------------------------------
     def config(self) -> dict[str, Any]:
         d = self.dataset
-        return {"model": self.opts.model, "vocab_size": self.tokenizer.vocab_size, "num_classes": d.num_classes,
-                "arch": self.opts.arch(self.tokenizer.vocab_size, d.num_classes), "label_names": d.label_names,
-                "regression": d.regression, "max_len": self.opts.max_len, "options": dataclasses.asdict(self.opts)}
+        return {"model": model_spec(self.options, vocab_size=self.tokenizer.vocab_size, num_classes=d.num_classes),
+                "label_names": d.label_names, "regression": d.regression, "options": dataclasses.asdict(self.options)}
 
     def build_model(self) -> nn.Module:
-        from ..models.classifiers import load_word_vectors
-
-        config = self.config()
-        pretrained = None
-        if self.opts.vectors:
-            vocab = self.tokenizer.tokens_of_ids(range(self.tokenizer.vocab_size))
-            pretrained, found = load_word_vectors(self.opts.vectors, vocab)
-            logger.info("word vectors for %d of %d tokens from %s", found, len(vocab), self.opts.vectors)
-            config["arch"] = {**config["arch"], "pretrained": pretrained,
-                              "freeze_embeddings": self.opts.freeze_vectors}
-        return build_model(config)
+        vocab = self.tokenizer.tokens_of_ids(range(self.tokenizer.vocab_size)) if self.options.vectors else None
+        return build_model(self.options, vocab_size=self.tokenizer.vocab_size, num_classes=self.dataset.num_classes,
+                           vocab=vocab)
 
     def loss(self, model, batch):
         out = model(batch["ids"], batch["mask"])
@@ -222,15 +261,17 @@ class SentimentTask(Task):
         else:
             loss = F.cross_entropy(out.logits, y, reduction="sum")
             stats = {"correct": (out.logits.argmax(-1) == y).sum()}
-        if self.opts.penalty and out.weights.dim() == 3:
+        if self.options.penalty:
             from ..layers.pooling import AttentionPooling
 
             pen = AttentionPooling.penalty(out.weights).sum()
-            loss = loss + self.opts.penalty * pen
+            loss = loss + self.options.penalty * pen
             stats["penalty"] = pen.detach()
         return loss, len(y), stats
 
     def evaluate(self, model, split: str) -> dict[str, float]:
+        from ..metrics import classification_metrics, regression_metrics
+
         if split not in self.encoded:
             raise ValueError(f"no split {split!r}; one of {', '.join(self.encoded)}")
         examples = self.encoded[split]
@@ -238,44 +279,40 @@ class SentimentTask(Task):
             return {}
         device = next(model.parameters()).device
         preds, ys = [], []
-        for chunk in _length_sorted_chunks(examples, 256):
-            batch = self.to_device(self.collate(chunk), device)
+        order = sorted(range(len(examples)), key=lambda i: len(examples[i][0]))
+        for s in range(0, len(order), 256):
+            batch = self.to_device(self.collate([examples[i] for i in order[s:s + 256]]), device)
             preds.append(model(batch["ids"], batch["mask"]).logits.float().cpu())
             ys.append(batch["labels"].cpu())
-        return classification_metrics(torch.cat(preds), torch.cat(ys), regression=self.dataset.regression)
+        logits, labels = torch.cat(preds), torch.cat(ys)
+        if self.dataset.regression:
+            return regression_metrics(logits[:, 0], labels)
+        return classification_metrics(logits, labels)
 
 
-def collate_texts(examples, *, regression: bool = False) -> dict[str, torch.Tensor]:
-    """``[(ids, label), ...]`` -> ``{"ids" (B, T), "mask" (B, T) True at tokens, "labels" (B,)}``."""
-    from ..data.batching import pad_sequences
+def train_folds(options: SentimentOptions, config, dataset=None) -> dict[str, Any]:
+    """Train one split, or every fold when ``options.folds`` (each into ``config.out/fold-K``).
 
-    ids, _, mask = pad_sequences([x for x, _ in examples], min_len=1)
-    labels = torch.tensor([y for _, y in examples], dtype=torch.float32 if regression else torch.long)
-    return {"ids": ids, "mask": mask, "labels": labels}
-
-
-def _length_sorted_chunks(examples, size):
-    order = sorted(range(len(examples)), key=lambda i: len(examples[i][0]))
-    for s in range(0, len(order), size):
-        yield [examples[i] for i in order[s:s + size]]
-
-
-def classification_metrics(logits: torch.Tensor, labels: torch.Tensor, *, regression: bool = False) -> dict[str, float]:
-    """Accuracy and loss (classification), or MSE, MAE, Pearson r and sign accuracy (regression).
-
-    For regression, ``accuracy`` is the agreement of signs over the examples whose label is not 0, so that
-    early stopping on ``accuracy`` means the same thing for both.
+    Returns ``{"runs": [TrainResult...], "test_accuracy": [...], "mean": m, "std": s}`` (one run without folds).
     """
-    if regression:
-        pred = logits[:, 0].double()
-        y = labels.double()
-        nonzero = y != 0
-        r = torch.corrcoef(torch.stack([pred, y]))[0, 1] if len(y) > 1 else torch.tensor(float("nan"))
-        return {"mse": float(((pred - y) ** 2).mean()), "mae": float((pred - y).abs().mean()), "pearson": float(r),
-                "accuracy": float(((pred[nonzero] > 0) == (y[nonzero] > 0)).double().mean()) if nonzero.any()
-                else float("nan")}
-    return {"accuracy": float((logits.argmax(-1) == labels).double().mean()),
-            "loss": float(F.cross_entropy(logits, labels))}
+    from ..train import train
+
+    if dataset is None:
+        dataset = load_data(options)
+    folds = range(options.folds) if options.folds else [None]
+    runs, accs = [], []
+    for f in folds:
+        o, cfg = options, config
+        if f is not None:
+            o = dataclasses.replace(options, fold=f)
+            cfg = config.replace(out=str(Path(config.out) / f"fold-{f}") if config.out else None)
+            logger.info("fold %d of %d", f + 1, options.folds)
+        result = train(SentimentTask(o, dataset), cfg)
+        runs.append(result)
+        accs.append(result.metrics.get("test", {}).get("accuracy", math.nan))
+    mean = sum(accs) / len(accs)
+    std = math.sqrt(sum((a - mean) ** 2 for a in accs) / (len(accs) - 1)) if len(accs) > 1 else 0.0
+    return {"runs": runs, "test_accuracy": accs, "mean": mean, "std": std}
 
 
 # ------------------------------------------------------------------------------------------- inference
@@ -300,28 +337,52 @@ class Prediction:
         return f"{self.label} {self.probability:.3f}"
 
 
-class SentimentClassifier:
-    """A trained checkpoint ready to classify text: ``SentimentClassifier.load(path).predict(["text", ...])``."""
+def _upgrade_v1(config: dict[str, Any], state_dict: dict) -> tuple[dict, dict]:
+    """A qkv 0.1.0 sentiment run in the current format (RNN ``hidden_dim`` was per direction then)."""
+    from ..models.legacy import upgrade_state_dict
 
-    def __init__(self, model: nn.Module, tokenizer, config: dict[str, Any], device: torch.device | str = "cpu"):
-        self.model, self.tokenizer, self.config = model.eval(), tokenizer, config
+    old = dict(config["options"])
+    kind = config["model"]
+    arch = dict(config["arch"])
+    renames = {"layers": "num_layers", "heads": "num_heads"}
+    if kind == "transformer":
+        renames["hidden_dim"] = "dim"
+    else:
+        old["hidden_dim"] = 2 * old["hidden_dim"]
+        arch["hidden_dim"] = 2 * arch["hidden_dim"]
+        arch["attn_dim"] = arch.get("attn_dim") or config["arch"]["hidden_dim"]
+    old["header"] = not old.pop("no_header", False)
+    options = upgrade_options(SentimentOptions, old, renames)
+    name = "transformer-classifier" if kind == "transformer" else f"{kind}-classifier"
+    spec = {"name": name, "config": {"vocab_size": config["vocab_size"], "num_classes": config["num_classes"], **arch}}
+    return ({"model": spec, "label_names": config["label_names"], "regression": config["regression"],
+             "options": dataclasses.asdict(options)}, upgrade_state_dict(name, state_dict))
+
+
+class SentimentClassifier:
+    """A trained sentiment run: ``SentimentClassifier.load(run_dir).predict(["text", ...])``."""
+
+    task = SentimentTask.name
+
+    def __init__(self, model: nn.Module, tokenizer, config: dict[str, Any], options: SentimentOptions,
+                 device: torch.device | str = "cpu"):
+        from ..data.tokenize import WordTokenizer
+
+        self.model, self.tokenizer, self.config, self.options = model.eval(), tokenizer, config, options
         self.device = torch.device(device)
         self.label_names = config.get("label_names") or []
         self.regression = bool(config.get("regression"))
-        self.max_len = int(config.get("max_len", 100))
-        from ..data.tokenize import WordTokenizer
-
+        self.max_len = options.max_len
         self._display = WordTokenizer([], lowercase=False) if isinstance(tokenizer, WordTokenizer) else None
 
     @classmethod
-    def load(cls, checkpoint: str | os.PathLike, device: str = "cpu") -> SentimentClassifier:
-        """Read a run directory (its ``best/``, else ``checkpoint/``) or a checkpoint directory."""
+    def load(cls, run_dir: str | os.PathLike, device: str = "cpu") -> SentimentClassifier:
+        """Read a run directory (its ``best/``, else ``checkpoint/``) or a checkpoint directory, of any release."""
         from ..data.tokenize import load_tokenizer
-        from ..train import load_model, resolve_device
 
-        dev = resolve_device(device)
-        model, ckpt = load_model(checkpoint, build_model, device=dev, task=SentimentTask.name)
-        return cls(model, load_tokenizer(ckpt.assets / "tokenizer"), ckpt.config, dev)
+        run = load_run(run_dir, cls.task, _upgrade_v1, SentimentOptions, device)
+        return cls(run.model, load_tokenizer(run.checkpoint.assets / "tokenizer"), run.config, run.options,
+                   next(run.model.parameters()).device)
 
     def display_tokens(self, text: str) -> list[str]:
         """The tokens of ``text`` as written (original case when the tokeniser lower-cases), truncated."""
@@ -334,6 +395,10 @@ class SentimentClassifier:
 
     @torch.no_grad()
     def predict(self, texts: list[str], *, batch_size: int = 128) -> list[Prediction]:
+        """Label (or value), probabilities, tokens and attention weights of every text; empty texts are errors."""
+        for i, t in enumerate(texts):
+            if not isinstance(t, str) or not t.strip():
+                raise ValueError(f"text {i + 1} is empty: nothing to classify")
         out: list[Prediction] = []
         for s in range(0, len(texts), batch_size):
             chunk = texts[s:s + batch_size]
@@ -352,7 +417,7 @@ class SentimentClassifier:
                 if self.regression:
                     v = float(logits[i, 0])
                     label = "positive" if v > 0 else "negative" if v < 0 else "neutral"
-                    out.append(Prediction(text, label, float("nan"), {}, tokens, w, value=v))
+                    out.append(Prediction(text, label, math.nan, {}, tokens, w, value=v))
                     continue
                 probs = logits[i].softmax(-1)
                 k = int(probs.argmax())
@@ -360,152 +425,3 @@ class SentimentClassifier:
                                       {name: float(p) for name, p in zip(self.label_names, probs, strict=True)},
                                       tokens, w))
         return out
-
-
-# ----------------------------------------------------------------------------------------------- commands
-
-def _train_defaults():
-    from ..train import TrainConfig
-
-    # the benchmark's BiGRU settings (benchmarks/sentiment.py)
-    return TrainConfig(epochs=12, batch_size=50, lr=3e-3, weight_decay=0.05, schedule="cosine", patience=3,
-                       monitor="accuracy")
-
-
-def _options_from_args(args) -> SentimentOptions:
-    names = {f.name for f in dataclasses.fields(SentimentOptions)}
-    return SentimentOptions(**{k: v for k, v in vars(args).items() if k in names and v is not None})
-
-
-def train_sentiment(opts: SentimentOptions, config, dataset=None) -> dict[str, Any]:
-    """Train one split, or every fold when ``opts.folds`` (each into ``config.out/fold-K``).
-
-    Returns ``{"runs": [TrainResult...], "test_accuracy": [...], "mean": m, "std": s}`` (one run without folds).
-    """
-    from ..train import train
-
-    if dataset is None:
-        dataset = load_data(opts)
-    folds = range(opts.folds) if opts.folds else [None]
-    runs, accs = [], []
-    for f in folds:
-        o, cfg = opts, config
-        if f is not None:
-            o = dataclasses.replace(opts, fold=f)
-            cfg = config.replace(out=str(Path(config.out) / f"fold-{f}") if config.out else None)
-            logger.info("fold %d of %d", f + 1, opts.folds)
-        result = train(SentimentTask(o, dataset), cfg)
-        runs.append(result)
-        accs.append(result.metrics.get("test", {}).get("accuracy", float("nan")))
-    mean = sum(accs) / len(accs)
-    std = math.sqrt(sum((a - mean) ** 2 for a in accs) / max(len(accs) - 1, 1)) if len(accs) > 1 else 0.0
-    return {"runs": runs, "test_accuracy": accs, "mean": mean, "std": std}
-
-
-def cmd_train(args: argparse.Namespace) -> int:
-    from ..train import config_from_args
-
-    opts = _options_from_args(args)
-    cfg = config_from_args(args, _train_defaults(), monitor="accuracy", extra={"command": " ".join(sys.argv)})
-    summary = train_sentiment(opts, cfg)
-    for k, result in enumerate(summary["runs"]):
-        print_result(result, head=f"fold {k + 1}: " if opts.folds else "")
-    if opts.folds:
-        print(f"{opts.folds}-fold test accuracy: {summary['mean']:.4f} +- {summary['std']:.4f}")
-        if cfg.out:
-            path = Path(cfg.out) / "kfold.json"
-            path.write_text(json.dumps({k: summary[k] for k in ("test_accuracy", "mean", "std")}, indent=1) + "\n",
-                            encoding="utf-8")
-            print(f"wrote {path}")
-    if cfg.out and opts.folds:
-        print(f"run directory: {cfg.out}")
-    return 0
-
-
-def _use_color(choice: str) -> bool:
-    if choice == "always":
-        return True
-    if choice == "never":
-        return False
-    return sys.stdout.isatty() and os.environ.get("NO_COLOR") is None and os.environ.get("TERM") != "dumb"
-
-
-def cmd_classify(args: argparse.Namespace) -> int:
-    from ..viz.text import HighlightedText, highlight_ansi, save_html, top_tokens
-
-    texts = list(args.text)
-    if args.file:
-        texts += [line.strip() for line in Path(args.file).read_text(encoding="utf-8").splitlines() if line.strip()]
-    if not texts:
-        raise ValueError("give texts to classify, or --file")
-    clf = SentimentClassifier.load(args.checkpoint, args.device)
-    preds = clf.predict(texts)
-    color = _use_color(args.color)
-    for p in preds:
-        line = f"{p.caption}\t{highlight_ansi(p.tokens, p.weights, color=color)}"
-        if not color and args.top:
-            line += "\t[" + ", ".join(f"{t} {w:.2f}" for t, w in top_tokens(p.tokens, p.weights, args.top)) + "]"
-        print(line)
-    if args.html:
-        items = [HighlightedText(p.tokens, p.weights, caption=p.caption,
-                                 details=[(k, f"{v:.3f}") for k, v in p.probabilities.items()]) for p in preds]
-        path = save_html(args.html, items, title=args.title)
-        print(f"wrote {path}")
-    return 0
-
-
-def register_cli(commands, train_commands) -> None:
-    from ..train import add_arguments
-
-    d = SentimentOptions()
-    p = train_commands.add_parser("sentiment", help="train a text classifier with attention (sentiment by default)",
-                                  formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    g = p.add_argument_group("data")
-    g.add_argument("--data", required=True, help="movie-review file (id<TAB>rating<TAB>text) or a CSV/TSV file")
-    g.add_argument("--text-col", default=None, help="CSV/TSV text column (name or 0-based index)")
-    g.add_argument("--label-col", default=None, help="CSV/TSV label column (name or 0-based index)")
-    g.add_argument("--delimiter", default=None, help="CSV/TSV delimiter (default: tab for .tsv, else comma)")
-    g.add_argument("--no-header", action="store_true", help="CSV/TSV without a header row")
-    g.add_argument("--labels", default=None, help="comma-separated known labels (others are bad rows)")
-    g.add_argument("--on-error", default=d.on_error, choices=["raise", "skip"], help="bad rows: stop, or skip")
-    g.add_argument("--regression", action="store_true", help="predict the rating/number (MSE) instead of classes")
-    g.add_argument("--valid", type=float, default=d.valid, help="validation fraction")
-    g.add_argument("--test", type=float, default=d.test, help="test fraction (without --folds)")
-    g.add_argument("--folds", type=int, default=d.folds, help="k-fold cross-validation (0 = one split)")
-    g.add_argument("--data-seed", type=int, default=d.data_seed, help="seed of the splits")
-    g.add_argument("--min-freq", type=int, default=d.min_freq, help="min count of a vocabulary word")
-    g.add_argument("--max-vocab", type=int, default=d.max_vocab, help="vocabulary cap")
-    g.add_argument("--max-len", type=int, default=d.max_len, help="tokens kept per text")
-    g = p.add_argument_group("model")
-    g.add_argument("--model", default=d.model, choices=MODELS)
-    g.add_argument("--embed-dim", type=int, default=d.embed_dim)
-    g.add_argument("--hidden-dim", type=int, default=d.hidden_dim, help="RNN size per direction / Transformer width")
-    g.add_argument("--layers", type=int, default=d.layers)
-    g.add_argument("--heads", type=int, default=d.heads, help="Transformer heads")
-    g.add_argument("--pooling", default=d.pooling, choices=["cls", "attention"], help="Transformer pooling")
-    g.add_argument("--hops", type=int, default=d.hops, help="attention-pooling queries (Lin et al. 2017 when > 1)")
-    g.add_argument("--penalty", type=float, default=d.penalty, help="weight of the ||AA^T - I||^2 penalty")
-    g.add_argument("--attn-dim", type=int, default=None, help="attention-pooling key size (default hidden-dim)")
-    g.add_argument("--mlp-dim", type=int, default=None, help="hidden layer before the RNN classifier's output")
-    g.add_argument("--dropout", type=float, default=d.dropout)
-    g.add_argument("--embed-dropout", type=float, default=d.embed_dropout)
-    g.add_argument("--vectors", default=None, help="pretrained word vectors (GloVe/word2vec text file)")
-    g.add_argument("--freeze-vectors", action="store_true", help="keep the pretrained vectors fixed")
-    add_arguments(p, _train_defaults())
-    p.set_defaults(func=cmd_train)
-
-    p = commands.add_parser("classify", help="classify text with a trained sentiment checkpoint, showing attention")
-    p.add_argument("checkpoint", help="run directory or checkpoint directory")
-    p.add_argument("text", nargs="*", help="texts to classify")
-    p.add_argument("--file", help="a file of texts, one per line")
-    p.add_argument("--html", metavar="HTML", help="write a page with every text's words shaded by attention")
-    p.add_argument("--title", default="Attention over words", help="title of the HTML page")
-    p.add_argument("--color", default="auto", choices=["auto", "always", "never"],
-                   help="ANSI colours (auto: when stdout is a terminal)")
-    p.add_argument("--top", type=int, default=3, help="without colours, list this many most attended words")
-    p.add_argument("--device", default="auto", help="auto (CUDA if available), cpu, cuda or cuda:N")
-    p.set_defaults(func=cmd_classify)
-
-
-__all__ = ["SentimentOptions", "SentimentTask", "SentimentClassifier", "Prediction", "build_model", "load_data",
-           "make_splits", "collate_texts", "classification_metrics", "train_sentiment", "register_cli"]

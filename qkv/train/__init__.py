@@ -13,7 +13,7 @@ Example:
 """
 
 from .checkpoint import Checkpoint, load_checkpoint, load_model, resolve_checkpoint
-from .config import TrainConfig, add_arguments, config_from_args
+from .config import TrainConfig
 from .distributed import resolve_device
 from .schedule import epoch_batches, lr_factor
 from .task import Task, to_device
@@ -30,8 +30,6 @@ __all__ = [
     "load_checkpoint",
     "load_model",
     "resolve_checkpoint",
-    "add_arguments",
-    "config_from_args",
     "resolve_device",
     "epoch_batches",
     "lr_factor",

@@ -3,7 +3,7 @@
 A checkpoint is a directory::
 
     model.safetensors   the model's state_dict (tied weights stored once, restored under every name)
-    config.json         {"format": "qkv-checkpoint", "version": 1, "task": NAME, "config": {...}}
+    config.json         {"format": "qkv-checkpoint", "version": 2, "task": NAME, "config": {...}}
     assets/             the task's tokeniser/vocabulary files
     state.json          training state: position, train config, optimizer hyper-parameters, scaler  (full only)
     state.safetensors   training tensors: optimizer moments, RNG states of every rank               (full only)
@@ -46,7 +46,9 @@ __all__ = [
 ]
 
 FORMAT = "qkv-checkpoint"
-VERSION = 1
+# 1: qkv 0.1.0.  2: the applications' configs are {"model": {"name", "config"}, "options": ...} (qkv.models.create
+# rebuilds the model) and parameter names follow one vocabulary; the applications upgrade version-1 runs on load.
+VERSION = 2
 
 
 # --- weights -----------------------------------------------------------------------------------------------
@@ -194,6 +196,7 @@ class Checkpoint:
         state_dict: the model's weights (CPU tensors), for ``model.load_state_dict``.
         assets: the directory of the task's tokeniser/vocabulary files.
         state: training state (position, train config...) of a full checkpoint, else ``None``.
+        version: the format version it was written in (older ones are upgraded by the applications' loaders).
     """
 
     path: Path
@@ -202,6 +205,7 @@ class Checkpoint:
     state_dict: dict[str, Tensor]
     assets: Path
     state: dict[str, Any] | None = None
+    version: int = VERSION
 
     def state_tensors(self) -> dict[str, Tensor]:
         """Optimizer and RNG tensors of a full checkpoint (empty otherwise)."""
@@ -233,12 +237,17 @@ def load_checkpoint(path: str | Path, *, prefer: tuple[str, ...] = ("best", "che
     meta = json.loads((d / "config.json").read_text(encoding="utf-8"))
     if meta.get("format") != FORMAT:
         raise ValueError(f"{d / 'config.json'} is not a qkv checkpoint (format={meta.get('format')!r})")
-    if meta.get("version", 0) > VERSION:
-        raise ValueError(f"{d} was written by a newer qkv (checkpoint version {meta['version']} > {VERSION})")
+    version = meta.get("version", 0)
+    if not isinstance(version, int) or version < 1:
+        raise ValueError(f"{d / 'config.json'}: no valid format version ({version!r})")
+    if version > VERSION:
+        raise ValueError(f"{d} was written by a newer qkv (checkpoint format version {version}; this qkv reads up "
+                         f"to {VERSION}): upgrade qkv to load it")
     state_file = d / "state.json"
     state = json.loads(state_file.read_text(encoding="utf-8")) if state_file.exists() else None
     return Checkpoint(path=d, task=meta["task"], config=meta["config"],
-                      state_dict=load_weights(d / "model.safetensors", device), assets=d / "assets", state=state)
+                      state_dict=load_weights(d / "model.safetensors", device), assets=d / "assets", state=state,
+                      version=version)
 
 
 def load_model(path: str | Path, build: Callable[[dict[str, Any]], nn.Module], *,

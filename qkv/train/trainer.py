@@ -30,6 +30,7 @@ from tqdm.auto import tqdm
 
 from . import distributed, rng
 from .checkpoint import (
+    VERSION,
     load_checkpoint,
     optimizer_from_files,
     optimizer_to_files,
@@ -210,7 +211,8 @@ class Trainer:
             path = resolve_checkpoint(self.out / "checkpoint", prefer=())
         except FileNotFoundError:
             if self.config.resume:
-                log.info("no checkpoint in %s: starting a new run", self.out)
+                raise FileNotFoundError(f"nothing to resume: {self.out} holds no checkpoint (checkpoint/); "
+                                        "drop --resume to start a new run there") from None
             return None
         if not self.config.resume:
             raise FileExistsError(f"{self.out} already holds a checkpoint ({path}); pass resume=True (--resume) "
@@ -218,6 +220,9 @@ class Trainer:
         ckpt = load_checkpoint(path, prefer=())
         if ckpt.state is None:
             raise ValueError(f"{path} has no training state (state.json); it cannot be resumed")
+        if ckpt.version != VERSION:
+            raise ValueError(f"{path} was written in checkpoint format version {ckpt.version} (this qkv writes "
+                             f"{VERSION}); it cannot be resumed: load it for prediction, or start a new run")
         log.info("resuming from %s", path)
         return ckpt
 

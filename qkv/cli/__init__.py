@@ -1,0 +1,102 @@
+"""The ``qkv`` command line: thin subcommands whose flags are generated from options dataclasses.
+
+One module per command group (:mod:`.explain`, :mod:`.translate`, :mod:`.sentiment`, :mod:`.images`), each with
+``register(commands, train_commands)``. Every failure a user can cause ends in one line on stderr,
+``qkv: error: ...``, with exit code 2 (130 after Ctrl-C); ``-v`` adds the traceback.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import logging
+import os
+import sys
+import traceback
+import zlib
+from dataclasses import dataclass
+
+from .. import __version__
+from ..options import option
+from .options import ArgumentParser, add_options, options_from_args
+
+__all__ = ["main", "build_parser", "COMMAND_MODULES", "GlobalOptions"]
+
+COMMAND_MODULES = ("explain", "translate", "sentiment", "images")
+
+
+@dataclass
+class GlobalOptions:
+    verbose: bool = option(False, short="-v", help="log progress to stderr, and show tracebacks of errors")
+    threads: int | None = option(None, low=1, high=max(os.cpu_count() or 1, 1) * 4,
+                                 help="CPU threads for PyTorch (default: its own choice; 1 is faster when the cores "
+                                      "are busy)")
+    release_memory: bool = option(False, help="let the C library give freed memory back to the system at once (by "
+                                  "default qkv keeps it for reuse, which makes large temporary tensors cheaper)")
+
+
+def build_parser() -> ArgumentParser:
+    import importlib
+
+    parser = ArgumentParser(prog="qkv", description="Attention mechanisms: explain, train, look inside.")
+    parser.add_argument("--version", action="version", version=f"qkv {__version__}")
+    add_options(parser, GlobalOptions)
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=ArgumentParser)
+    train = commands.add_parser("train", help="train a model for one of the applications")
+    train_commands = train.add_subparsers(dest="task", required=True, metavar="TASK", parser_class=ArgumentParser)
+    for name in COMMAND_MODULES:
+        importlib.import_module(f"{__name__}.{name}").register(commands, train_commands)
+    return parser
+
+
+def _user_errors() -> tuple[type[BaseException], ...]:
+    """Exceptions that mean bad input (files, options, data), not a bug in qkv."""
+    errors: list[type[BaseException]] = [ValueError, OSError, EOFError, gzip.BadGzipFile, zlib.error,
+                                         json.JSONDecodeError, UnicodeError, ImportError]
+    try:
+        from safetensors import SafetensorError
+
+        errors.append(SafetensorError)
+    except ImportError:  # pragma: no cover - safetensors comes with the train extra
+        pass
+    return tuple(errors)
+
+
+def _one_line(e: BaseException) -> str:
+    text = str(e).strip() or type(e).__name__
+    if isinstance(e, OSError) and e.filename and str(e.filename) not in text:
+        text = f"{text} ({e.filename})"
+    return " ".join(text.split())
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        options = options_from_args(args, GlobalOptions)
+    except ValueError as e:
+        print(f"qkv: error: {_one_line(e)}", file=sys.stderr)
+        return 2
+    logging.basicConfig(level=logging.INFO if options.verbose else logging.WARNING, format="%(message)s")
+    import torch
+
+    from ..memory import keep_freed_memory
+
+    if options.threads is not None:
+        torch.set_num_threads(options.threads)
+    if not options.release_memory:
+        keep_freed_memory()
+    try:
+        return args.func(args)
+    except KeyboardInterrupt:
+        print("qkv: interrupted", file=sys.stderr)
+        return 130
+    except _user_errors() as e:
+        if options.verbose:
+            traceback.print_exc()
+        print(f"qkv: error: {_one_line(e)}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

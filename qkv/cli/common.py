@@ -1,0 +1,86 @@
+"""What the commands share: printing results, terminal-safe text, colours and output paths."""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+__all__ = ["print_result", "safe", "use_color", "numbered_paths", "unique_names", "command_line", "is_main"]
+
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def safe(text: str) -> str:
+    """``text`` fit for a terminal: control characters and escape sequences from the input are shown as
+    ``\\xNN`` instead of being sent to the terminal (where they could move the cursor or change colours)."""
+    return _CONTROL.sub(lambda m: m.group(0).encode("unicode_escape").decode("ascii"), text)
+
+
+def is_main() -> bool:
+    """True on the process that prints (rank 0 under ``torchrun``)."""
+    return int(os.environ.get("RANK", "0")) == 0
+
+
+def command_line() -> str:
+    return " ".join(sys.argv)
+
+
+def print_result(result: Any, head: str = "") -> None:
+    """How a :class:`qkv.train.TrainResult` ended and its final metrics, one split per line (rank 0 only)."""
+    if not is_main():
+        return
+    print(f"{head}stopped: {result.stopped} after {result.state.global_step} steps ({result.state.elapsed:.1f} s)")
+    for split, metrics in result.metrics.items():
+        print(f"{head}{split}: " + ", ".join(f"{name} {v:.4f}" for name, v in metrics.items()))
+    if result.out and not head:
+        print(f"checkpoint: {result.out}")
+
+
+def use_color(choice: str) -> bool:
+    """``always``/``never``, or ``auto``: when stdout is a terminal and ``NO_COLOR`` is not set."""
+    if choice == "always":
+        return True
+    if choice == "never":
+        return False
+    return sys.stdout.isatty() and os.environ.get("NO_COLOR") is None and os.environ.get("TERM") != "dumb"
+
+
+def numbered_paths(path: str, n: int) -> list[Path]:
+    """``path`` itself for one output, else ``stem-0.ext``, ``stem-1.ext``... (one file per item, never reused)."""
+    p = Path(path)
+    return [p] if n == 1 else [p.with_name(f"{p.stem}-{i}{p.suffix}") for i in range(n)]
+
+
+def unique_names(names: list[str]) -> list[str]:
+    """``names`` with repeats numbered (``shirt``, ``shirt-2``...), so that no output overwrites another."""
+    seen: dict[str, int] = {}
+    out = []
+    for name in names:
+        seen[name] = seen.get(name, 0) + 1
+        candidate = name if seen[name] == 1 else f"{name}-{seen[name]}"
+        while candidate in seen and candidate != name:
+            seen[name] += 1
+            candidate = f"{name}-{seen[name]}"
+        seen.setdefault(candidate, 1)
+        out.append(candidate)
+    return out
+
+
+def read_lines(path: str) -> list[str]:
+    """The non-empty lines of a UTF-8 text file; a decoding error names the file and line."""
+    try:
+        raw = Path(path).read_bytes()
+    except IsADirectoryError:
+        raise ValueError(f"{path} is a directory, not a text file (--file)") from None
+    lines = []
+    for n, line in enumerate(raw.split(b"\n"), 1):
+        try:
+            text = line.decode("utf-8").strip()
+        except UnicodeDecodeError as e:
+            raise ValueError(f"{path}:{n}: not UTF-8 text ({e.reason} at byte {e.start}) (--file)") from None
+        if text:
+            lines.append(text)
+    return lines

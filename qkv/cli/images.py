@@ -1,0 +1,106 @@
+"""``qkv train images`` and ``qkv show-attention``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from ..options import option
+from ..tasks import images as task
+from ..train import TrainConfig
+from .common import command_line, print_result, safe, unique_names
+from .options import add_options, options_from_args
+
+
+@dataclass
+class ShowAttentionCommand:
+    run: str = option(positional=True, help="run directory or checkpoint directory of `qkv train images`")
+    images: list[str] = option(default_factory=list, positional=True, nargs="*", metavar="IMAGE",
+                               help="image files (PNG, JPEG...), converted to grey; give them before the options")
+    index: list[int] | None = option(None, repeat=True, parse=lambda xs: [int(x) for x in xs], metavar="N",
+                                     help="an image of the test split (repeatable)")
+    out: str = option("attention", help="folder for the PNGs")
+    query_pixel: str | None = option(None, metavar="Y,X",
+                                     help="non-local: the query pixel, in input pixels (default: the centre)")
+    invert: bool = option(False, help="invert image files (dark objects on a light background)")
+    data_root: str | None = option(None, help="IDX folder for --index, if not the one trained on")
+    device: str = option("cpu", help="cpu, cuda, cuda:N or auto")
+
+
+def _pixel(text: str | None, size: tuple[int, int]) -> tuple[int, int]:
+    h, w = size
+    if text is None:
+        return h // 2, w // 2
+    try:
+        y, x = (int(v) for v in text.split(","))
+    except ValueError:
+        raise ValueError(f"--query-pixel must be 'y,x' (two integers), got {text!r}") from None
+    if not (0 <= y < h and 0 <= x < w):
+        raise ValueError(f"--query-pixel {y},{x} is outside the model's {h}x{w} input")
+    return y, x
+
+
+def train(args) -> int:
+    from ..train import train as run_training
+
+    options = options_from_args(args, task.ImageOptions)
+    config = options_from_args(args, TrainConfig, defaults=task.train_defaults(options),
+                               extra={"command": command_line()})
+    result = run_training(task.ImageTask(options), config)
+    print(f"{options.arch} with attention {options.attn}: {task.count_parameters(result.model):,} parameters")
+    print_result(result)
+    return 0
+
+
+def show_attention(args) -> int:
+    from ..viz.plots import image_attention
+
+    o = options_from_args(args, ShowAttentionCommand)
+    if not o.images and not o.index:
+        raise ValueError("give image files and/or --index N (an image of the test split)")
+    clf = task.ImageClassifier.load(o.run, o.device)
+    query = _pixel(o.query_pixel, clf.image_size)
+    pictures = [clf.read(path, invert=o.invert) for path in o.images]
+    names = [Path(path).stem for path in o.images]
+    labels: list[int | None] = [None] * len(pictures)
+    if o.index:
+        images, targets = clf.test_images(o.data_root)
+        for n in o.index:
+            if not 0 <= n < len(targets):
+                raise ValueError(f"--index {n} is out of range: the test split has {len(targets)} images "
+                                 f"(0 to {len(targets) - 1})")
+            pictures.append(images[n].float() / 255.0)
+            names.append(f"test{n}")
+            labels.append(int(targets[n]))
+    batch = torch.stack(pictures)
+    view = clf.attention(batch)
+    out = Path(o.out)
+    for i, (name, label) in enumerate(zip(unique_names(names), labels, strict=True)):
+        p, k = view.probabilities[i].max(-1)
+        pred = clf.class_names[int(k)]
+        truth = f", true {clf.class_names[label]}" if label is not None else ""
+        paths = image_attention(batch[i], out / name, caption=f"{name}: {pred} ({float(p):.2f}){truth}",
+                                spatial={k: m[i] for k, m in view.spatial.items()},
+                                channel={k: m[i] for k, m in view.channel.items()},
+                                branches={k: m[i] for k, m in view.branches.items()},
+                                branch_labels=view.branch_labels,
+                                non_local={k: m[i] for k, m in view.non_local.items()}, grids=view.grids,
+                                query_pixel=query)
+        print(f"{safe(name)}: {pred} {float(p):.3f}" + (f" (true: {clf.class_names[label]})" if label is not None
+                                                        else ""))
+        for path in paths:
+            print(f"wrote {safe(str(path))}")
+    return 0
+
+
+def register(commands, train_commands) -> None:
+    p = train_commands.add_parser("images", help="train an image classifier with channel/spatial attention")
+    add_options(p, task.ImageOptions, title="data and model")
+    add_options(p, TrainConfig, defaults=task.train_defaults(task.ImageOptions()), title="training")
+    p.set_defaults(func=train)
+
+    p = commands.add_parser("show-attention", help="draw an image model's attention maps (PNG)")
+    add_options(p, ShowAttentionCommand)
+    p.set_defaults(func=show_attention)

@@ -1,0 +1,165 @@
+"""Command-line flags generated from options dataclasses (:mod:`qkv.options`), and read back into them.
+
+:func:`add_options` adds one flag per field (type, default, help and choices from the field); the flag's ``dest``
+is the field's name, and a flag not given on the command line leaves no attribute behind, so that
+:func:`options_from_args` knows what the user set. An option given for a model it does not apply to is an error,
+even when its value equals the default.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+import typing
+from typing import Any
+
+from ..options import base_type, check_options, default_of, field_type, flag_name, option_fields, why_not
+
+__all__ = ["ArgumentParser", "add_options", "options_from_args", "OptionsError", "flag_of"]
+
+
+class OptionsError(ValueError):
+    """A bad command-line option: the message names the flag."""
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """``argparse.ArgumentParser`` whose errors are one line, ``qkv: error: ...``, with exit code 2."""
+
+    def error(self, message: str):  # noqa: D401 - argparse's API
+        sys.stderr.write(f"qkv: error: {message} (see {self.prog} --help)\n")
+        sys.exit(2)
+
+
+def _tuple_parser(item_type, name):
+    def parse(text: str):
+        try:
+            return tuple(item_type(x) for x in text.split(",") if x.strip())
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{name} takes comma-separated {item_type.__name__}s like 1,2,3, "
+                                             f"got {text!r}") from None
+    return parse
+
+
+def _registry(parser: argparse.ArgumentParser) -> list[type]:
+    if not hasattr(parser, "_qkv_options"):
+        parser._qkv_options = []  # type: ignore[attr-defined]
+    return parser._qkv_options  # type: ignore[attr-defined]
+
+
+def add_options(parser: argparse.ArgumentParser, cls: type, *, defaults: Any = None, title: str | None = None,
+                exclude: tuple[str, ...] = ()) -> None:
+    """Add a flag for every command-line field of the options dataclass ``cls`` to ``parser``.
+
+    ``defaults`` is an instance of ``cls`` whose values are shown as the defaults (a task's preset); the
+    values themselves come from :func:`options_from_args`. Flags are grouped under ``title``.
+    """
+    shown = defaults if defaults is not None else None
+    group = parser.add_argument_group(title) if title else parser
+    taken = {a.dest for a in parser._actions}
+    for f, spec in option_fields(cls):
+        if not spec.cli or f.name in exclude:
+            continue
+        if f.name in taken:
+            raise RuntimeError(f"option {f.name!r} of {cls.__name__} is already a flag of {parser.prog}")
+        tp, optional = base_type(field_type(cls, f.name))
+        default = getattr(shown, f.name) if shown is not None else (
+            f.default if f.default is not dataclasses.MISSING else None)
+        help_text = spec.help
+        if default not in (None, "", False) and not spec.positional:
+            help_text += f" (default: {','.join(map(str, default)) if isinstance(default, tuple) else default})"
+        kw: dict[str, Any] = {"help": help_text, "default": argparse.SUPPRESS}
+        if spec.metavar:
+            kw["metavar"] = spec.metavar
+        if spec.positional:
+            kw.pop("default")
+            if spec.nargs is not None:
+                kw["nargs"] = spec.nargs
+                if spec.nargs in ("*", "?"):
+                    kw["default"] = argparse.SUPPRESS
+            group.add_argument(f.name, **kw)
+            continue
+        name = flag_name(f, spec)
+        if tp is bool:
+            if default is True or optional:
+                kw["action"] = argparse.BooleanOptionalAction
+            else:
+                kw["action"] = "store_true"
+        elif spec.repeat:
+            kw["action"] = "append"
+        elif spec.parse is not None:
+            kw["type"] = spec.parse
+        elif typing.get_origin(tp) is tuple:
+            kw["type"] = _tuple_parser(typing.get_args(tp)[0], name)
+            kw.setdefault("metavar", "A,B,...")
+        elif tp in (int, float, str):
+            kw["type"] = tp
+            if spec.choices is not None:
+                kw["choices"] = spec.choices
+        elif typing.get_origin(tp) is list and spec.nargs is not None:
+            kw["nargs"] = spec.nargs
+            kw["type"] = typing.get_args(tp)[0]
+        else:
+            raise RuntimeError(f"cannot make a flag for {cls.__name__}.{f.name} of type {tp}")
+        group.add_argument(*([spec.short] if spec.short else []), name, dest=f.name, **kw)
+    _registry(parser).append(cls)
+
+
+def flag_of(cls: type, name: str) -> str:
+    """The flag (or positional name) of field ``name`` of ``cls``."""
+    for f, spec in option_fields(cls):
+        if f.name == name:
+            return f.name if spec.positional else flag_name(f, spec)
+    return name
+
+
+def given(args: argparse.Namespace, cls: type) -> dict[str, Any]:
+    """The fields of ``cls`` that were given on the command line, with their parsed values."""
+    out = {}
+    for f, spec in option_fields(cls):
+        if spec.cli and hasattr(args, f.name):
+            value = getattr(args, f.name)
+            if spec.repeat and spec.parse is not None:
+                value = spec.parse(value)
+            out[f.name] = value
+    return out
+
+
+def _in_flags(cls: type, message: str) -> str:
+    """A library message about fields (``num_heads does not apply to model 'x'``) in the words of the flags."""
+    words = []
+    for word in message.split(" "):
+        core = word.strip(",():")
+        fields = {f.name for f, _ in option_fields(cls)}
+        words.append(word.replace(core, flag_of(cls, core)) if core in fields else word)
+    return " ".join(words)
+
+
+def options_from_args(args: argparse.Namespace, cls: type, *, defaults: Any = None, **overrides) -> Any:
+    """An instance of ``cls``: ``defaults`` (or the field defaults), then the flags given, then ``overrides``.
+
+    A flag given for a model it does not apply to raises :class:`OptionsError` naming the flag, as does any
+    value the options reject.
+    """
+    values = dataclasses.asdict(defaults) if defaults is not None else {}
+    values = {f.name: values[f.name] for f in dataclasses.fields(cls) if f.name in values}
+    chosen = given(args, cls)
+    merged = {**{f.name: getattr(defaults, f.name) if defaults is not None else None
+                 for f, _ in option_fields(cls)}, **values, **chosen, **overrides}
+    def value_of(other: str) -> Any:
+        current = merged.get(other)
+        if current is None:
+            current = next((default_of(f) for f in dataclasses.fields(cls) if f.name == other), None)
+        return current
+
+    for name in chosen:
+        spec = next(s for f, s in option_fields(cls) if f.name == name)
+        why = why_not(spec, name, value_of, lambda n: flag_of(cls, n))
+        if why:
+            raise OptionsError(why)
+    try:
+        obj = cls(**{**values, **chosen, **overrides})
+    except ValueError as e:
+        raise OptionsError(_in_flags(cls, str(e))) from None
+    check_options(obj)
+    return obj

@@ -1,0 +1,199 @@
+"""Options written once: a dataclass field carries its default, help, choices, range and the models it applies to.
+
+Every application's options (and the trainer's :class:`qkv.train.TrainConfig`) are dataclasses whose fields are
+made with :func:`option`. The same field then gives
+
+- the library's validation (:func:`check_options`, called from ``__post_init__``): type, choices, range, and
+  "this option does not apply to that model";
+- the command line: :mod:`qkv.cli` generates each subcommand's flags from the fields (type, default, help and
+  choices), so a field, its flag, its check and its help cannot drift apart.
+
+Example::
+
+    @dataclass
+    class MyOptions:
+        model: str = option("rnn", help="which model", choices=("rnn", "transformer"))
+        num_heads: int = option(4, help="attention heads", low=1, applies={"model": ("transformer",)})
+
+        def __post_init__(self):
+            check_options(self)
+
+``MyOptions(model="rnn", num_heads=8)`` raises ``ValueError: num_heads does not apply to model 'rnn' (only to
+transformer)``: an option is never silently ignored. This module depends on nothing but the standard library.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import types
+import typing
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+__all__ = ["option", "check_options", "option_fields", "field_type", "applies_to", "flag_name", "OptionSpec", "why_not",
+           "default_of", "base_type"]
+
+_MISSING = dataclasses.MISSING
+
+
+@dataclasses.dataclass(frozen=True)
+class OptionSpec:
+    """What :func:`option` stores in a field's metadata (under the key ``"qkv"``)."""
+
+    help: str
+    choices: tuple[Any, ...] | None = None
+    low: float | None = None  # smallest allowed value (numbers; each element of a tuple)
+    high: float | None = None  # largest allowed value
+    low_open: bool = False  # True: the value must be > low (not >=)
+    applies: Mapping[str, tuple[Any, ...]] | None = None  # {"model": ("transformer",)}: only for these values
+    excludes: Mapping[str, tuple[Any, ...]] | None = None  # {"data": ("dates",)}: not for these values
+    cli: bool = True  # False: not a command-line flag (set by code, e.g. the fold of a k-fold loop)
+    flag: str | None = None  # the flag's name when not the field's name with dashes
+    short: str | None = None  # a one-letter alias, e.g. "-v"
+    metavar: str | None = None
+    positional: bool = False  # a positional argument instead of a --flag
+    nargs: str | int | None = None  # for positionals and lists: "*", "+", "?" or a count
+    parse: Callable[[str], Any] | None = None  # str -> value for types the parser cannot infer (e.g. "32,64")
+    repeat: bool = False  # the flag may be given several times; values are collected into a list, then parse()d
+
+
+def option(default: Any = _MISSING, *, help: str, default_factory: Callable[[], Any] | Any = _MISSING,
+           choices: Sequence[Any] | None = None, low: float | None = None, high: float | None = None,
+           low_open: bool = False, applies: Mapping[str, Sequence[Any]] | None = None,
+           excludes: Mapping[str, Sequence[Any]] | None = None, cli: bool = True,
+           flag: str | None = None, short: str | None = None, metavar: str | None = None, positional: bool = False,
+           nargs: str | int | None = None, parse: Callable[[str], Any] | None = None,
+           repeat: bool = False) -> Any:
+    """A dataclass field with what its command-line flag and its validation need (see the module docstring).
+
+    Args:
+        default / default_factory: as for :func:`dataclasses.field`.
+        help: one line for ``--help``.  choices: the allowed values.
+        low, high, low_open: the allowed range of a number (``low_open``: strictly above ``low``); floats must
+            also be finite.
+        applies: ``{other_field: allowed values}``: the option only means something when ``other_field`` has
+            one of these values; set to anything but its default otherwise, it is an error.
+        excludes: ``{other_field: values}``: the option means nothing when ``other_field`` has one of these.
+        cli: whether it is a command-line flag.  flag, metavar: its name and placeholder.
+        positional, nargs: a positional argument.  parse: ``str -> value`` for the command line.
+        repeat: a flag that may be repeated (values collected into a list and given to ``parse``).
+    """
+    spec = OptionSpec(help=help, choices=tuple(choices) if choices is not None else None, low=low, high=high,
+                      low_open=low_open, applies={k: tuple(v) for k, v in applies.items()} if applies else None,
+                      excludes={k: tuple(v) for k, v in excludes.items()} if excludes else None,
+                      cli=cli, flag=flag, short=short, metavar=metavar, positional=positional, nargs=nargs, parse=parse,
+                      repeat=repeat)
+    kw: dict[str, Any] = {"metadata": {"qkv": spec}}
+    if default_factory is not _MISSING:
+        kw["default_factory"] = default_factory
+    elif default is not _MISSING:
+        kw["default"] = default
+    return dataclasses.field(**kw)
+
+
+def option_fields(cls_or_obj) -> list[tuple[dataclasses.Field, OptionSpec]]:
+    """The fields of an options dataclass made with :func:`option`, in order, with their specs."""
+    return [(f, f.metadata["qkv"]) for f in dataclasses.fields(cls_or_obj) if "qkv" in f.metadata]
+
+
+def field_type(cls, name: str) -> Any:
+    """The resolved type annotation of field ``name`` (``int``, ``int | None``, ``tuple[int, ...]``...)."""
+    cls = cls if isinstance(cls, type) else type(cls)
+    return typing.get_type_hints(cls)[name]
+
+
+def base_type(tp: Any) -> tuple[Any, bool]:
+    """``(T, optional)`` for ``T`` or ``T | None``."""
+    args = typing.get_args(tp)
+    if typing.get_origin(tp) in (typing.Union, types.UnionType) and type(None) in args:
+        rest = [a for a in args if a is not type(None)]
+        return (rest[0] if len(rest) == 1 else tp), True
+    return tp, False
+
+
+def flag_name(f: dataclasses.Field, spec: OptionSpec) -> str:
+    """The command-line name of a field: ``--max-minutes`` for ``max_minutes`` (or ``spec.flag``)."""
+    return spec.flag or "--" + f.name.replace("_", "-")
+
+
+def default_of(f: dataclasses.Field) -> Any:
+    if f.default is not _MISSING:
+        return f.default
+    if f.default_factory is not _MISSING:  # type: ignore[misc]
+        return f.default_factory()  # type: ignore[misc]
+    return _MISSING
+
+
+def why_not(spec: OptionSpec, name: str, value_of: Callable[[str], Any],
+            show: Callable[[str], str] = str) -> str | None:
+    """Why option ``name`` does not apply given the other options' values (``value_of(other)``), or None if it
+    does; ``show`` writes an option's name (a field name, or a flag on the command line)."""
+    for other, allowed in (spec.applies or {}).items():
+        if value_of(other) not in allowed:
+            return (f"{show(name)} does not apply to {show(other)} {value_of(other)} (only to {show(other)} "
+                    f"{' or '.join(map(str, allowed))})")
+    for other, refused in (spec.excludes or {}).items():
+        if value_of(other) in refused:
+            return f"{show(name)} does not apply to {show(other)} {value_of(other)}"
+    return None
+
+
+def applies_to(obj, name: str) -> tuple[bool, str]:
+    """Whether option ``name`` means something for ``obj``'s other settings, and if not, why (one phrase)."""
+    spec = next(s for f, s in option_fields(obj) if f.name == name)
+    why = why_not(spec, name, lambda other: getattr(obj, other))
+    return why is None, why or ""
+
+
+def _check_number(name: str, value: Any, spec: OptionSpec, want: Any) -> None:
+    if want is bool:
+        if not isinstance(value, bool):
+            raise ValueError(f"{name} must be true or false, got {value!r}")
+        return
+    if want is int and (isinstance(value, bool) or not isinstance(value, int)):
+        raise ValueError(f"{name} must be an integer, got {value!r}")
+    if want is float:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ValueError(f"{name} must be a number, got {value!r}")
+        if not math.isfinite(value):
+            raise ValueError(f"{name} must be a finite number, got {value!r}")
+    if spec.low is not None and (value <= spec.low if spec.low_open else value < spec.low):
+        raise ValueError(f"{name} must be {'>' if spec.low_open else '>='} {spec.low:g}, got {value!r}")
+    if spec.high is not None and value > spec.high:
+        raise ValueError(f"{name} must be <= {spec.high:g}, got {value!r}")
+
+
+def check_value(obj, f: dataclasses.Field, spec: OptionSpec) -> None:
+    """Type, choices and range of one field's value; ``ValueError`` naming the field."""
+    value = getattr(obj, f.name)
+    tp, optional = base_type(field_type(obj, f.name))
+    if value is None:
+        if not optional:
+            raise ValueError(f"{f.name} must be set, got None")
+        return
+    if spec.choices is not None and value not in spec.choices:
+        raise ValueError(f"{f.name} must be one of {', '.join(map(str, spec.choices))}, got {value!r}")
+    if tp in (int, float, bool):
+        _check_number(f.name, value, spec, tp)
+    elif tp is str and not isinstance(value, str):
+        raise ValueError(f"{f.name} must be a string, got {value!r}")
+    elif typing.get_origin(tp) is tuple:
+        want = typing.get_args(tp)[0]
+        if not isinstance(value, tuple) or not value:
+            raise ValueError(f"{f.name} must be a non-empty tuple, got {value!r}")
+        for v in value:
+            _check_number(f.name, v, spec, want)
+
+
+def check_options(obj) -> None:
+    """Validate every :func:`option` field of ``obj``: type, choices, range, and that an option set to anything
+    but its default applies to the other settings. Raises ``ValueError`` naming the field."""
+    fields = option_fields(obj)
+    for f, spec in fields:
+        check_value(obj, f, spec)
+    for f, spec in fields:
+        if (spec.applies or spec.excludes) and getattr(obj, f.name) != default_of(f):
+            ok, why = applies_to(obj, f.name)
+            if not ok:
+                raise ValueError(why)
