@@ -6,8 +6,11 @@ import pytest
 import torch
 
 from qkv.cli import main
-from qkv.tasks.translate import _parse_buckets, build_model, score_translations
-from qkv.train import load_model
+from qkv.cli.translate import _buckets
+from qkv.metrics import translation_metrics
+from qkv.models import create
+from qkv.train import resolve_checkpoint
+from qkv.tasks.translate import TranslateOptions, Translator, build_model, load_data, model_spec
 
 TINY = ["--n-train", "300", "--eval-max", "20", "--hidden-dim", "32", "--embed-dim", "16", "--batch-size", "32",
         "--no-progress", "--log-every", "2"]
@@ -31,10 +34,13 @@ def test_train_writes_a_loadable_checkpoint(dates_runs, capsys):
     assert lines[0]["event"] == "start" and lines[-1]["event"] == "end"
     finals = {x["split"]: x["metrics"] for x in lines if x["event"] == "final"}
     assert {"exact_match", "bleu", "chrf"} <= set(finals["test"])
-    model, ckpt = load_model(out, build_model, task="translate")
-    assert ckpt.config["model"] == "bahdanau" and (ckpt.assets / "src_tokenizer").is_dir()
-    # the round trip gives identical outputs
-    again = build_model(ckpt.config)
+    translator = Translator.load(out)
+    ckpt = resolve_checkpoint(out)
+    model, config = translator.model, json.loads((ckpt / "config.json").read_text())["config"]
+    assert config["model"]["name"] == "bahdanau" and (ckpt / "assets" / "src_tokenizer").is_dir()
+    assert translator.options.model == "bahdanau" and translator.options.n_train == 300
+    # the checkpoint's model entry alone rebuilds the model: identical outputs
+    again = create(config["model"]["name"], **config["model"]["config"])
     again.load_state_dict(model.state_dict())
     again.eval()
     src = torch.randint(4, 20, (3, 9))
@@ -58,6 +64,49 @@ def test_translate_command_with_plot_and_files(dates_runs, tmp_path, capsys):
     assert (tmp_path / "a-0.svg").exists() and (tmp_path / "a-1.svg").exists()
     assert main(["translate", str(out)]) == 2  # nothing to translate: a clear error
     assert "give sentences" in capsys.readouterr().err
+    assert main(["translate", str(out), "  "]) == 2  # an empty sentence is an error, not a translation
+    assert capsys.readouterr().err.strip() == "qkv: error: text 1 is empty: nothing to translate"
+
+
+def test_translator_api_matches_the_model(dates_runs):
+    translator = Translator.load(dates_runs["bahdanau"])
+    [r] = translator.predict(["7 mars 2019"], beam=1, max_len=12)
+    ids = translator.src_tok.encode("7 mars 2019")
+    assert r.source_tokens == translator.src_tok.tokens_of_ids(ids)
+    assert r.attention.shape == (len(r.tokens) + 1, len(ids)) or r.attention.shape == (len(r.tokens), len(ids))
+    torch.testing.assert_close(r.attention.sum(-1), torch.ones(r.attention.shape[0]))
+    # greedy decoding by hand with the model gives the same tokens
+    src = torch.tensor([ids])
+    state = translator.model.encode(src, torch.ones_like(src, dtype=torch.bool))
+    y, out = torch.tensor([1]), []
+    with torch.no_grad():
+        for _ in range(12):
+            logits, _, state = translator.model.decode_step(y, state)
+            y = logits.argmax(-1)
+            if int(y) == 2:
+                break
+            out.append(int(y))
+    assert translator.tgt_tok.decode(out) == r.text
+
+
+def test_build_model_is_the_spec():
+    options = TranslateOptions(model="transformer", dim=32, num_heads=2, num_layers=2)
+    model = build_model(options, src_vocab=30, tgt_vocab=40)
+    spec = model_spec(options, src_vocab=30, tgt_vocab=40)
+    assert spec["name"] == "transformer" and spec["config"]["ffn_dim"] == 128
+    again = create(spec["name"], **spec["config"])
+    assert {k: v.shape for k, v in model.state_dict().items()} == {k: v.shape for k, v in again.state_dict().items()}
+
+
+def test_too_small_corpus_is_an_error(tmp_path, capsys):
+    path = tmp_path / "one.tsv"
+    path.write_text("hello\tbonjour\n", encoding="utf-8")
+    with pytest.raises(ValueError, match="too few sentence pairs.*1 train, 0 valid, 0 test"):
+        load_data(TranslateOptions(data=str(path)))
+    assert main(["train", "translate", "--data", str(path), "--out", str(tmp_path / "r"), "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("qkv: error:") and "too few sentence pairs" in err and "\n" not in err
+    assert not (tmp_path / "r" / "best").exists()
 
 
 def test_evaluate_compares_checkpoints_by_length(dates_runs, tmp_path, capsys):
@@ -66,7 +115,7 @@ def test_evaluate_compares_checkpoints_by_length(dates_runs, tmp_path, capsys):
     assert main(["evaluate", str(dates_runs["fixed"]), str(dates_runs["bahdanau"]), "--beam", "1", "--max-len", "12",
                  "--max-sentences", "30", "--buckets", "0,12,20,40", "--plot", str(png), "--json", str(js)]) == 0
     text = capsys.readouterr().out
-    assert "| fixed |" in text and "| bahdanau |" in text and "BLEU by source length" in text
+    assert "| run |" in text and "| fixed |" in text and "| bahdanau |" in text and "BLEU by source length" in text
     data = json.loads(js.read_text())
     assert set(data["totals"]) == {"fixed", "bahdanau"}
     assert [r["bucket"] for r in data["buckets"]["fixed"]] == ["0-12", "13-20", "21-40"]
@@ -92,7 +141,7 @@ def test_corpus_file_with_subwords(tmp_path, capsys):
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     out = tmp_path / "tf"
     assert main(["train", "translate", "--data", str(path), "--src-lang", "en", "--model", "transformer",
-                 "--vocab-size", "60", "--max-steps", "3", "--out", str(out), "--hidden-dim", "32", "--heads", "2",
+                 "--vocab-size", "60", "--max-steps", "3", "--out", str(out), "--dim", "32", "--num-heads", "2",
                  "--batch-size", "8", "--no-progress"]) == 0
     assert main(["translate", str(out), "the cat sleeps", "--beam", "3", "--max-len", "8"]) == 0
     assert capsys.readouterr().out.splitlines()[-1].startswith("the cat sleeps\t")
@@ -100,15 +149,34 @@ def test_corpus_file_with_subwords(tmp_path, capsys):
 
 def test_bad_options(tmp_path, capsys):
     assert main(["train", "translate", "--data", str(tmp_path / "missing.tsv"), "--out", str(tmp_path / "x")]) == 2
-    assert "existing file" in capsys.readouterr().err
-    with pytest.raises(ValueError, match="increasing edges"):
-        _parse_buckets("10,5")
+    assert "no such corpus file" in capsys.readouterr().err
+    for bad in ("10,5", "0,x", "5"):
+        with pytest.raises(ValueError, match="increasing edges"):
+            _buckets(bad)
+    assert _buckets("0,10,20") == ((0, 10), (11, 20))
+
+
+def test_evaluate_on_a_moved_or_new_data_file(tmp_path, capsys):
+    pairs = [(f"the cat {i}", f"le chat {i}") for i in range(80)]
+    data = tmp_path / "c.tsv"
+    data.write_text("".join(f"{e}\t{f}\n" for e, f in pairs), encoding="utf-8")
+    out = tmp_path / "run"
+    assert main(["train", "translate", "--data", str(data), "--model", "bahdanau", "--tokenizer", "char",
+                 "--max-steps", "2", "--hidden-dim", "16", "--embed-dim", "8", "--batch-size", "16", "--out", str(out),
+                 "--no-progress"]) == 0
+    moved = tmp_path / "moved.tsv"
+    data.rename(moved)
+    capsys.readouterr()
+    assert main(["evaluate", str(out), "--data", str(moved), "--beam", "1", "--max-len", "8"]) == 0
+    assert "| run |" in capsys.readouterr().out
+    assert main(["evaluate", str(out)]) == 2  # the training file is gone and no --data: a clear error
+    assert "no such corpus file" in capsys.readouterr().err
 
 
 def test_scores_with_several_references():
     hyps = ["le petit chat dort sur le lit", "bonjour à tous"]
     refs = [["le chat dort sur le lit", "le petit chat dort sur le lit"], ["salut tout le monde"]]
-    m = score_translations(hyps, refs)
+    m = translation_metrics(hyps, refs)
     assert m["exact_match"] == 0.5 and m["sentences"] == 2
-    one = score_translations(hyps, [r[:1] for r in refs])  # a second reference can only help
+    one = translation_metrics(hyps, [r[:1] for r in refs])  # a second reference can only help
     assert 0 < one["bleu"] < m["bleu"] <= 100 and one["exact_match"] == 0

@@ -129,7 +129,7 @@ def _in_flags(cls: type, message: str) -> str:
     """A library message about fields (``num_heads does not apply to model 'x'``) in the words of the flags."""
     words = []
     for word in message.split(" "):
-        core = word.strip(",():")
+        core = word.strip(",():").split("=")[0]
         fields = {f.name for f, _ in option_fields(cls)}
         words.append(word.replace(core, flag_of(cls, core)) if core in fields else word)
     return " ".join(words)
@@ -159,7 +159,7 @@ def options_from_args(args: argparse.Namespace, cls: type, *, defaults: Any = No
             raise OptionsError(why)
     try:
         obj = cls(**{**values, **chosen, **overrides})
+        check_options(obj)
     except ValueError as e:
         raise OptionsError(_in_flags(cls, str(e))) from None
-    check_options(obj)
     return obj
