@@ -180,8 +180,8 @@ def check_value(obj, f: dataclasses.Field, spec: OptionSpec) -> None:
         raise ValueError(f"{f.name} must be a string, got {value!r}")
     elif typing.get_origin(tp) is tuple:
         want = typing.get_args(tp)[0]
-        if not isinstance(value, tuple) or not value:
-            raise ValueError(f"{f.name} must be a non-empty tuple, got {value!r}")
+        if not isinstance(value, tuple):
+            raise ValueError(f"{f.name} must be a tuple, got {value!r}")
         for v in value:
             _check_number(f.name, v, spec, want)
 

@@ -3,7 +3,6 @@ configuration."""
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import signal
@@ -14,8 +13,6 @@ import torch
 from qkv.train import (
     Task,
     TrainConfig,
-    add_arguments,
-    config_from_args,
     epoch_batches,
     load_checkpoint,
     load_model,
@@ -23,6 +20,7 @@ from qkv.train import (
     to_device,
     train,
 )
+from qkv.cli.options import ArgumentParser, add_options, options_from_args
 from qkv.train.schedule import num_batches
 from tests.trainer_toy import ToyTask, build_toy_model
 
@@ -140,9 +138,10 @@ def test_resume_needs_the_flag_and_the_same_data(tmp_path):
     assert more.state.global_step == 12
 
 
-def test_resume_without_checkpoint_starts_fresh(tmp_path):
-    r = train(ToyTask(), cfg(tmp_path / "new", epochs=1, resume=True))
-    assert r.state.global_step == 6
+def test_resume_without_checkpoint_is_an_error(tmp_path):
+    with pytest.raises(FileNotFoundError, match="nothing to resume.*holds no checkpoint.*drop --resume"):
+        train(ToyTask(), cfg(tmp_path / "new", epochs=1, resume=True))
+    assert not (tmp_path / "new" / "checkpoint").exists()
 
 
 def test_loading_never_unpickles(tmp_path, monkeypatch):
@@ -330,26 +329,29 @@ def test_length_bucketing_groups_similar_lengths():
 
 # --- configuration -------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("field, value, message", [
-    ("epochs", 0, "epochs must be an integer >= 1"),
+    ("epochs", 0, "epochs must be >= 1"),
     ("epochs", 2.5, "epochs must be an integer"),
-    ("batch_size", 0, "batch_size must be an integer >= 1"),
+    ("batch_size", 0, "batch_size must be >= 1"),
     ("lr", 0.0, "lr must be > 0"),
     ("lr", float("nan"), "lr must be a finite number"),
+    ("lr", 1e30, "lr must be <= 10"),
+    ("seed", -1, "seed must be >= 0"),
     ("weight_decay", -0.1, "weight_decay must be >= 0"),
     ("max_minutes", 0, "max_minutes must be > 0"),
-    ("max_steps", 0, "max_steps must be an integer >= 1"),
-    ("schedule_steps", 0, "schedule_steps must be an integer >= 1"),
-    ("clip_norm", -1.0, "clip_norm must be > 0"),
-    ("warmup_steps", -1, "warmup_steps must be an integer >= 0"),
-    ("min_lr_ratio", 1.5, r"min_lr_ratio must be in \[0, 1\]"),
-    ("betas", (0.9, 1.0), "betas must be two numbers"),
+    ("max_steps", 0, "max_steps must be >= 1"),
+    ("schedule_steps", 0, "schedule_steps must be >= 1"),
+    ("clip_norm", -1.0, "clip_norm must be >= 0"),
+    ("warmup_steps", -1, "warmup_steps must be >= 0"),
+    ("min_lr_ratio", 1.5, "min_lr_ratio must be <= 1"),
+    ("betas", (0.9, 1.0), "betas must be <= 0.999999"),
+    ("betas", (0.9, 0.99, 0.9), "betas must be two numbers"),
     ("schedule", "step", "schedule must be one of"),
     ("amp", "fp8", "amp must be one of"),
     ("device", "tpu", "device must be 'auto', 'cpu', 'cuda' or 'cuda:N'"),
     ("mode", "up", "mode must be one of"),
     ("patience", 3, "patience=3 needs a metric"),
     ("resume", True, "resume=True needs out"),
-    ("log_every", 0, "log_every must be an integer >= 1"),
+    ("log_every", 0, "log_every must be >= 1"),
 ])
 def test_bad_config_values_raise(field, value, message):
     with pytest.raises(ValueError, match=message):
@@ -373,20 +375,20 @@ def test_config_round_trip_and_cli_options():
         TrainConfig.from_dict({"bogus": 1})
 
     task_defaults = TrainConfig(epochs=20, lr=3e-4, batch_size=128, monitor="accuracy")
-    parser = argparse.ArgumentParser()
-    add_arguments(parser, task_defaults)
+    parser = ArgumentParser()
+    add_options(parser, TrainConfig, defaults=task_defaults)
     args = parser.parse_args([])
-    assert config_from_args(args, task_defaults) == task_defaults
+    assert options_from_args(args, TrainConfig, defaults=task_defaults) == task_defaults
     argv = ("--epochs 3 --max-minutes 1.5 --out o --resume --device cpu --seed 7 --batch-size 8 --lr 0.1 "
             "--patience 2 --clip-norm 0 --no-progress")
     args = parser.parse_args(argv.split())
-    c = config_from_args(args, task_defaults, final_splits=("valid",))
+    c = options_from_args(args, TrainConfig, defaults=task_defaults, final_splits=("valid",))
     assert (c.epochs, c.max_minutes, c.out, c.resume, c.device, c.seed, c.batch_size, c.lr) == \
         (3, 1.5, "o", True, "cpu", 7, 8, 0.1)
     assert c.patience == 2 and c.monitor == "accuracy" and c.clip_norm is None and c.progress is False
     assert c.final_splits == ("valid",)
-    with pytest.raises(ValueError, match="batch_size"):
-        config_from_args(parser.parse_args(["--batch-size", "0"]), task_defaults)
+    with pytest.raises(ValueError, match="--batch-size must be >= 1"):
+        options_from_args(parser.parse_args(["--batch-size", "0"]), TrainConfig, defaults=task_defaults)
 
 
 def test_progress_bar_shows_loss_rate_and_epoch(capsys):
