@@ -27,8 +27,11 @@ SEED_W_QUERY = [[1.0, 0.0, 1.0], [1.0, 0.0, 0.0], [0.0, 0.0, 1.0], [0.0, 1.0, 1.
 SEED_W_VALUE = [[0.0, 2.0, 0.0], [0.0, 3.0, 0.0], [1.0, 0.0, 3.0], [1.0, 1.0, 0.0]]
 
 
-def seed_self_attention(*, scale: bool = True, dtype: torch.dtype = torch.float64) -> SelfAttention:
-    """A :class:`~qkv.layers.SelfAttention` (4 -> 3, 3) holding the seed's matrices and zero biases."""
+def seed_self_attention(*, scale: float | None = None, dtype: torch.dtype = torch.float64) -> SelfAttention:
+    """A :class:`~qkv.layers.SelfAttention` (4 -> 3, 3) holding the seed's matrices and zero biases.
+
+    ``scale`` is the layer's factor on the scores: ``None`` for ``1/sqrt(3)``, ``1.0`` for the plain dot product.
+    """
     layer = SelfAttention(4, 3, 3, scale=scale, dtype=dtype)
     with torch.no_grad():
         for lin, w in ((layer.q_proj, SEED_W_QUERY), (layer.k_proj, SEED_W_KEY), (layer.v_proj, SEED_W_VALUE)):

@@ -3,5 +3,7 @@
 from .attention import Attention, SelfAttention
 from .multihead import KVCache, MultiHeadAttention
 from .pooling import AttentionPooling
+from .transformer import FeedForward, PositionalEncoding, TransformerLayer, sinusoidal_positions
 
-__all__ = ["Attention", "SelfAttention", "MultiHeadAttention", "KVCache", "AttentionPooling"]
+__all__ = ["Attention", "SelfAttention", "MultiHeadAttention", "KVCache", "AttentionPooling", "TransformerLayer",
+           "FeedForward", "PositionalEncoding", "sinusoidal_positions"]

@@ -15,6 +15,12 @@ from ..scores import Score, create_score
 __all__ = ["Attention", "SelfAttention"]
 
 
+def _check_scale(scale) -> None:
+    if isinstance(scale, bool) or not (scale is None or isinstance(scale, int | float)):
+        raise ValueError(f"scale must be a number or None (the score's default), got {scale!r}; use scale=1.0 for "
+                         "the unscaled dot product")
+
+
 class Attention(nn.Module):
     """Attention with a pluggable score: ``softmax(score(q, k)) @ v``.
 
@@ -34,6 +40,7 @@ class Attention(nn.Module):
                  dropout: float = 0.0, scale: float | None = None, query_dim: int | None = None,
                  key_dim: int | None = None, hidden_dim: int | None = None, device=None, dtype=None):
         super().__init__()
+        _check_scale(scale)
         self.score = create_score(score, query_dim, key_dim, hidden_dim, device=device, dtype=dtype)
         self.normalize = normalize
         self.dropout = dropout
@@ -58,13 +65,16 @@ class SelfAttention(nn.Module):
 
     Args:
         in_dim: features of each input.  qk_dim: size of queries and keys.  v_dim: size of values
-            (default ``qk_dim``).  bias: biases on the projections.  scale: divide scores by ``sqrt(qk_dim)``.
+            (default ``qk_dim``).  bias: biases on the projections.
+        scale: factor on the scores: ``None`` for ``1/sqrt(qk_dim)``, a number otherwise (``1.0`` is the plain
+            dot product).
         dropout: on the weights, in training only.
     """
 
     def __init__(self, in_dim: int, qk_dim: int, v_dim: int | None = None, *, bias: bool = True,
-                 scale: bool = True, dropout: float = 0.0, device=None, dtype=None):
+                 scale: float | None = None, dropout: float = 0.0, device=None, dtype=None):
         super().__init__()
+        _check_scale(scale)
         v_dim = qk_dim if v_dim is None else v_dim
         fk = {"device": device, "dtype": dtype}
         self.q_proj = nn.Linear(in_dim, qk_dim, bias=bias, **fk)
@@ -77,6 +87,6 @@ class SelfAttention(nn.Module):
                 return_weights: bool = False):
         """``x (..., T, in_dim)`` -> ``(..., T, v_dim)`` (and weights ``(..., T, T)``)."""
         return attention(self.q_proj(x), self.k_proj(x), self.v_proj(x),
-                         score="scaled_dot" if self.scale else "dot", mask=mask,
+                         score="scaled_dot", scale=self.scale, mask=mask,
                          dropout=self.dropout if self.training else 0.0, is_causal=is_causal,
                          return_weights=return_weights)

@@ -4,7 +4,7 @@ Beyond ``torch.nn.MultiheadAttention``: any qkv score per head, grouped-query / 
 (Ainslie et al., 2023, https://arxiv.org/abs/2305.13245) through ``kv_heads``, weights per head or
 averaged without leaving the fast path, and a key/value cache for token-by-token decoding.
 
-Axis letters: ``B`` batch, ``T``/``Tq``/``Tk`` positions, ``E`` embedding, ``H`` heads, ``G`` key/value
+Axis letters: ``B`` batch, ``T``/``Tq``/``Tk`` positions, ``E`` model width (``dim``), ``H`` heads, ``G`` key/value
 heads, ``D`` head size (``E / H``).
 """
 
@@ -56,7 +56,7 @@ class MultiHeadAttention(nn.Module):
     """Multi-head self- and cross-attention, ``(B, T, E)`` batch first.
 
     Args:
-        embed_dim: ``E``, the size of queries and of the output.
+        dim: ``E``, the model's width: the size of queries and of the output.
         num_heads: ``H``; must divide ``E``.
         kv_heads: ``G`` key/value heads shared by ``H / G`` query heads each (grouped-query attention;
             1 is multi-query). Default ``H``.
@@ -73,29 +73,29 @@ class MultiHeadAttention(nn.Module):
         >>> out, w = mha(x, is_causal=True, return_weights=True)   # w: (2, 10, 10), averaged over heads
     """
 
-    def __init__(self, embed_dim: int, num_heads: int, *, kv_heads: int | None = None, kdim: int | None = None,
+    def __init__(self, dim: int, num_heads: int, *, kv_heads: int | None = None, kdim: int | None = None,
                  vdim: int | None = None, bias: bool = True, dropout: float = 0.0,
                  score: str | Score | Callable = "scaled_dot", normalize: str | Callable = "softmax",
                  device=None, dtype=None):
         super().__init__()
         kv_heads = num_heads if kv_heads is None else kv_heads
-        if embed_dim <= 0 or num_heads <= 0 or embed_dim % num_heads:
-            raise ValueError(f"embed_dim ({embed_dim}) must be a positive multiple of num_heads ({num_heads})")
+        if dim <= 0 or num_heads <= 0 or dim % num_heads:
+            raise ValueError(f"dim ({dim}) must be a positive multiple of num_heads ({num_heads})")
         if kv_heads <= 0 or num_heads % kv_heads:
             raise ValueError(f"kv_heads ({kv_heads}) must divide num_heads ({num_heads})")
         if not 0.0 <= dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {dropout}")
         fk = {"device": device, "dtype": dtype}
-        self.embed_dim, self.num_heads, self.kv_heads = embed_dim, num_heads, kv_heads
-        self.head_dim = embed_dim // num_heads
-        self.kdim = embed_dim if kdim is None else kdim
-        self.vdim = embed_dim if vdim is None else vdim
+        self.dim, self.num_heads, self.kv_heads = dim, num_heads, kv_heads
+        self.head_dim = dim // num_heads
+        self.kdim = dim if kdim is None else kdim
+        self.vdim = dim if vdim is None else vdim
         self.dropout = dropout
         self.normalize = normalize
-        self.q_proj = nn.Linear(embed_dim, embed_dim, bias=bias, **fk)
+        self.q_proj = nn.Linear(dim, dim, bias=bias, **fk)
         self.k_proj = nn.Linear(self.kdim, kv_heads * self.head_dim, bias=bias, **fk)
         self.v_proj = nn.Linear(self.vdim, kv_heads * self.head_dim, bias=bias, **fk)
-        self.out_proj = nn.Linear(embed_dim, embed_dim, bias=bias, **fk)
+        self.out_proj = nn.Linear(dim, dim, bias=bias, **fk)
         self.score = create_score(score, self.head_dim, self.head_dim, **fk)
         self.reset_parameters()
 
@@ -133,8 +133,8 @@ class MultiHeadAttention(nn.Module):
         Returns:
             ``(B, Tq, E)``, or ``(output, weights)`` when ``return_weights``.
         """
-        if query.dim() != 3 or query.shape[-1] != self.embed_dim:
-            raise ValueError(f"query must be (B, Tq, E={self.embed_dim}), got {tuple(query.shape)}")
+        if query.dim() != 3 or query.shape[-1] != self.dim:
+            raise ValueError(f"query must be (B, Tq, E={self.dim}), got {tuple(query.shape)}")
         b, tq, _ = query.shape
         h, g, d = self.num_heads, self.kv_heads, self.head_dim
         q = self.q_proj(query).view(b, tq, h, d).transpose(1, 2)
@@ -144,9 +144,9 @@ class MultiHeadAttention(nn.Module):
         else:
             key = query if key is None else key
             value = key if value is None else value
-            for name, t, dim in (("key", key, self.kdim), ("value", value, self.vdim)):
-                if t.dim() != 3 or t.shape[0] != b or t.shape[-1] != dim:
-                    raise ValueError(f"{name} must be (B={b}, Tk, {dim}), got {tuple(t.shape)} "
+            for name, t, size in (("key", key, self.kdim), ("value", value, self.vdim)):
+                if t.dim() != 3 or t.shape[0] != b or t.shape[-1] != size:
+                    raise ValueError(f"{name} must be (B={b}, Tk, {size}), got {tuple(t.shape)} "
                                      f"for query {tuple(query.shape)}")
             if key.shape[1] != value.shape[1]:
                 raise ValueError(f"key {tuple(key.shape)} and value {tuple(value.shape)} differ in Tk")
@@ -167,7 +167,7 @@ class MultiHeadAttention(nn.Module):
                            dropout=self.dropout if self.training else 0.0, is_causal=is_causal and not lower_right,
                            return_weights=return_weights)
         out, weights = result if return_weights else (result, None)
-        out = self.out_proj(out.transpose(1, 2).reshape(b, tq, self.embed_dim))
+        out = self.out_proj(out.transpose(1, 2).reshape(b, tq, self.dim))
         if not return_weights:
             return out
         return out, (weights.mean(dim=1) if average_weights else weights)
@@ -212,5 +212,5 @@ class MultiHeadAttention(nn.Module):
         return new
 
     def extra_repr(self) -> str:
-        return (f"embed_dim={self.embed_dim}, num_heads={self.num_heads}, kv_heads={self.kv_heads}, "
+        return (f"dim={self.dim}, num_heads={self.num_heads}, kv_heads={self.kv_heads}, "
                 f"score={self.score!r}, dropout={self.dropout}")
