@@ -11,20 +11,15 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import logging
 import math
-import signal
 import sys
-import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
-from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 from tqdm.auto import tqdm
 
@@ -38,45 +33,13 @@ from .checkpoint import (
     write_checkpoint,
 )
 from .config import RESULT_FIELDS, TrainConfig
+from .parts import MetricsLog, StopFlag, TrainResult, TrainState, amp_dtype, dtype_name, param_groups
 from .schedule import derive_seed, epoch_batches, lr_factor, num_batches
 from .task import Task
 
 __all__ = ["train", "Trainer", "TrainState", "TrainResult"]
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class TrainState:
-    """The trainer's position, saved in every checkpoint (``state.json``)."""
-
-    epoch: int = 0  # current epoch, 0-based
-    step: int = 0  # batches done in the current epoch
-    global_step: int = 0  # optimizer steps done in total
-    best: float | None = None  # best value of the monitored metric so far
-    best_step: int | None = None  # global_step at which it was reached
-    bad_evals: int = 0  # evaluations since the best one
-    stopped_early: bool = False  # early stopping ended the run
-    elapsed: float = 0.0  # seconds of training over all invocations
-
-
-@dataclass
-class TrainResult:
-    """What :func:`train` returns.
-
-    Attributes:
-        model: the trained model (plain ``nn.Module``); holds the best weights when a metric was monitored.
-        state: the final :class:`TrainState`.
-        metrics: the final evaluation, ``{split: {metric: value}}`` (rank 0 only; empty on other ranks).
-        stopped: why training ended: ``"epochs"``, ``"early_stop"``, ``"max_steps"`` or ``"time"``.
-        out: the run directory, or ``None``.
-    """
-
-    model: nn.Module
-    state: TrainState
-    metrics: dict[str, dict[str, float]]
-    stopped: str
-    out: Path | None
 
 
 Callback = Callable[[TrainState, dict[str, float]], Any]
@@ -95,42 +58,6 @@ def train(task: Task, config: TrainConfig, callbacks: Sequence[Callback] = ()) -
         FileExistsError: ``config.out`` holds a checkpoint and ``config.resume`` is false.
     """
     return Trainer(task, config, callbacks).fit()
-
-
-class _StopFlag:
-    """Turns the first SIGINT into a flag checked between steps; a second SIGINT interrupts at once."""
-
-    def __init__(self):
-        self.set = False
-        self._previous = None
-
-    def _handler(self, signum, frame):
-        if self.set:
-            raise KeyboardInterrupt
-        self.set = True
-        log.warning("interrupt: stopping after this step (press Ctrl-C again to stop at once)")
-
-    def __enter__(self):
-        if threading.current_thread() is threading.main_thread():
-            self._previous = signal.signal(signal.SIGINT, self._handler)
-        return self
-
-    def __exit__(self, *exc):
-        if self._previous is not None:
-            signal.signal(signal.SIGINT, self._previous)
-
-
-class _MetricsLog:
-    """Appends one JSON object per line to ``metrics.jsonl`` (rank 0 only)."""
-
-    def __init__(self, path: Path | None):
-        self.path = path
-
-    def write(self, record: dict[str, Any]) -> None:
-        if self.path is None:
-            return
-        with open(self.path, "a", encoding="utf-8") as f:
-            f.write(json.dumps(record, sort_keys=False) + "\n")
 
 
 class Trainer:
@@ -174,9 +101,9 @@ class Trainer:
             raise ValueError(f"{n} training examples make no batch of batch_size={cfg.batch_size}"
                              f"{' with drop_last' if cfg.drop_last else ''}")
         self.total_steps = cfg.schedule_steps or cfg.epochs * self.steps_per_epoch  # the LR schedule's length
-        self.optimizer = torch.optim.AdamW(_param_groups(self.module, cfg.weight_decay), lr=cfg.lr,
+        self.optimizer = torch.optim.AdamW(param_groups(self.module, cfg.weight_decay), lr=cfg.lr,
                                            betas=cfg.betas, eps=cfg.eps)
-        self.amp_dtype = _amp_dtype(cfg.amp, d.device)
+        self.amp_dtype = amp_dtype(cfg.amp, d.device)
         self.scaler = torch.amp.GradScaler(d.device.type, enabled=self.amp_dtype == torch.float16)
         if d.enabled:
             self.model = DistributedDataParallel(
@@ -191,10 +118,10 @@ class Trainer:
             rng.seed_all(derive_seed(cfg.seed, 1, d.rank))  # each process its own dropout/augmentation stream
         if d.is_main and self.out is not None:
             self.out.mkdir(parents=True, exist_ok=True)
-        self.metrics = _MetricsLog(self.out / "metrics.jsonl" if d.is_main and self.out is not None else None)
+        self.metrics = MetricsLog(self.out / "metrics.jsonl" if d.is_main and self.out is not None else None)
         self.metrics.write({"event": "resume" if ckpt is not None else "start", "time": time.time(),
                             "global_step": self.state.global_step, "world_size": d.world_size,
-                            "device": str(d.device), "amp": _dtype_name(self.amp_dtype),
+                            "device": str(d.device), "amp": dtype_name(self.amp_dtype),
                             "examples": n, "steps_per_epoch": self.steps_per_epoch, "task": task.name,
                             "train_config": cfg.to_dict()})
         self._best_weights = None
@@ -260,7 +187,7 @@ class Trainer:
         self._interval = {"loss": 0.0, "count": 0.0, "stats": {}, "seconds": 0.0}
         self._phase = None  # "step" while a step computes, "update" while it changes the weights
         self._agreed_interrupt = False
-        with _StopFlag() as flag:
+        with StopFlag() as flag:
             try:
                 while st.epoch < cfg.epochs and not st.stopped_early:
                     batches = epoch_batches(len(self.examples), cfg.batch_size, seed=cfg.seed, epoch=st.epoch,
@@ -488,28 +415,3 @@ class Trainer:
             self.metrics.write({"event": "end", "stopped": stopped, "global_step": st.global_step,
                                 "best": st.best, "best_step": st.best_step, "time": round(st.elapsed, 3)})
         return TrainResult(model=self.module, state=st, metrics=results, stopped=stopped, out=self.out)
-
-
-def _param_groups(module: nn.Module, weight_decay: float) -> list[dict[str, Any]]:
-    """Weight decay on weights with two or more dimensions; none on biases, norms and other vectors."""
-    params = [p for p in module.parameters() if p.requires_grad]
-    if not params:
-        raise ValueError("the model has no trainable parameters")
-    decay = [p for p in params if p.ndim >= 2]
-    keep = [p for p in params if p.ndim < 2]
-    return [g for g in ({"params": decay, "weight_decay": weight_decay}, {"params": keep, "weight_decay": 0.0})
-            if g["params"]]
-
-
-def _dtype_name(dtype: torch.dtype | None) -> str:
-    return str(dtype).replace("torch.", "") if dtype is not None else "off"
-
-
-def _amp_dtype(amp: str, device: torch.device) -> torch.dtype | None:
-    if amp == "off" or (amp == "auto" and device.type != "cuda"):
-        return None
-    if amp == "auto":
-        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
-    if amp == "fp16" and device.type != "cuda":
-        raise ValueError(f"amp='fp16' needs a CUDA device (training on {device}); use amp='bf16' or 'off'")
-    return torch.bfloat16 if amp == "bf16" else torch.float16
