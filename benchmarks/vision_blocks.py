@@ -40,9 +40,9 @@ def plain_eca(m, x):
 
 
 def plain_cbam(m, x):
-    mlp = m.channel.mlp
+    gate = m.channel
     avg, mx = x.mean(dim=(2, 3)), x.amax(dim=(2, 3))
-    mc = torch.sigmoid(fc(torch.relu(fc(avg, mlp[0])), mlp[2]) + fc(torch.relu(fc(mx, mlp[0])), mlp[2]))
+    mc = torch.sigmoid(fc(torch.relu(fc(avg, gate.fc1)), gate.fc2) + fc(torch.relu(fc(mx, gate.fc1)), gate.fc2))
     x = x * mc[:, :, None, None]
     pooled = torch.cat([x.mean(1, keepdim=True), x.amax(1, keepdim=True)], 1)
     return x * torch.sigmoid(F.conv2d(pooled, m.spatial.conv.weight, padding=m.spatial.conv.padding))

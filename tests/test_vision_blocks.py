@@ -1,8 +1,6 @@
 """Vision blocks: each against a hand-written reference of its paper's formula, plus shapes, gradients,
 attention maps, state_dict round trips and argument errors for every factory name."""
 
-import math
-
 import pytest
 import torch
 import torch.nn.functional as F
@@ -90,10 +88,10 @@ def test_eca_adaptive_kernel(channels, k):
 
 def test_cbam_matches_paper(x):
     cbam = make("cbam", reduction=4)
-    mlp = cbam.channel.mlp
+    gate = cbam.channel
 
-    def shared(z):
-        return fc(torch.relu(fc(z, mlp[0])), mlp[2])
+    def shared(z):  # the one MLP of both pools: SE's fc1, ReLU, fc2
+        return fc(torch.relu(fc(z, gate.fc1)), gate.fc2)
 
     mc = torch.sigmoid(shared(x.mean(dim=(2, 3))) + shared(x.amax(dim=(2, 3))))[:, :, None, None]
     x1 = x * mc
@@ -103,7 +101,12 @@ def test_cbam_matches_paper(x):
     close(out, x1 * ms)
     close(maps.channel, mc)
     close(maps.spatial, ms)
+    assert isinstance(gate, vision.SqueezeExcite) and gate.fc1.out_channels == C // 4
     # the parts alone
+    channel = make("cbam_channel", reduction=2)
+    s = torch.sigmoid(fc(torch.relu(fc(x.mean(dim=(2, 3)), channel.fc1)), channel.fc2)
+                      + fc(torch.relu(fc(x.amax(dim=(2, 3)), channel.fc1)), channel.fc2))[:, :, None, None]
+    close(channel(x), x * s)
     part = make("cbam_spatial", kernel_size=3)
     pooled = torch.cat([x.mean(1, keepdim=True), x.amax(1, keepdim=True)], 1)
     close(part(x), x * torch.sigmoid(F.conv2d(pooled, part.conv.weight, padding=1)))
@@ -322,8 +325,13 @@ def test_layers_by_name():
 
 
 def test_non_local_weights_are_a_distribution_over_subsampled_keys():
-    block = vision.create("non_local", C, subsample=True)
-    _, w = block(torch.randn(B, C, 7, 9), return_attention=True)
+    """Odd sizes: the 2x2 pool of the keys floors (7x9 positions, 3x4 keys), as the reference's does."""
+    block = make("non_local", subsample=True)
+    x = torch.randn(B, C, 7, 9, dtype=DT) * 0.3
+    out, w = block(x, return_attention=True)
     assert w.shape == (B, 63, 3 * 4)
-    torch.testing.assert_close(w.sum(-1), torch.ones(B, 63))
-    assert math.isclose(w.min().item(), w.min().item()) and (w >= 0).all()
+    torch.testing.assert_close(w.sum(-1), torch.ones(B, 63, dtype=DT))
+    assert (w >= 0).all()
+    ref, ref_w = nonlocal_reference(block, x)
+    close(w, ref_w)
+    close(out, ref)

@@ -11,6 +11,9 @@ https://arxiv.org/abs/1807.06521.
 The two parts are modules of their own (:class:`ChannelAttention`, :class:`SpatialAttention`) and can be
 used alone.
 
+:class:`ChannelAttention` is :class:`~qkv.vision.SqueezeExcite` with the max pool added: the same MLP
+(``fc1``, ``act``, ``fc2``), applied to both pools and summed before the gate.
+
 What differs from the paper: the MLP's layers are 1x1 convolutions (same parameters); the official code
 adds a batch norm after the 7x7 convolution and orders the spatial pools ``[max; mean]``: here the
 paper's formula is followed (``[mean; max]``, no norm) and ``norm_layer=nn.BatchNorm2d`` adds the norm.
@@ -23,16 +26,8 @@ from typing import NamedTuple
 import torch
 from torch import Tensor, nn
 
-from ._common import (
-    LayerLike,
-    check_input,
-    check_positive,
-    global_avg_pool,
-    global_max_pool,
-    make_layer,
-    reduced_channels,
-)
-from .squeeze_excite import scale_channels
+from ._common import LayerLike, check_input, check_positive, global_avg_pool, global_max_pool, make_layer
+from .squeeze_excite import SqueezeExcite
 
 __all__ = ["ChannelAttention", "SpatialAttention", "CBAM", "CBAMAttention", "channel_pool"]
 
@@ -49,8 +44,10 @@ class CBAMAttention(NamedTuple):
     spatial: Tensor
 
 
-class ChannelAttention(nn.Module):
-    """CBAM's channel part: ``x * sigmoid(MLP(avgpool(x)) + MLP(maxpool(x)))``.
+class ChannelAttention(SqueezeExcite):
+    """CBAM's channel part: ``x * sigmoid(MLP(avgpool(x)) + MLP(maxpool(x)))``, SE's block with a second pool.
+
+    The shared MLP is :meth:`SqueezeExcite.excite` (``fc1``, ``act``, ``fc2``), applied to both pools.
 
     Args:
         channels: ``C``.  reduction: ``r``, hidden width ``C // r``.  hidden_channels: instead of ``C // r``.
@@ -59,24 +56,8 @@ class ChannelAttention(nn.Module):
     Shapes: ``x (B, C, H, W) -> (B, C, H, W)``; attention ``(B, C, 1, 1)``.
     """
 
-    def __init__(self, channels: int, reduction: int = 16, *, hidden_channels: int | None = None,
-                 act_layer: LayerLike = nn.ReLU, gate_layer: LayerLike = nn.Sigmoid, bias: bool = True,
-                 device=None, dtype=None):
-        super().__init__()
-        kw = {"device": device, "dtype": dtype}
-        if hidden_channels is None:
-            hidden_channels = reduced_channels(channels, reduction)
-        check_positive(channels=channels, hidden_channels=hidden_channels)
-        self.channels = channels
-        self.mlp = nn.Sequential(nn.Conv2d(channels, hidden_channels, 1, bias=bias, **kw), make_layer(act_layer),
-                                 nn.Conv2d(hidden_channels, channels, 1, bias=bias, **kw))
-        self.gate = make_layer(gate_layer)
-
-    def forward(self, x: Tensor, *, return_attention: bool = False) -> Tensor | tuple[Tensor, Tensor]:
-        check_input(x, self.channels, type(self).__name__)
-        weights = self.gate(self.mlp(global_avg_pool(x)) + self.mlp(global_max_pool(x)))
-        out = scale_channels(x, weights)
-        return (out, weights) if return_attention else out
+    def attention(self, x: Tensor) -> Tensor:
+        return self.gate(self.excite(global_avg_pool(x)) + self.excite(global_max_pool(x)))
 
 
 class SpatialAttention(nn.Module):

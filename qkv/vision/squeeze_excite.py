@@ -54,8 +54,16 @@ class SqueezeExcite(nn.Module):
         self.fc2 = nn.Conv2d(hidden_channels, channels, 1, bias=bias, **kw)
         self.gate = make_layer(gate_layer)
 
+    def excite(self, z: Tensor) -> Tensor:
+        """The excitation MLP before the gate: ``W2 act(W1 z + b1) + b2`` on pooled features ``z (B, C, 1, 1)``."""
+        return self.fc2(self.act(self.fc1(z)))
+
+    def attention(self, x: Tensor) -> Tensor:
+        """The channel weights ``(B, C, 1, 1)``: the gate of the excitation of the average pool."""
+        return self.gate(self.excite(global_avg_pool(x)))
+
     def forward(self, x: Tensor, *, return_attention: bool = False) -> Tensor | tuple[Tensor, Tensor]:
         check_input(x, self.channels, type(self).__name__)
-        weights = self.gate(self.fc2(self.act(self.fc1(global_avg_pool(x)))))
+        weights = self.attention(x)
         out = scale_channels(x, weights)
         return (out, weights) if return_attention else out
