@@ -30,7 +30,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-__all__ = ["TextDataset", "read_movie_reviews", "read_table", "stratified_split", "kfold_splits", "strata"]
+import torch
+
+__all__ = ["TextDataset", "read_movie_reviews", "read_table", "stratified_split", "kfold_splits", "strata",
+           "collate_texts"]
 
 log = logging.getLogger(__name__)
 
@@ -299,3 +302,12 @@ def kfold_splits(labels: Sequence, k: int = 10, *, seed: int = 0) -> list[tuple[
         held = set(test)
         out.append(([i for i in range(len(labels)) if i not in held], test))
     return out
+
+
+def collate_texts(examples, *, regression: bool = False) -> dict[str, torch.Tensor]:
+    """``[(ids, label), ...]`` -> ``{"ids" (B, T), "mask" (B, T) True at tokens, "labels" (B,)}``."""
+    from .batching import pad_sequences
+
+    ids, _, mask = pad_sequences([x for x, _ in examples], min_len=1)
+    labels = torch.tensor([y for _, y in examples], dtype=torch.float32 if regression else torch.long)
+    return {"ids": ids, "mask": mask, "labels": labels}

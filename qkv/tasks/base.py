@@ -50,9 +50,10 @@ def model_from_spec(spec: Mapping[str, Any], state_dict: Mapping[str, torch.Tens
         missing = sorted(set(own) - set(state_dict))
         unexpected = sorted(set(state_dict) - set(own))
         if missing or unexpected:
-            raise ValueError(f"{where}: the weights do not fit a {spec['name']!r} model "
-                             f"({'missing ' + missing[0] if missing else 'unexpected ' + unexpected[0]}"
-                             f"{f' and {len(missing) + len(unexpected) - 1} more' if len(missing) + len(unexpected) > 1 else ''})")
+            first = f"missing {missing[0]}" if missing else f"unexpected {unexpected[0]}"
+            more = len(missing) + len(unexpected) - 1
+            raise ValueError(f"{where}: the weights do not fit a {spec['name']!r} model ({first}"
+                             f"{f' and {more} more' if more else ''})")
         for name, t in state_dict.items():
             if tuple(t.shape) != tuple(own[name].shape):
                 raise ValueError(f"{where}: weight {name} is {tuple(t.shape)} but the configuration makes it "

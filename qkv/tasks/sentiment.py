@@ -27,6 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..data.text_classification import collate_texts
 from ..options import check_options, option
 from ..train.task import Task
 from .base import load_run, upgrade_options
@@ -179,15 +180,6 @@ def build_model(options: SentimentOptions, *, vocab_size: int, num_classes: int,
         logger.info("word vectors for %d of %d tokens from %s", found, len(vocab), options.vectors)
         extra = {"pretrained": pretrained, "freeze_embeddings": options.freeze_vectors}
     return create(spec["name"], **spec["config"], **extra)
-
-
-def collate_texts(examples, *, regression: bool = False) -> dict[str, torch.Tensor]:
-    """``[(ids, label), ...]`` -> ``{"ids" (B, T), "mask" (B, T) True at tokens, "labels" (B,)}``."""
-    from ..data.batching import pad_sequences
-
-    ids, _, mask = pad_sequences([x for x, _ in examples], min_len=1)
-    labels = torch.tensor([y for _, y in examples], dtype=torch.float32 if regression else torch.long)
-    return {"ids": ids, "mask": mask, "labels": labels}
 
 
 class SentimentTask(Task):
