@@ -1,6 +1,9 @@
 """ResNets and the small CNN with attention: parameter counts against the papers' tables, placement of the
 blocks, attention maps, gradients, state_dict round trip and torch.compile."""
 
+import json
+from pathlib import Path
+
 import pytest
 import torch
 from torch import nn
@@ -8,6 +11,8 @@ from torch import nn
 from qkv import vision
 from qkv.models import ResNet, SmallCNN, create_resnet, resnet18, resnet50, sknet50
 from qkv.models.resnet import default_nonlocal_positions
+
+DATA = Path(__file__).parent / "data" / "v1"
 
 
 def count(model: nn.Module) -> int:
@@ -140,6 +145,42 @@ def test_resnet_state_dict_round_trip():
         torch.testing.assert_close(a(x), b(x))
 
 
+def test_cifar_stem_has_the_v1_parameter_names_and_shapes():
+    """``stem="cifar"`` replaced 0.1.0's stem surgery in the images task; its parameters are the same."""
+    shapes = json.loads((DATA / "resnet18-se-cifar-shapes.json").read_text())
+    model = resnet18(num_classes=10, in_channels=1, attn="se", stem="cifar")
+    assert {k: list(v.shape) for k, v in model.state_dict().items()} == shapes
+    assert list(model.state_dict()) == list(shapes)
+
+
+@pytest.mark.parametrize("stem, size, feature_size", [("imagenet", 64, 2), ("cifar", 32, 4)])
+def test_stems(stem, size, feature_size):
+    torch.manual_seed(0)
+    model = ResNet("basic", (1, 1, 1, 1), num_classes=3, in_channels=2, stem=stem).eval()
+    conv = model.conv1
+    if stem == "cifar":
+        assert (conv.kernel_size, conv.stride, conv.padding, conv.bias) == ((3, 3), (1, 1), (1, 1), None)
+        assert isinstance(model.maxpool, nn.Identity)
+        # He init, fan_out: std sqrt(2 / (64 * 3 * 3))
+        big = create_resnet("resnet18", in_channels=64, stem="cifar")
+        assert abs(big.conv1.weight.std().item() - (2 / (64 * 9)) ** 0.5) < 0.003
+    else:
+        assert conv.kernel_size == (7, 7) and conv.stride == (2, 2) and isinstance(model.maxpool, nn.MaxPool2d)
+    with torch.no_grad():
+        assert model.forward_features(torch.randn(1, 2, size, size)).shape == (1, 512, feature_size, feature_size)
+    for fn in (resnet50, sknet50):
+        with torch.device("meta"):
+            assert fn(stem="cifar", num_classes=3).conv1.kernel_size == (3, 3)
+
+
+def test_zero_init_residual_zeroes_the_last_norm_of_every_block():
+    basic = ResNet("basic", (1, 1, 1, 1), zero_init_residual=True)
+    assert all((b.bn2.weight == 0).all() and (b.bn1.weight == 1).all() for b in (basic.layer1[0], basic.layer4[0]))
+    with torch.device("meta"):
+        bottleneck = resnet50(zero_init_residual=True)
+    assert bottleneck.layer2[0].last_norm == "bn3"
+
+
 @pytest.mark.parametrize("kwargs, match", [
     ({"attn": "ffm"}, "no place in a ResNet"),
     ({"attn": "bogus"}, "unknown vision block"),
@@ -149,6 +190,7 @@ def test_resnet_state_dict_round_trip():
     ({"attn": "non_local", "attn_positions": {5: (0,)}}, "stages are 1-4"),
     ({"attn_kwargs": {"reduction": 4}}, "need an attn block"),
     ({"groups": 32}, "BasicBlock supports only groups=1"),
+    ({"stem": "tiny"}, "stem must be 'imagenet' or 'cifar'"),
 ])
 def test_resnet_bad_arguments(kwargs, match):
     with pytest.raises(ValueError, match=match), torch.device("meta"):

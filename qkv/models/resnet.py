@@ -20,6 +20,7 @@ parameter count). Non-local blocks, designed for video, are placed at the corres
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 
@@ -58,18 +59,59 @@ def _call(module: nn.Module, x: Tensor, want: bool) -> tuple[Tensor, object]:
     return module(x, return_attention=True) if want else (module(x), None)
 
 
-class BasicBlock(nn.Module):
-    """Two 3x3 convolutions and a shortcut; ``attn`` after the second norm, ``sk`` replaces the first conv."""
+class _ResidualBlock(nn.Module, ABC):
+    """What both residual blocks share: the constructor's arguments, the attention block after the last norm of
+    the residual branch, the shortcut and the final ReLU. A subclass builds its branch in ``_build_branch``
+    and runs it in ``_branch``."""
 
-    expansion = 1
+    expansion: int  #: output channels per ``planes``
+    last_norm: str  #: name of the residual branch's last batch norm (zeroed by ``zero_init_residual``)
 
     def __init__(self, in_channels: int, planes: int, stride: int = 1, *, groups: int = 1, base_width: int = 64,
                  attn: Callable[[int], nn.Module] | None = None, sk: Callable[..., nn.Module] | None = None,
                  device=None, dtype=None):
         super().__init__()
+        kw = {"device": device, "dtype": dtype}
+        out_channels = planes * self.expansion
+        self._build_branch(in_channels, planes, stride, groups, base_width, sk, kw)
+        self.attn = attn(out_channels) if attn is not None else None
+        self.downsample = _shortcut(in_channels, out_channels, stride, **kw)
+        self.relu = nn.ReLU(inplace=True)
+
+    @abstractmethod
+    def _build_branch(self, in_channels, planes, stride, groups, base_width, sk, kw) -> None:
+        """Create the residual branch's layers (before ``attn``, ``downsample`` and ``relu``)."""
+
+    @abstractmethod
+    def _branch(self, x: Tensor, maps: dict, return_attention: bool) -> Tensor:
+        """The residual branch up to its last norm; an SK unit's attention goes into ``maps["sk"]``."""
+
+    @staticmethod
+    def _unit(conv: nn.Module, x: Tensor, maps: dict, return_attention: bool) -> Tensor:
+        """The 3x3 convolution or the SK unit that replaces it (with its own norm and activation)."""
+        if isinstance(conv, vision.SelectiveKernel):
+            out, maps["sk"] = _call(conv, x, return_attention)
+            return out
+        return conv(x)
+
+    def forward(self, x: Tensor, *, return_attention: bool = False):
+        maps = {}
+        out = self._branch(x, maps, return_attention)
+        if self.attn is not None:
+            out, maps["attn"] = _call(self.attn, out, return_attention)
+        out = self.relu(out + (x if self.downsample is None else self.downsample(x)))
+        return (out, maps) if return_attention else out
+
+
+class BasicBlock(_ResidualBlock):
+    """Two 3x3 convolutions and a shortcut; ``attn`` after the second norm, ``sk`` replaces the first conv."""
+
+    expansion = 1
+    last_norm = "bn2"
+
+    def _build_branch(self, in_channels, planes, stride, groups, base_width, sk, kw) -> None:
         if groups != 1 or base_width != 64:
             raise ValueError("BasicBlock supports only groups=1 and width_per_group=64 (as in the ResNet paper)")
-        kw = {"device": device, "dtype": dtype}
         if sk is not None:
             self.conv1 = sk(in_channels, planes, stride=stride, groups=1)
             self.bn1, self.relu1 = nn.Identity(), nn.Identity()
@@ -78,61 +120,35 @@ class BasicBlock(nn.Module):
             self.bn1, self.relu1 = nn.BatchNorm2d(planes, **kw), nn.ReLU(inplace=True)
         self.conv2 = nn.Conv2d(planes, planes, 3, 1, 1, bias=False, **kw)
         self.bn2 = nn.BatchNorm2d(planes, **kw)
-        self.attn = attn(planes) if attn is not None else None
-        self.downsample = _shortcut(in_channels, planes, stride, **kw)
-        self.relu = nn.ReLU(inplace=True)
 
-    def forward(self, x: Tensor, *, return_attention: bool = False):
-        maps = {}
-        if isinstance(self.conv1, vision.SelectiveKernel):
-            out, maps["sk"] = _call(self.conv1, x, return_attention)
-        else:
-            out = self.relu1(self.bn1(self.conv1(x)))
-        out = self.bn2(self.conv2(out))
-        if self.attn is not None:
-            out, maps["attn"] = _call(self.attn, out, return_attention)
-        out = self.relu(out + (x if self.downsample is None else self.downsample(x)))
-        return (out, maps) if return_attention else out
+    def _branch(self, x, maps, return_attention):
+        out = self.relu1(self.bn1(self._unit(self.conv1, x, maps, return_attention)))
+        return self.bn2(self.conv2(out))
 
 
-class Bottleneck(nn.Module):
+class Bottleneck(_ResidualBlock):
     """1x1 reduce, 3x3 (or SK), 1x1 expand (x4), and a shortcut; ``attn`` after the last norm."""
 
     expansion = 4
+    last_norm = "bn3"
 
-    def __init__(self, in_channels: int, planes: int, stride: int = 1, *, groups: int = 1, base_width: int = 64,
-                 attn: Callable[[int], nn.Module] | None = None, sk: Callable[..., nn.Module] | None = None,
-                 device=None, dtype=None):
-        super().__init__()
-        kw = {"device": device, "dtype": dtype}
+    def _build_branch(self, in_channels, planes, stride, groups, base_width, sk, kw) -> None:
         width = int(planes * (base_width / 64.0)) * groups
-        out_channels = planes * self.expansion
         self.conv1 = nn.Conv2d(in_channels, width, 1, bias=False, **kw)
         self.bn1 = nn.BatchNorm2d(width, **kw)
         if sk is not None:
             self.conv2 = sk(width, width, stride=stride, groups=groups)
-            self.bn2 = nn.Identity()
+            self.bn2, self.relu2 = nn.Identity(), nn.Identity()
         else:
             self.conv2 = nn.Conv2d(width, width, 3, stride, 1, groups=groups, bias=False, **kw)
-            self.bn2 = nn.BatchNorm2d(width, **kw)
-        self.conv3 = nn.Conv2d(width, out_channels, 1, bias=False, **kw)
-        self.bn3 = nn.BatchNorm2d(out_channels, **kw)
-        self.attn = attn(out_channels) if attn is not None else None
-        self.downsample = _shortcut(in_channels, out_channels, stride, **kw)
-        self.relu = nn.ReLU(inplace=True)
+            self.bn2, self.relu2 = nn.BatchNorm2d(width, **kw), nn.ReLU(inplace=True)
+        self.conv3 = nn.Conv2d(width, planes * self.expansion, 1, bias=False, **kw)
+        self.bn3 = nn.BatchNorm2d(planes * self.expansion, **kw)
 
-    def forward(self, x: Tensor, *, return_attention: bool = False):
-        maps = {}
+    def _branch(self, x, maps, return_attention):
         out = self.relu(self.bn1(self.conv1(x)))
-        if isinstance(self.conv2, vision.SelectiveKernel):
-            out, maps["sk"] = _call(self.conv2, out, return_attention)
-        else:
-            out = self.relu(self.bn2(self.conv2(out)))
-        out = self.bn3(self.conv3(out))
-        if self.attn is not None:
-            out, maps["attn"] = _call(self.attn, out, return_attention)
-        out = self.relu(out + (x if self.downsample is None else self.downsample(x)))
-        return (out, maps) if return_attention else out
+        out = self.relu2(self.bn2(self._unit(self.conv2, out, maps, return_attention)))
+        return self.bn3(self.conv3(out))
 
 
 def _shortcut(in_channels: int, out_channels: int, stride: int, **kw) -> nn.Module | None:
@@ -155,6 +171,9 @@ class ResNet(nn.Module):
             goes (negative indices count from the end); defaults as in their papers.
         groups, width_per_group: ResNeXt widths of the bottleneck's 3x3 convolution (``32, 4`` for ResNeXt-50).
         zero_init_residual: start every residual branch at zero (its last norm's scale is 0).
+        stem: ``"imagenet"`` (a 7x7 stride-2 convolution and a 3x3 stride-2 max-pool: features at 1/32 of the
+            input) or ``"cifar"`` (one 3x3 stride-1 convolution and no max-pool, as He et al.'s CIFAR-10 networks:
+            features at 1/8, for small images).
 
     ``forward(x, return_attention=True)`` returns ``(logits, maps)`` where ``maps`` maps a module path
     (e.g. ``"layer1.0.attn"``, ``"layer3.2"``) to that block's attention.
@@ -163,8 +182,11 @@ class ResNet(nn.Module):
     def __init__(self, block: str, layers: Sequence[int], *, num_classes: int = 1000, in_channels: int = 3,
                  attn: AttnLike = None, attn_kwargs: Mapping | None = None,
                  attn_positions: Mapping[int, Sequence[int]] | None = None, groups: int = 1,
-                 width_per_group: int = 64, zero_init_residual: bool = False, device=None, dtype=None):
+                 width_per_group: int = 64, zero_init_residual: bool = False, stem: str = "imagenet", device=None,
+                 dtype=None):
         super().__init__()
+        if stem not in ("imagenet", "cifar"):
+            raise ValueError(f"stem must be 'imagenet' or 'cifar', got {stem!r}")
         if block not in ("basic", "bottleneck"):
             raise ValueError(f"block must be 'basic' or 'bottleneck', got {block!r}")
         layers = tuple(layers)
@@ -176,10 +198,13 @@ class ResNet(nn.Module):
         in_block, sk, between, positions = self._placement(attn, attn_kwargs, attn_positions, layers, kw)
         self.attn_name = attn if isinstance(attn, str) or attn is None else getattr(attn, "__name__", "custom")
 
-        self.conv1 = nn.Conv2d(in_channels, 64, 7, 2, 3, bias=False, **kw)
+        if stem == "imagenet":
+            self.conv1 = nn.Conv2d(in_channels, 64, 7, 2, 3, bias=False, **kw)
+        else:
+            self.conv1 = nn.Conv2d(in_channels, 64, 3, 1, 1, bias=False, **kw)
         self.bn1 = nn.BatchNorm2d(64, **kw)
         self.relu = nn.ReLU(inplace=True)
-        self.maxpool = nn.MaxPool2d(3, 2, 1)
+        self.maxpool = nn.MaxPool2d(3, 2, 1) if stem == "imagenet" else nn.Identity()
         channels = 64
         for stage, (planes, count) in enumerate(zip((64, 128, 256, 512), layers, strict=True), start=1):
             blocks: list[tuple[str, nn.Module]] = []
@@ -241,13 +266,11 @@ class ResNet(nn.Module):
                 nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
         if zero_init_residual:
             for m in self.modules():
-                if isinstance(m, Bottleneck):
-                    nn.init.zeros_(m.bn3.weight)
-                elif isinstance(m, BasicBlock):
-                    nn.init.zeros_(m.bn2.weight)
+                if isinstance(m, _ResidualBlock):
+                    nn.init.zeros_(getattr(m, m.last_norm).weight)
 
     def forward_features(self, x: Tensor, *, return_attention: bool = False):
-        """``(B, C_in, H, W) -> (B, num_features, H/32, W/32)`` (and the attention maps)."""
+        """``(B, C_in, H, W) -> (B, num_features, H/32, W/32)`` (``H/8, W/8`` with the CIFAR stem), and the maps."""
         maps: dict[str, object] = {}
         x = self.maxpool(self.relu(self.bn1(self.conv1(x))))
         for stage in range(1, 5):
@@ -271,35 +294,43 @@ class ResNet(nn.Module):
         return (logits, maps) if return_attention else logits
 
 
-def create_resnet(name: str, **kwargs) -> ResNet:
-    """Build ``resnet18``, ``resnet34``, ``resnet50`` or ``resnet101``; ``kwargs`` go to :class:`ResNet`."""
+def create_resnet(name: str, *, num_classes: int = 1000, in_channels: int = 3, attn: AttnLike = None,
+                  attn_kwargs: Mapping | None = None, stem: str = "imagenet", **kwargs) -> ResNet:
+    """Build ``resnet18``, ``resnet34``, ``resnet50`` or ``resnet101``.
+
+    ``num_classes``, ``in_channels``, ``attn``, ``attn_kwargs``, ``stem`` and the other ``kwargs``
+    (``attn_positions``, ``groups``, ``width_per_group``, ``zero_init_residual``, ``device``, ``dtype``) are
+    :class:`ResNet`'s.
+    """
     if name not in RESNETS:
         raise ValueError(f"unknown ResNet {name!r}; expected one of {sorted(RESNETS)}")
     block, layers = RESNETS[name]
-    return ResNet(block, layers, **kwargs)
+    return ResNet(block, layers, num_classes=num_classes, in_channels=in_channels, attn=attn, attn_kwargs=attn_kwargs,
+                  stem=stem, **kwargs)
 
 
-def resnet18(**kwargs) -> ResNet:
-    """ResNet-18 (11.69M parameters with 1000 classes)."""
-    return create_resnet("resnet18", **kwargs)
+def _depth(name: str, summary: str) -> Callable[..., ResNet]:
+    """The builder of one depth: ``name(**kwargs)`` is ``create_resnet(name, **kwargs)``."""
+
+    def build(**kwargs) -> ResNet:
+        return create_resnet(name, **kwargs)
+
+    build.__name__ = build.__qualname__ = name
+    build.__doc__ = (f"{summary} Keyword arguments as :func:`create_resnet` (``num_classes``, ``in_channels``, "
+                     "``attn``, ``attn_kwargs``, ``stem``, ...).")
+    return build
 
 
-def resnet34(**kwargs) -> ResNet:
-    """ResNet-34 (21.80M parameters with 1000 classes)."""
-    return create_resnet("resnet34", **kwargs)
-
-
-def resnet50(**kwargs) -> ResNet:
-    """ResNet-50 (25.56M parameters with 1000 classes; SE-ResNet-50 28.09M)."""
-    return create_resnet("resnet50", **kwargs)
-
-
-def resnet101(**kwargs) -> ResNet:
-    """ResNet-101 (44.55M parameters with 1000 classes)."""
-    return create_resnet("resnet101", **kwargs)
+resnet18 = _depth("resnet18", "ResNet-18 (11.69M parameters with 1000 classes).")
+resnet34 = _depth("resnet34", "ResNet-34 (21.80M parameters with 1000 classes).")
+resnet50 = _depth("resnet50", "ResNet-50 (25.56M parameters with 1000 classes; SE-ResNet-50 28.09M).")
+resnet101 = _depth("resnet101", "ResNet-101 (44.55M parameters with 1000 classes).")
 
 
 def sknet50(**kwargs) -> ResNet:
-    """SKNet-50: ResNeXt-50 (32x4d) with SK units, ``M = 2``, ``G = 32``, ``r = 16``, ``L = 32`` (27.5M)."""
+    """SKNet-50: ResNeXt-50 (32x4d) with SK units, ``M = 2``, ``G = 32``, ``r = 16``, ``L = 32`` (27.5M).
+
+    Keyword arguments as :func:`create_resnet` (``num_classes``, ``in_channels``, ``attn_kwargs``, ``stem``, ...).
+    """
     kwargs = {"groups": 32, "width_per_group": 4, **kwargs}
     return create_resnet("resnet50", attn="sk", **kwargs)
