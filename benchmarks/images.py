@@ -39,7 +39,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from qkv.memory import keep_freed_memory  # noqa: E402
-from qkv.tasks.images import ImageOptions, ImageTask, count_parameters, load_image_data  # noqa: E402
+from qkv.tasks.images import ImageOptions, ImageTask, count_parameters, load_data  # noqa: E402
 from qkv.train import TrainConfig, train  # noqa: E402
 
 VARIANTS = ("none", "se", "eca", "cbam", "sk", "non_local")
@@ -96,7 +96,7 @@ def run_variant(attn: str, data, args) -> dict:
     t0 = time.perf_counter()
     result = train(task, cfg, callbacks=[clock])
     wall = time.perf_counter() - t0
-    task.opts.tta = "flip"  # the same weights, each test image averaged with its mirror
+    task.options.tta = "flip"  # the same weights, each test image averaged with its mirror
     with torch.no_grad():
         test_tta = task.evaluate(result.model.eval(), "test")["accuracy"]
     steps = [t1 - t0_ for t0_, t1 in zip(times, times[1:], strict=False)]
@@ -142,7 +142,7 @@ def main() -> int:
     kept = not args.release_memory and keep_freed_memory()
     variants = [v.strip() for v in args.variants.split(",") if v.strip()]
     try:
-        data = load_image_data(ImageOptions(data_root=args.data_root, valid=args.valid))
+        data = load_data(ImageOptions(data_root=args.data_root, valid=args.valid))
     except FileNotFoundError as e:
         print(f"benchmark skipped: {e}", file=sys.stderr)
         return 1

@@ -30,18 +30,18 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from qkv.data.text_classification import read_movie_reviews  # noqa: E402
-from qkv.tasks.sentiment import SentimentOptions, make_splits, train_sentiment  # noqa: E402
+from qkv.tasks.sentiment import SentimentOptions, make_splits, train_folds  # noqa: E402
 from qkv.train import TrainConfig  # noqa: E402
 
 DATA = ROOT.parent / "shared" / "data" / "movie-review-snippets.tsv.gz"
 
-# model presets: SentimentOptions fields and TrainConfig fields
+# model presets: SentimentOptions fields and TrainConfig fields (an RNN's hidden_dim is both directions together)
 PRESETS = {
-    "bigru": ({"model": "bigru", "embed_dim": 128, "hidden_dim": 64, "dropout": 0.5, "embed_dropout": 0.5},
+    "bigru": ({"model": "bigru", "embed_dim": 128, "hidden_dim": 128, "dropout": 0.5, "embed_dropout": 0.5},
               {"lr": 3e-3, "batch_size": 50, "weight_decay": 0.05}),
-    "bigru-3hops": ({"model": "bigru", "embed_dim": 128, "hidden_dim": 64, "hops": 3, "penalty": 0.1,
+    "bigru-3hops": ({"model": "bigru", "embed_dim": 128, "hidden_dim": 128, "hops": 3, "penalty": 0.1,
                      "dropout": 0.5, "embed_dropout": 0.5}, {"lr": 3e-3, "batch_size": 50, "weight_decay": 0.05}),
-    "transformer": ({"model": "transformer", "embed_dim": 64, "hidden_dim": 64, "layers": 2, "heads": 4,
+    "transformer": ({"model": "transformer", "embed_dim": 64, "dim": 64, "num_layers": 2, "num_heads": 4,
                      "dropout": 0.3, "embed_dropout": 0.5}, {"lr": 2e-3, "batch_size": 50, "weight_decay": 0.1,
                                                              "warmup_steps": 100}),
 }
@@ -104,7 +104,7 @@ def main() -> int:
                           out=str(Path(args.out) / name) if args.out else None,
                           max_steps=30 if args.quick else None, **train_kw)
         t0 = time.monotonic()
-        summary = train_sentiment(opts, cfg, dataset=data)
+        summary = train_folds(opts, cfg, dataset=data)
         seconds = (time.monotonic() - t0) / len(folds)
         valid = [r.metrics.get("valid", {}).get("accuracy", float("nan")) for r in summary["runs"]]
         epochs = statistics.mean(r.state.epoch + (r.state.step > 0) for r in summary["runs"])

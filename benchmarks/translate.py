@@ -26,13 +26,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from qkv.tasks.translate import (  # noqa: E402
-    TranslateOptions,
-    TranslationTask,
-    bleu_by_length,
-    score_translations,
-    translate_texts,
-)
+from qkv.metrics import bleu_by_length, translation_metrics  # noqa: E402
+from qkv.tasks.translate import TranslateOptions, TranslationTask, translate_batch  # noqa: E402
 from qkv.train import TrainConfig, train  # noqa: E402
 
 
@@ -50,13 +45,12 @@ def run(opts: TranslateOptions, minutes: float, batch_size: int, lr: float, out:
     reach = next((x["time"] for x in evals if x["metrics"].get("exact_match", 0) >= 0.99), None)
     speeds = [x["tokens_per_s"] for x in lines if x["event"] == "train" and "tokens_per_s" in x]
     grouped = task.corpus.references("test")[: opts.eval_max]
-    hyps = translate_texts(result.model, task.src_tok, task.tgt_tok, [s for s, _ in grouped], beam=beam,
+    hyps = translate_batch(result.model, task.src_tok, task.tgt_tok, [s for s, _ in grouped], beam=beam,
                            max_len=opts.max_decode_len)
     refs = [r for _, r in grouped]
-    test = score_translations([h["text"] for h in hyps], refs)
+    test = translation_metrics([h.text for h in hyps], refs)
     lengths = [len(s.split()) for s, _ in grouped]
-    buckets = bleu_by_length([s for s, _ in grouped], [h["text"] for h in hyps], refs, lengths,
-                             [(1, 4), (5, 7), (8, 10), (11, 15), (16, 60)])
+    buckets = bleu_by_length([h.text for h in hyps], refs, lengths, [(1, 4), (5, 7), (8, 10), (11, 15), (16, 60)])
     return {"model": opts.model, "score": opts.score_name, "params": sum(p.numel() for p in result.model.parameters()),
             "steps": result.state.global_step, "seconds": seconds, "reach99": reach,
             "tokens_per_s": sum(speeds) / len(speeds) if speeds else float("nan"), "test": test, "buckets": buckets}
@@ -90,9 +84,10 @@ def main():
             opts = TranslateOptions(data="dates", model=model, eval_max=1000)
             batch, lr, every, beam, monitor = 128, 3e-3, 100, 1, "exact_match"
         else:
+            sizes = {"dim": 256, "num_layers": 2, "num_heads": 4} if model == "transformer" else \
+                {"embed_dim": 256, "hidden_dim": 256, "num_layers": 1}
             opts = TranslateOptions(data=args.data, model=model, src_lang=args.src_lang, max_pairs=args.max_pairs,
-                                    eval_max=2000, embed_dim=256, hidden_dim=256, layers=2 if model == "transformer"
-                                    else 1, heads=4, dropout=0.1)
+                                    eval_max=2000, dropout=0.1, **sizes)
             batch, lr, every, beam, monitor = 64, 1e-3 if model != "transformer" else 7e-4, 0, 5, "bleu"
         with tempfile.TemporaryDirectory() as tmp:
             rows.append(run(opts, args.minutes, batch, lr, Path(tmp) / model, every, beam, monitor))
