@@ -397,3 +397,39 @@ def test_progress_bar_shows_loss_rate_and_epoch(capsys):
     assert "epoch 1/1" in err and "loss=" in err and "items/s=" in err and "6/6" in err
     train(ToyTask(), cfg(None, epochs=1, final_splits=()))  # progress=None: stderr is not a terminal here
     assert "epoch 1/1" not in capsys.readouterr().err
+
+
+# --- non-finite losses and gradients --------------------------------------------------------------------------
+class _PoisonedTask(ToyTask):
+    """The toy task whose loss (or only its gradient) turns non-finite from optimizer step ``at`` on."""
+
+    def __init__(self, at: int, where: str):
+        super().__init__()
+        self.at, self.where, self.calls = at, where, 0
+
+    def loss(self, model, batch):
+        loss, count, stats = super().loss(model, batch)
+        self.calls += 1
+        if self.calls >= self.at:
+            if self.where == "loss":
+                loss = loss * float("nan")
+            else:  # a finite loss whose gradient is infinite
+                p = next(model.parameters())
+                loss = loss + (p.sum() * 0.0).pow(0.5) * 0.0 + ((p.sum() * 0.0).abs() + 0.0).sqrt()
+        return loss, count, stats
+
+
+@pytest.mark.parametrize("where", ["loss", "gradient"])
+@pytest.mark.parametrize("clip_norm", [1.0, None])
+def test_non_finite_step_stops_training_and_keeps_the_good_checkpoint(tmp_path, where, clip_norm):
+    out = tmp_path / "run"
+    good = train(ToyTask(), cfg(out, epochs=1))
+    before = load_checkpoint(out / "checkpoint", prefer=()).state_dict
+    task = _PoisonedTask(at=2, where=where)
+    with pytest.raises(FloatingPointError, match=f"the {'loss' if where == 'loss' else 'gradient norm'} is .* at "
+                       "step 8 .*last good checkpoint is kept"):
+        train(task, cfg(out, epochs=3, resume=True, clip_norm=clip_norm, monitor="neg_mse"))
+    after = load_checkpoint(out / "checkpoint", prefer=())
+    for k, v in after.state_dict.items():
+        assert torch.isfinite(v).all() and torch.equal(v, before[k]), k
+    assert good.state.global_step == 6

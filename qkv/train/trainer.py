@@ -264,11 +264,19 @@ class Trainer:
         if total_count <= 0:
             raise ValueError(f"{type(self.task).__name__}.loss counted nothing in batch {st.step} of epoch "
                              f"{st.epoch}: count must be the number of items or tokens summed over")
+        guard = not self.scaler.is_enabled()  # with fp16 the scaler skips non-finite steps itself
+        if guard and not math.isfinite(total_loss):
+            self._non_finite("loss", total_loss)
         self.scaler.scale(loss_sum / (total_count / d.world_size)).backward()
         grad_norm = None
-        if cfg.clip_norm is not None:
+        if cfg.clip_norm is not None or guard:
             self.scaler.unscale_(self.optimizer)
-            grad_norm = torch.nn.utils.clip_grad_norm_(self.module.parameters(), cfg.clip_norm)
+            grad_norm = torch.nn.utils.clip_grad_norm_(self.module.parameters(), cfg.clip_norm or math.inf)
+            if guard and not bool(torch.isfinite(grad_norm)):
+                self.optimizer.zero_grad(set_to_none=True)
+                self._non_finite("gradient norm", float(grad_norm))
+            if cfg.clip_norm is None:
+                grad_norm = None
         self._phase = "update"
         self.scaler.step(self.optimizer)
         self.scaler.update()
@@ -285,6 +293,14 @@ class Trainer:
         iv["seconds"] += time.monotonic() - t0
         return {"loss": total_loss / total_count, "lr": lr, "count": total_count,
                 "interrupt": n_interrupt > 0, "over_time": n_over_time > 0}
+
+    def _non_finite(self, what: str, value: float) -> None:
+        """Stop before a non-finite loss or gradient reaches the weights: the saved checkpoints stay good."""
+        st = self.state
+        kept = f"; the last good checkpoint is kept in {self.out / 'checkpoint'}" if self.out is not None else ""
+        raise FloatingPointError(f"the {what} is {value} at step {st.global_step + 1} (epoch {st.epoch + 1}): training "
+                                 f"stopped before it changed the weights{kept} — lower the learning rate (--lr), "
+                                 "check the data for nan/inf, or keep --clip-norm on")
 
     def _autocast(self):
         if self.amp_dtype is None:
