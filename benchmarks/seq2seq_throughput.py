@@ -60,12 +60,12 @@ class TorchBahdanau(nn.Module):
         self.directions = 2 if cfg.bidirectional else 1
         rnn = nn.LSTM if self.lstm else nn.GRU
         self.src_embed = nn.Embedding(cfg.src_vocab, e, padding_idx=cfg.pad_id)
-        self.encoder = rnn(e, h // self.directions, num_layers=cfg.layers, batch_first=True,
-                           bidirectional=cfg.bidirectional, dropout=cfg.dropout if cfg.layers > 1 else 0.0)
+        self.encoder = rnn(e, h // self.directions, num_layers=cfg.num_layers, batch_first=True,
+                           bidirectional=cfg.bidirectional, dropout=cfg.dropout if cfg.num_layers > 1 else 0.0)
         self.bridge = nn.Linear(h, h)  # s_0 = tanh(W_s [h_fwd; h_bwd])
         self.tgt_embed = nn.Embedding(cfg.tgt_vocab, e, padding_idx=cfg.pad_id)
         cell = nn.LSTMCell if self.lstm else nn.GRUCell
-        self.cells = nn.ModuleList(cell(e + h if i == 0 else h, h) for i in range(cfg.layers))
+        self.cells = nn.ModuleList(cell(e + h if i == 0 else h, h) for i in range(cfg.num_layers))
         self.attn_query = nn.Linear(h, a, bias=False)  # W_a
         self.attn_key = nn.Linear(h, a)  # U_a and the bias inside the tanh
         self.attn_v = nn.Linear(a, 1, bias=False)  # v_a
@@ -74,7 +74,7 @@ class TorchBahdanau(nn.Module):
 
     def encode(self, src: Tensor, src_mask: Tensor) -> tuple[Tensor, list]:
         """Encoder outputs ``(B, S, H)`` and the decoder's first state: one ``(B, H)`` (a pair for LSTMs) per layer."""
-        b, layers = src.shape[0], self.cfg.layers
+        b, layers = src.shape[0], self.cfg.num_layers
         lengths = src_mask.sum(dim=1).clamp(min=1).cpu()
         x = self.dropout(self.src_embed(src))
         packed = nn.utils.rnn.pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)
@@ -131,7 +131,7 @@ def weight_map(cfg: RNNConfig) -> dict[str, str]:
              "score.key_proj.bias": "attn_key.bias", "score.v.weight": "attn_v.weight",
              "out.weight": "out.weight", "out.bias": "out.bias"}
     suffixes = [""] + (["_reverse"] if cfg.bidirectional else [])
-    for i in range(cfg.layers):
+    for i in range(cfg.num_layers):
         for w in ("weight_ih", "weight_hh", "bias_ih", "bias_hh"):
             for suffix in suffixes:
                 names[f"encoder.rnn.{w}_l{i}{suffix}"] = f"encoder.{w}_l{i}{suffix}"
@@ -234,8 +234,9 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     if args.threads:
         torch.set_num_threads(args.threads)
     device = torch.device(args.device)
-    cfg = RNNConfig(args.vocab, args.vocab, embed_dim=args.embed_dim, hidden_dim=args.hidden_dim, layers=args.layers,
-                    cell=args.cell, dropout=0.1, score="additive", attn_dim=args.attn_dim or args.hidden_dim)
+    cfg = RNNConfig(args.vocab, args.vocab, embed_dim=args.embed_dim, hidden_dim=args.hidden_dim,
+                    num_layers=args.layers, cell=args.cell, dropout=0.1, score="additive",
+                    attn_dim=args.attn_dim or args.hidden_dim)
     torch.manual_seed(0)
     models = {QKV: BahdanauSeq2Seq(cfg), PLAIN: TorchBahdanau(cfg), PER_STEP: TorchBahdanau(cfg, hoist=False)}
     data = make_batch(cfg, args.batch, args.min_len, args.max_len, torch.Generator().manual_seed(0))
@@ -265,7 +266,8 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     cmd = " ".join(["python", "benchmarks/seq2seq_throughput.py", *(sys.argv[1:] if argv is None else argv)])
     src_len, tgt_len = data[0].shape[1], data[2].shape[1]
     lines = [f"Bahdanau seq2seq training throughput (embed {cfg.embed_dim}, hidden {cfg.hidden_dim}, additive score "
-             f"{cfg.attn_dim}, {cfg.layers}-layer {cfg.cell.upper()}, bidirectional encoder, vocab {cfg.tgt_vocab}, "
+             f"{cfg.attn_dim}, {cfg.num_layers}-layer {cfg.cell.upper()}, bidirectional encoder, "
+             f"vocab {cfg.tgt_vocab}, "
              f"batch {args.batch}, sentences of {args.min_len}-{args.max_len} tokens (padded to {src_len}/{tgt_len}), "
              f"{args.rounds} rounds x {args.steps} steps)",
              "", "| model | parameters | target tokens/s (median) | vs plain |", "|---|---:|---:|---:|"]

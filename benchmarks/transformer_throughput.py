@@ -29,8 +29,8 @@ from torch import nn
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from qkv.layers import sinusoidal_positions  # noqa: E402
 from qkv.models import TransformerConfig, TransformerSeq2Seq  # noqa: E402
-from qkv.models.transformer import sinusoidal_positions  # noqa: E402
 
 
 class TorchSeq2Seq(nn.Module):
@@ -39,17 +39,17 @@ class TorchSeq2Seq(nn.Module):
     def __init__(self, cfg: TransformerConfig):
         super().__init__()
         self.cfg = cfg
-        self.src_embed = nn.Embedding(cfg.src_vocab, cfg.d_model, padding_idx=cfg.pad_id)
-        self.tgt_embed = nn.Embedding(cfg.tgt_vocab, cfg.d_model, padding_idx=cfg.pad_id)
-        self.register_buffer("sinusoids", sinusoidal_positions(cfg.max_len, cfg.d_model), persistent=False)
-        self.transformer = nn.Transformer(cfg.d_model, cfg.heads, cfg.encoder_layers, cfg.decoder_layers,
+        self.src_embed = nn.Embedding(cfg.src_vocab, cfg.dim, padding_idx=cfg.pad_id)
+        self.tgt_embed = nn.Embedding(cfg.tgt_vocab, cfg.dim, padding_idx=cfg.pad_id)
+        self.register_buffer("sinusoids", sinusoidal_positions(cfg.max_len, cfg.dim), persistent=False)
+        self.transformer = nn.Transformer(cfg.dim, cfg.num_heads, cfg.num_layers, cfg.decoder_layers,
                                           cfg.ffn_dim, cfg.dropout, batch_first=True, norm_first=True)
         self.dropout = nn.Dropout(cfg.dropout)
-        self.out = nn.Linear(cfg.d_model, cfg.tgt_vocab, bias=False)
+        self.out = nn.Linear(cfg.dim, cfg.tgt_vocab, bias=False)
         self.out.weight = self.tgt_embed.weight
 
     def embed(self, emb, tokens):
-        return self.dropout(emb(tokens) * math.sqrt(self.cfg.d_model) + self.sinusoids[:tokens.shape[1]])
+        return self.dropout(emb(tokens) * math.sqrt(self.cfg.dim) + self.sinusoids[:tokens.shape[1]])
 
     def forward(self, src, src_mask, tgt_in):
         causal = nn.Transformer.generate_square_subsequent_mask(tgt_in.shape[1], device=tgt_in.device)
@@ -114,9 +114,8 @@ def main():
     if args.threads:
         torch.set_num_threads(args.threads)
     device = torch.device(args.device)
-    cfg = TransformerConfig(args.vocab, args.vocab, d_model=args.d_model, heads=args.heads, ffn_dim=args.ffn_dim,
-                            encoder_layers=args.layers, decoder_layers=args.layers, dropout=0.1,
-                            max_len=max(args.src_len, args.tgt_len) + 1)
+    cfg = TransformerConfig(args.vocab, args.vocab, dim=args.d_model, num_heads=args.heads, ffn_dim=args.ffn_dim,
+                            num_layers=args.layers, dropout=0.1, max_len=max(args.src_len, args.tgt_len) + 1)
     torch.manual_seed(0)
     models = {"qkv TransformerSeq2Seq": TransformerSeq2Seq(cfg), "torch nn.Transformer": TorchSeq2Seq(cfg)}
     params = {name: sum(p.numel() for p in m.parameters()) for name, m in models.items()}
@@ -134,8 +133,8 @@ def main():
             rates[name].append(tokens / train_steps(m, opts[name], data, args.steps))
     ref = statistics.median(rates["torch nn.Transformer"])
     cmd = " ".join(["python", "benchmarks/transformer_throughput.py", *sys.argv[1:]])
-    lines = [f"Transformer training throughput (d_model {cfg.d_model}, {cfg.heads} heads, FFN {cfg.ffn_dim}, "
-             f"{cfg.encoder_layers}+{cfg.decoder_layers} layers, vocab {cfg.tgt_vocab}, batch {args.batch}, "
+    lines = [f"Transformer training throughput (d_model {cfg.dim}, {cfg.num_heads} heads, FFN {cfg.ffn_dim}, "
+             f"{cfg.num_layers}+{cfg.decoder_layers} layers, vocab {cfg.tgt_vocab}, batch {args.batch}, "
              f"source/target length <= {args.src_len}/{args.tgt_len}, {args.rounds} rounds x {args.steps} steps)",
              "", "| model | parameters | target tokens/s (median) | vs torch |", "|---|---:|---:|---:|"]
     for name in models:

@@ -19,8 +19,8 @@ from qkv.models.classifiers import (
 
 VOCAB = 41
 CONFIGS = {
-    "bigru": ("bigru", {"embed_dim": 16, "hidden_dim": 16}),
-    "bilstm-3hops": ("bilstm", {"embed_dim": 16, "hidden_dim": 16, "hops": 3, "mlp_dim": 8}),
+    "bigru": ("bigru", {"embed_dim": 16, "hidden_dim": 32}),
+    "bilstm-3hops": ("bilstm", {"embed_dim": 16, "hidden_dim": 32, "hops": 3, "mlp_dim": 8}),
     "transformer-cls": ("transformer", {"dim": 16, "num_heads": 2, "num_layers": 2}),
     "transformer-pool-2hops": ("transformer", {"dim": 16, "num_heads": 2, "num_layers": 1, "pooling": "attention",
                                                "hops": 2}),
@@ -151,6 +151,20 @@ def test_regression_has_one_output(gen):
     assert model(ids, mask).logits.shape == (2, 1)
 
 
+def test_sizes_follow_the_vocabulary():
+    """hidden_dim is the RNN's output with both directions; attn_dim defaults to half of it; cell picks the RNN."""
+    gru = create_classifier("bigru", VOCAB, 3, embed_dim=8, hidden_dim=12)
+    assert isinstance(gru.rnn, torch.nn.GRU) and gru.rnn.hidden_size == 6 and gru.rnn.bidirectional
+    assert gru.pool.key_proj.in_features == 12 and gru.pool.key_proj.out_features == 6
+    assert gru.head[-1].in_features == 12
+    lstm = create_classifier("bilstm", VOCAB, 3, hidden_dim=12, attn_dim=5, hops=2)
+    assert isinstance(lstm.rnn, torch.nn.LSTM) and lstm.pool.key_proj.out_features == 5
+    assert lstm.head[-1].in_features == 24
+    tr = TransformerClassifier(VOCAB, 3, dim=16, num_heads=2, num_layers=1, ffn_dim=24)
+    assert tr.layers[0].ffn.fc1.out_features == 24 and isinstance(tr.layers[0].ffn.act, torch.nn.GELU)
+    assert isinstance(TransformerClassifier(VOCAB, 3, dim=16, activation="relu").layers[0].ffn.act, torch.nn.ReLU)
+
+
 def test_mask_defaults_to_all_tokens(gen):
     model = build("transformer-cls").eval()
     ids, mask = batch(gen, [4, 4])
@@ -165,8 +179,10 @@ def test_bad_inputs_raise():
         model(torch.zeros(2, 3, dtype=torch.long), torch.ones(2, 4, dtype=torch.bool))
     with pytest.raises(ValueError, match="unknown classifier"):
         create_classifier("cnn", 10, 2)
-    with pytest.raises(ValueError, match="rnn"):
-        RNNClassifier(10, 2, rnn="elman")
+    with pytest.raises(ValueError, match="cell"):
+        RNNClassifier(10, 2, cell="elman")
+    with pytest.raises(ValueError, match="hidden_dim"):
+        RNNClassifier(10, 2, hidden_dim=7)
     with pytest.raises(ValueError, match="pooling"):
         TransformerClassifier(10, 2, pooling="mean")
     with pytest.raises(ValueError, match="hops"):
@@ -193,7 +209,7 @@ def test_load_word_vectors(tmp_path, header, compress):
     torch.testing.assert_close(vectors[5], torch.tensor([7.0, 8.0, 9.0]))  # the exact form beats "Film"
     torch.testing.assert_close(vectors[6], torch.tensor([-1.0, -2.0, -3.0]))  # lower-case fallback
     assert vectors[7].abs().sum() > 0  # random, not zero
-    model = RNNClassifier(8, 2, hidden_dim=4, pretrained=vectors, freeze_embeddings=True)
+    model = RNNClassifier(8, 2, hidden_dim=8, pretrained=vectors, freeze_embeddings=True)
     torch.testing.assert_close(model.embedding.weight, vectors)
     assert not model.embedding.weight.requires_grad
 

@@ -166,3 +166,14 @@ def test_teacher_forcing_equals_step_by_step_decoding(kind, cell, gen):
         step_logits, step_attn, state = model.decode_step(tgt[:, t], state)
         torch.testing.assert_close(logits[:, t], step_logits, atol=1e-5, rtol=1e-5)
         torch.testing.assert_close(attn[:, t], step_attn, atol=1e-6, rtol=1e-6)
+
+
+def test_encoder_decoder_is_an_interface():
+    """Every model implements forward, encode and decode_step; the base class has no code of its own to run."""
+    from qkv.models.seq2seq import EncoderDecoder
+
+    with pytest.raises(TypeError, match="abstract"):
+        EncoderDecoder()
+    assert {"forward", "encode", "decode_step"} <= EncoderDecoder.__abstractmethods__
+    for cls in RNN_MODELS.values():
+        assert not cls.__abstractmethods__

@@ -54,12 +54,13 @@ def padded_batch(cfg, gen, b=5, s=7, t=6):
     return src, mask, tgt
 
 
-CONFIGS = [dict(layers=1, cell="gru", bidirectional=True), dict(layers=2, cell="gru", bidirectional=True),
-           dict(layers=1, cell="lstm", bidirectional=True), dict(layers=2, cell="gru", bidirectional=False)]
+CONFIGS = [dict(num_layers=1, cell="gru", bidirectional=True), dict(num_layers=2, cell="gru", bidirectional=True),
+           dict(num_layers=1, cell="lstm", bidirectional=True), dict(num_layers=2, cell="gru", bidirectional=False)]
 
 
 @pytest.mark.parametrize("hoist", [True, False])
-@pytest.mark.parametrize("arch", CONFIGS, ids=lambda a: f"{a['cell']}{a['layers']}{'bi' if a['bidirectional'] else ''}")
+@pytest.mark.parametrize("arch", CONFIGS,
+                         ids=lambda a: f"{a['cell']}{a['num_layers']}{'bi' if a['bidirectional'] else ''}")
 def test_plain_model_matches_qkv_logits_and_gradients(arch, hoist, gen):
     # dropout 0 so that train mode (the benchmark's) is deterministic: logits and gradients must agree
     cfg = RNNConfig(13, 11, embed_dim=8, hidden_dim=12, attn_dim=10, dropout=0.0, **arch)

@@ -3,17 +3,16 @@
 import pytest
 import torch
 
+from qkv.layers import sinusoidal_positions
 from qkv.models import TransformerConfig, TransformerSeq2Seq
 from qkv.models.seq2seq import reorder_state
-from qkv.models.transformer import sinusoidal_positions
 from qkv.train.checkpoint import load_weights, save_weights
 
 PAD, BOS, EOS = 0, 1, 2
 
 
 def small(**kw) -> TransformerConfig:
-    args = dict(src_vocab=23, tgt_vocab=29, d_model=32, heads=4, ffn_dim=48, encoder_layers=2, decoder_layers=2,
-                dropout=0.0, max_len=32)
+    args = dict(src_vocab=23, tgt_vocab=29, dim=32, num_heads=4, ffn_dim=48, num_layers=2, dropout=0.0, max_len=32)
     return TransformerConfig(**{**args, **kw})
 
 
@@ -41,12 +40,13 @@ def step_all(model, src, src_mask, tgt):
     {},
     {"positions": "learned", "kv_heads": 2},
     {"score": "cosine", "kv_heads": 1, "share_embeddings": True, "src_vocab": 29, "tie_output": False},
-    {"score": "general", "encoder_layers": 1, "decoder_layers": 3},
+    {"score": "general", "num_layers": 1, "num_decoder_layers": 3, "activation": "gelu"},
 ])
 def test_kv_cache_decoding_equals_parallel_forward(gen, opts):
     torch.manual_seed(int(torch.randint(0, 2**31, (1,), generator=gen)))
     cfg = small(**opts)
     model = TransformerSeq2Seq(cfg).double().eval()
+    assert len(model.encoder) == cfg.num_layers and len(model.decoder) == (cfg.num_decoder_layers or cfg.num_layers)
     src, src_mask, tgt = batch(gen, cfg)
     with torch.no_grad():
         logits, attn = model(src, src_mask, tgt, return_attention=True)
@@ -167,8 +167,8 @@ def greedy(model, src, src_mask, max_len):
 def test_overfits_copy_task(positions):
     torch.manual_seed(0)
     src, src_mask, tgt_in, tgt_out = copy_task()
-    cfg = TransformerConfig(14, 14, d_model=64, heads=4, ffn_dim=128, encoder_layers=1, decoder_layers=1,
-                            dropout=0.0, positions=positions, max_len=16)
+    cfg = TransformerConfig(14, 14, dim=64, num_heads=4, ffn_dim=128, num_layers=1, dropout=0.0, positions=positions,
+                            max_len=16)
     model = TransformerSeq2Seq(cfg)
     steps = 300
     opt = torch.optim.Adam(model.parameters(), lr=1e-2)
@@ -220,11 +220,16 @@ def test_positions_and_embedding_scale():
     assert pe.shape == (50, 16)
     torch.testing.assert_close(pe[:, 0], torch.sin(torch.arange(50.0)))
     torch.testing.assert_close(pe[7, 15], torch.cos(torch.tensor(7 / 10000 ** (14 / 16))))
-    model = TransformerSeq2Seq(small(d_model=64, heads=4)).eval()
+    model = TransformerSeq2Seq(small(dim=64, num_heads=4)).eval()
     tokens = torch.tensor([[5, 6, PAD]])
     x = model._embed(tokens, 0, "source")
-    torch.testing.assert_close(x[0, 2], model.sinusoids[2])  # padding embeds to zero, only its position is left
-    torch.testing.assert_close(x[0, 0], model.src_embed.weight[5] * 8.0 + model.sinusoids[0])
+    pe = model.src_pos.sinusoids
+    assert model.tgt_pos is model.src_pos  # one buffer for both sides
+    torch.testing.assert_close(x[0, 2], pe[2])  # padding embeds to zero, only its position is left
+    torch.testing.assert_close(x[0, 0], model.src_embed.weight[5] * 8.0 + pe[0])
+    learned = TransformerSeq2Seq(small(positions="learned")).eval()
+    y = learned._embed(tokens, 3, "target")
+    torch.testing.assert_close(y[0, 1], learned.tgt_embed.weight[6] * 32 ** 0.5 + learned.tgt_pos.table.weight[4])
 
 
 def test_too_long_sequences_raise(gen):
@@ -253,15 +258,17 @@ def test_bad_inputs_raise(gen):
 
 
 @pytest.mark.parametrize("bad, match", [
-    ({"d_model": 30, "heads": 4}, "divide d_model"),
+    ({"dim": 30, "num_heads": 4}, "divide dim"),
     ({"kv_heads": 3}, "kv_heads"),
     ({"kv_heads": 0}, "kv_heads"),
-    ({"d_model": 33, "heads": 3}, "even d_model"),
+    ({"dim": 33, "num_heads": 3}, "even dim"),
     ({"dropout": 1.0}, "dropout"),
     ({"positions": "rotary"}, "positions"),
     ({"share_embeddings": True}, "src_vocab == tgt_vocab"),
     ({"score": "nope"}, "unknown score"),
-    ({"encoder_layers": 0}, "encoder_layers"),
+    ({"num_layers": 0}, "num_layers"),
+    ({"num_decoder_layers": 0}, "num_decoder_layers"),
+    ({"activation": "tanh"}, "activation"),
     ({"tgt_vocab": 0}, "tgt_vocab"),
     ({"max_len": 0}, "max_len"),
     ({"pad_id": 23}, "pad_id"),

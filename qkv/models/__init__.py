@@ -1,13 +1,17 @@
-"""Models built on the attention layers and vision blocks."""
+"""Models built on the attention layers and vision blocks; :func:`create` builds any of them by name."""
 
 from .classifiers import ClassifierOutput, RNNClassifier, TransformerClassifier, create_classifier, load_word_vectors
 from .decoding import Hypothesis, beam_search, greedy_decode
+from .legacy import upgrade_state_dict
+from .registry import create, list_models
 from .resnet import ResNet, create_resnet, resnet18, resnet34, resnet50, resnet101, sknet50
 from .seq2seq import BahdanauSeq2Seq, EncoderDecoder, FixedContextSeq2Seq, LuongSeq2Seq, RNNConfig, reorder_state
 from .small_cnn import SmallCNN
 from .transformer import TransformerConfig, TransformerSeq2Seq
 
 __all__ = [
+    # every model by name
+    "create", "list_models", "upgrade_state_dict",
     # translation
     "EncoderDecoder", "RNNConfig", "FixedContextSeq2Seq", "BahdanauSeq2Seq", "LuongSeq2Seq", "TransformerConfig",
     "TransformerSeq2Seq", "reorder_state", "Hypothesis", "greedy_decode", "beam_search",

@@ -9,8 +9,8 @@
   dropout + linear (Lin et al. use a hidden layer: ``mlp_dim``), and padded positions are packed away.
 * :class:`TransformerClassifier`: a pre-norm Transformer encoder (Vaswani et al., 2017,
   https://arxiv.org/abs/1706.03762, with the norm before each sub-layer as in Xiong et al., 2020,
-  https://arxiv.org/abs/2002.04745) on :class:`qkv.MultiHeadAttention`, with sinusoidal positions. Pooled by a
-  [CLS]-style learned query or by attention pooling. Unlike BERT's [CLS] token, the query is a reader only:
+  https://arxiv.org/abs/2002.04745) of :class:`qkv.layers.TransformerLayer`, with sinusoidal positions. Pooled
+  by a [CLS]-style learned query or by attention pooling. Unlike BERT's [CLS] token, the query is a reader only:
   words never attend to it and it never attends to itself, so its weights over the words sum to 1 in every
   layer; in the last layer only the query row is computed.
 * :func:`load_word_vectors`: pretrained vectors from a GloVe/word2vec text file, for ``pretrained=``.
@@ -32,8 +32,7 @@ import torch
 from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-from ..layers.multihead import MultiHeadAttention
-from ..layers.pooling import AttentionPooling
+from ..layers import AttentionPooling, TransformerLayer, sinusoidal_positions
 
 __all__ = ["ClassifierOutput", "RNNClassifier", "TransformerClassifier", "load_word_vectors", "create_classifier",
            "CLASSIFIERS"]
@@ -88,11 +87,12 @@ class RNNClassifier(nn.Module):
         vocab_size: rows of the embedding; id ``padding_idx`` is padding.
         num_classes: ``C`` outputs; 1 for regression.
         embed_dim: word vector size (taken from ``pretrained`` when given).
-        hidden_dim: size of each direction of the RNN (the pooled vector is ``2 * hidden_dim`` per hop).
-        rnn: ``"gru"`` or ``"lstm"``.  num_layers: stacked RNN layers.
+        hidden_dim: the RNN's output at each position, both directions together (each has ``hidden_dim // 2``;
+            must be even); the pooled vector is ``hidden_dim`` per hop.
+        cell: ``"gru"`` or ``"lstm"``.  num_layers: stacked RNN layers.
         hops: ``R`` learned queries (1 = Yang et al.; more = Lin et al.'s structured self-attention).
         attn_dim: size of the attention keys ``tanh(W h + b)`` and queries (Lin et al.'s ``d_a``); default
-            ``hidden_dim``.
+            ``hidden_dim // 2``.
         mlp_dim: a hidden layer in the output (0/None = none).
         dropout: on the RNN outputs and before the output layer.  embed_dropout: on the word vectors.
         pretrained: ``(vocab_size, D)`` initial word vectors (see :func:`load_word_vectors`).
@@ -100,27 +100,29 @@ class RNNClassifier(nn.Module):
     """
 
     def __init__(self, vocab_size: int, num_classes: int, *, embed_dim: int = 128, hidden_dim: int = 128,
-                 rnn: str = "gru", num_layers: int = 1, hops: int = 1, attn_dim: int | None = None,
+                 cell: str = "gru", num_layers: int = 1, hops: int = 1, attn_dim: int | None = None,
                  mlp_dim: int | None = None, dropout: float = 0.5, embed_dropout: float = 0.3,
                  padding_idx: int = 0, pretrained: Tensor | None = None, freeze_embeddings: bool = False):
         super().__init__()
-        if rnn not in ("gru", "lstm"):
-            raise ValueError(f"rnn must be 'gru' or 'lstm', got {rnn!r}")
+        if cell not in ("gru", "lstm"):
+            raise ValueError(f"cell must be 'gru' or 'lstm', got {cell!r}")
         if num_classes < 1:
             raise ValueError(f"num_classes must be >= 1, got {num_classes}")
+        if hidden_dim < 2 or hidden_dim % 2:
+            raise ValueError(f"hidden_dim (both directions together) must be even and positive, got {hidden_dim}")
         self.embedding = _embedding(vocab_size, embed_dim, padding_idx, pretrained, freeze_embeddings)
         embed_dim = self.embedding.embedding_dim
         self.embed_dropout = nn.Dropout(embed_dropout)
-        cls = nn.GRU if rnn == "gru" else nn.LSTM
-        self.rnn = cls(embed_dim, hidden_dim, num_layers=num_layers, batch_first=True, bidirectional=True,
+        rnn = nn.GRU if cell == "gru" else nn.LSTM
+        self.rnn = rnn(embed_dim, hidden_dim // 2, num_layers=num_layers, batch_first=True, bidirectional=True,
                        dropout=dropout if num_layers > 1 else 0.0)
         self.rnn_dropout = nn.Dropout(dropout)
-        self.pool = AttentionPooling(2 * hidden_dim, attn_dim or hidden_dim, num_queries=hops)
-        self.head = _head(2 * hidden_dim * hops, num_classes, mlp_dim, dropout)
+        self.pool = AttentionPooling(hidden_dim, attn_dim or hidden_dim // 2, num_queries=hops)
+        self.head = _head(hidden_dim * hops, num_classes, mlp_dim, dropout)
         self.hops = hops
 
     def encode(self, ids: Tensor, mask: Tensor) -> Tensor:
-        """The RNN states ``(B, T, 2 * hidden_dim)``, zero at padding (padding is packed away)."""
+        """The RNN states ``(B, T, hidden_dim)``, zero at padding (padding is packed away)."""
         x = self.embed_dropout(self.embedding(ids))
         lengths = mask.sum(1).clamp(min=1).cpu()
         packed = pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)
@@ -135,57 +137,25 @@ class RNNClassifier(nn.Module):
         return ClassifierOutput(self.head(pooled.reshape(ids.shape[0], -1)), weights)
 
 
-def sinusoidal_positions(length: int, dim: int, *, device=None, dtype=None) -> Tensor:
-    """The fixed positions of Vaswani et al. (2017): ``(length, dim)``, sines on even and cosines on odd features."""
-    pos = torch.arange(length, device=device, dtype=torch.float32)[:, None]
-    freq = torch.exp(torch.arange(0, dim, 2, device=device, dtype=torch.float32) * (-math.log(10000.0) / dim))
-    out = torch.zeros(length, dim, device=device)
-    out[:, 0::2] = torch.sin(pos * freq)
-    out[:, 1::2] = torch.cos(pos * freq)[:, : dim // 2]
-    return out.to(dtype or torch.get_default_dtype())
-
-
-class EncoderLayer(nn.Module):
-    """Pre-norm Transformer encoder layer: ``x + MHA(LN(x))``, then ``x + FF(LN(x))``."""
-
-    def __init__(self, dim: int, num_heads: int, ff_dim: int, dropout: float):
-        super().__init__()
-        self.norm1 = nn.LayerNorm(dim)
-        self.attn = MultiHeadAttention(dim, num_heads, dropout=dropout)
-        self.norm2 = nn.LayerNorm(dim)
-        self.ff = nn.Sequential(nn.Linear(dim, ff_dim), nn.GELU(), nn.Dropout(dropout), nn.Linear(ff_dim, dim))
-        self.dropout = nn.Dropout(dropout)
-
-    def forward(self, x: Tensor, memory: Tensor | None = None, key_mask: Tensor | None = None,
-                return_weights: bool = False):
-        """``x (B, Tq, E)`` attends to ``memory (B, Tk, E)`` (default ``x``) -> ``(B, Tq, E)`` [, weights]."""
-        q = self.norm1(x)
-        kv = q if memory is None else self.norm1(memory)
-        res = self.attn(q, kv, kv, key_mask=key_mask, return_weights=return_weights)
-        a, w = res if return_weights else (res, None)
-        x = x + self.dropout(a)
-        x = x + self.dropout(self.ff(self.norm2(x)))
-        return (x, w) if return_weights else x
-
-
 class TransformerClassifier(nn.Module):
-    """A pre-norm Transformer encoder on :class:`qkv.MultiHeadAttention`, pooled by a query or attention pooling.
+    """A pre-norm Transformer encoder of :class:`qkv.layers.TransformerLayer`, pooled by a query or attention pooling.
 
     Args:
         vocab_size, num_classes: as in :class:`RNNClassifier` (``num_classes=1`` for regression).
         dim: model width ``E``.  num_heads: attention heads.  num_layers: encoder layers.
-        ff_dim: feed-forward width (default ``4 * dim``).  dropout: on attention weights, sub-layers, output.
+        ffn_dim: feed-forward width (default ``4 * dim``).  dropout: on attention weights, sub-layers, output.
         embed_dim: word vector size (default ``dim``; projected to ``dim`` when different).
         pooling: ``"cls"`` (a learned [CLS]-style query that reads every layer; its last-layer weights, averaged
             over heads, are returned) or ``"attention"`` (:class:`qkv.AttentionPooling` on the last layer).
         hops: queries of the attention pooling (``pooling="attention"`` only).
-        embed_dropout: on the word vectors.  pretrained, freeze_embeddings: as in :class:`RNNClassifier`.
+        embed_dropout: on the word vectors.  activation: of the feed-forward networks, ``"gelu"`` or ``"relu"``.
+        padding_idx, pretrained, freeze_embeddings: as in :class:`RNNClassifier`.
     """
 
     def __init__(self, vocab_size: int, num_classes: int, *, dim: int = 128, num_heads: int = 4, num_layers: int = 2,
-                 ff_dim: int | None = None, dropout: float = 0.1, embed_dim: int | None = None,
-                 pooling: str = "cls", hops: int = 1, embed_dropout: float = 0.1, padding_idx: int = 0,
-                 pretrained: Tensor | None = None, freeze_embeddings: bool = False):
+                 ffn_dim: int | None = None, dropout: float = 0.1, embed_dim: int | None = None,
+                 pooling: str = "cls", hops: int = 1, embed_dropout: float = 0.1, activation: str = "gelu",
+                 padding_idx: int = 0, pretrained: Tensor | None = None, freeze_embeddings: bool = False):
         super().__init__()
         if pooling not in ("cls", "attention"):
             raise ValueError(f"pooling must be 'cls' or 'attention', got {pooling!r}")
@@ -198,7 +168,8 @@ class TransformerClassifier(nn.Module):
         self.proj = nn.Identity() if e == dim else nn.Linear(e, dim)
         self.embed_scale = math.sqrt(dim) if pretrained is None and e == dim else 1.0
         self.embed_dropout = nn.Dropout(embed_dropout)
-        self.layers = nn.ModuleList(EncoderLayer(dim, num_heads, ff_dim or 4 * dim, dropout) for _ in range(num_layers))
+        self.layers = nn.ModuleList(TransformerLayer(dim, num_heads, ffn_dim, dropout=dropout, activation=activation)
+                                    for _ in range(num_layers))
         self.norm = nn.LayerNorm(dim)
         self.pooling, self.hops, self.dim = pooling, hops, dim
         if pooling == "cls":
@@ -229,11 +200,11 @@ class TransformerClassifier(nn.Module):
         key_mask = torch.cat([torch.zeros(b, 1, dtype=torch.bool, device=mask.device), mask], dim=1)
         for layer in self.layers[:-1]:
             x = layer(x, key_mask=key_mask)
-        q, weights = self.layers[-1](x[:, :1], x, key_mask=key_mask, return_weights=True)
+        q, weights = self.layers[-1](x[:, :1], context=x, key_mask=key_mask, return_weights=True)
         return ClassifierOutput(self.head(self.norm(q[:, 0])), weights[:, 0, 1:])
 
 
-CLASSIFIERS = {"bigru": (RNNClassifier, {"rnn": "gru"}), "bilstm": (RNNClassifier, {"rnn": "lstm"}),
+CLASSIFIERS = {"bigru": (RNNClassifier, {"cell": "gru"}), "bilstm": (RNNClassifier, {"cell": "lstm"}),
                "transformer": (TransformerClassifier, {})}
 
 

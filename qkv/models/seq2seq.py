@@ -26,6 +26,7 @@ Papers, and what differs here:
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any
 
@@ -54,28 +55,26 @@ def reorder_state(state: Any, index: Tensor) -> Any:
     return state
 
 
-class EncoderDecoder(nn.Module):
-    """Interface of the translation models (see the module docstring)."""
+class EncoderDecoder(nn.Module, ABC):
+    """Interface of the translation models (see the module docstring): every model implements the three methods.
 
+    ``forward`` is teacher forcing over a whole target, ``encode`` + ``decode_step`` decode token by token
+    (greedy and beam search, :mod:`qkv.models.decoding`) and give the same logits as ``forward``.
+    """
+
+    @abstractmethod
     def forward(self, src: Tensor, src_mask: Tensor, tgt_in: Tensor, *, return_attention: bool = False):
-        """Teacher forcing: ``src (B, S)``, ``src_mask (B, S)`` bool, ``tgt_in (B, T)`` -> ``logits (B, T, V)``.
+        """Teacher forcing: ``src (B, S)``, ``src_mask (B, S)`` bool (True at real tokens), ``tgt_in (B, T)``
+        starting with BOS -> ``logits (B, T, V)``; with ``return_attention`` also the alignment ``(B, T, S)``
+        (zeros for the fixed-context model)."""
 
-        With ``return_attention`` also the alignment ``(B, T, S)`` (zeros for the fixed-context model).
-        """
-        state = self.encode(src, src_mask)
-        logits, attns = [], []
-        for t in range(tgt_in.shape[1]):
-            step_logits, attn, state = self.decode_step(tgt_in[:, t], state)
-            logits.append(step_logits)
-            attns.append(attn)
-        logits = torch.stack(logits, dim=1)
-        return (logits, torch.stack(attns, dim=1)) if return_attention else logits
-
+    @abstractmethod
     def encode(self, src: Tensor, src_mask: Tensor) -> dict[str, Any]:
-        raise NotImplementedError
+        """The decoding state of a batch of sources: a dict of tensors (and caches), batch first."""
 
+    @abstractmethod
     def decode_step(self, y_prev: Tensor, state: dict[str, Any]) -> tuple[Tensor, Tensor, dict[str, Any]]:
-        raise NotImplementedError
+        """One token: ``y_prev (B,)`` -> ``(logits (B, V), alignment (B, S), new state)``."""
 
 
 @dataclass
@@ -85,8 +84,8 @@ class RNNConfig:
     src_vocab: int
     tgt_vocab: int
     embed_dim: int = 128  # E, source and target embeddings
-    hidden_dim: int = 256  # H, decoder state (each encoder direction has H // 2 when bidirectional)
-    layers: int = 1  # RNN layers in the encoder and in the decoder
+    hidden_dim: int = 256  # H, decoder state and encoder output (each encoder direction has H // 2 if bidirectional)
+    num_layers: int = 1  # RNN layers in the encoder and in the decoder
     cell: str = "gru"  # "gru" or "lstm"
     bidirectional: bool = True  # encoder direction(s)
     dropout: float = 0.1  # on embeddings and RNN outputs
@@ -99,7 +98,7 @@ class RNNConfig:
             raise ValueError(f"cell must be 'gru' or 'lstm', got {self.cell!r}")
         if self.bidirectional and self.hidden_dim % 2:
             raise ValueError(f"a bidirectional encoder needs an even hidden_dim, got {self.hidden_dim}")
-        for name in ("src_vocab", "tgt_vocab", "embed_dim", "hidden_dim", "layers", "attn_dim"):
+        for name in ("src_vocab", "tgt_vocab", "embed_dim", "hidden_dim", "num_layers", "attn_dim"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
         if not 0.0 <= self.dropout < 1.0:
@@ -116,8 +115,8 @@ class RNNEncoder(nn.Module):
         self.cfg = cfg
         self.embed = nn.Embedding(cfg.src_vocab, cfg.embed_dim, padding_idx=cfg.pad_id)
         directions = 2 if cfg.bidirectional else 1
-        self.rnn = rnn(cfg.embed_dim, cfg.hidden_dim // directions, num_layers=cfg.layers, batch_first=True,
-                       bidirectional=cfg.bidirectional, dropout=cfg.dropout if cfg.layers > 1 else 0.0)
+        self.rnn = rnn(cfg.embed_dim, cfg.hidden_dim // directions, num_layers=cfg.num_layers, batch_first=True,
+                       bidirectional=cfg.bidirectional, dropout=cfg.dropout if cfg.num_layers > 1 else 0.0)
         self.dropout = nn.Dropout(cfg.dropout)
         # the decoder's initial state from the encoder's final state(s) (Bahdanau: tanh(W_s h_1^<-))
         self.bridge = nn.Linear(cfg.hidden_dim, cfg.hidden_dim)
@@ -130,7 +129,7 @@ class RNNEncoder(nn.Module):
         out, _ = nn.utils.rnn.pad_packed_sequence(out, batch_first=True, total_length=src.shape[1])
         h = final[0] if isinstance(final, tuple) else final  # (layers * directions, B, H / directions)
         b = src.shape[0]
-        h = h.view(self.cfg.layers, -1, b, h.shape[-1]).transpose(1, 2).reshape(self.cfg.layers, b, -1)
+        h = h.view(self.cfg.num_layers, -1, b, h.shape[-1]).transpose(1, 2).reshape(self.cfg.num_layers, b, -1)
         h0 = torch.tanh(self.bridge(h)).transpose(0, 1)  # (B, layers, H)
         state = (h0, torch.zeros_like(h0)) if self.cfg.cell == "lstm" else h0
         return self.dropout(out), state
@@ -171,14 +170,14 @@ class _RNNSeq2Seq(EncoderDecoder):
         rnn = nn.GRU if cfg.cell == "gru" else nn.LSTM
         self.encoder = RNNEncoder(cfg)
         self.embed = nn.Embedding(cfg.tgt_vocab, cfg.embed_dim, padding_idx=cfg.pad_id)
-        self.rnn = rnn(cfg.embed_dim + cfg.hidden_dim, cfg.hidden_dim, num_layers=cfg.layers, batch_first=True,
-                       dropout=cfg.dropout if cfg.layers > 1 else 0.0)
+        self.rnn = rnn(cfg.embed_dim + cfg.hidden_dim, cfg.hidden_dim, num_layers=cfg.num_layers, batch_first=True,
+                       dropout=cfg.dropout if cfg.num_layers > 1 else 0.0)
         self.dropout = nn.Dropout(cfg.dropout)
         self.out = nn.Linear(out_features, cfg.tgt_vocab)
 
     def forward(self, src: Tensor, src_mask: Tensor, tgt_in: Tensor, *, return_attention: bool = False):
-        # as EncoderDecoder.forward, with the output layer applied once to every step's features: one
-        # (B*T, F) x (F, V) product and one weight gradient instead of T of each (the largest layer)
+        # step by step, with the output layer applied once to every step's features: one (B*T, F) x (F, V)
+        # product and one weight gradient instead of T of each (the largest layer)
         state = self.encode(src, src_mask)
         features, attns = [], []
         for t in range(tgt_in.shape[1]):
@@ -192,9 +191,9 @@ class _RNNSeq2Seq(EncoderDecoder):
         f, attn, state = self.step_features(y_prev, state)
         return self.out(f), attn, state
 
+    @abstractmethod
     def step_features(self, y_prev: Tensor, state: dict[str, Any]) -> tuple[Tensor, Tensor, dict[str, Any]]:
         """One decoder step up to the output layer: ``(features (B, F), alignment (B, S), new state)``."""
-        raise NotImplementedError
 
 
 class FixedContextSeq2Seq(_RNNSeq2Seq):

@@ -1,4 +1,4 @@
-"""Transformer encoder-decoder for translation, built from :class:`qkv.MultiHeadAttention`.
+"""Transformer encoder-decoder for translation, built from :class:`qkv.layers.TransformerLayer`.
 
 Paper: Vaswani et al., 2017, "Attention Is All You Need" (https://arxiv.org/abs/1706.03762): token
 embeddings scaled by ``sqrt(d_model)`` plus sinusoidal positions; encoder layers of self-attention and a
@@ -10,17 +10,18 @@ What differs here:
 - **Pre-norm** (Xiong et al., 2020, "On Layer Normalization in the Transformer Architecture",
   https://arxiv.org/abs/2002.04745): ``x + Dropout(Sublayer(LayerNorm(x)))`` with a final LayerNorm after the
   last encoder and decoder layer, instead of the paper's post-norm ``LayerNorm(x + Dropout(Sublayer(x)))``;
-  it trains without a long warm-up.
+  it trains without a long warm-up. The layer is :class:`qkv.layers.TransformerLayer`.
 - Optional learned positions (``positions="learned"``, one table for each side) instead of the sinusoids.
 - Sharing of the source and target embeddings and tying of the output projection to the target embedding
   (Press & Wolf, 2017, https://arxiv.org/abs/1608.05859) are options; the paper shares all three. Embeddings
-  are initialised ``N(0, d_model^-0.5)`` so that the scaled embeddings have unit variance.
+  are initialised ``N(0, dim^-0.5)`` so that the scaled embeddings have unit variance.
 - Any qkv score (``score="cosine"``, ``"general"``, ...) can replace the scaled dot product in every
-  attention, and ``kv_heads`` gives grouped-query attention (Ainslie et al., 2023).
+  attention, ``kv_heads`` gives grouped-query attention (Ainslie et al., 2023), and the feed-forward
+  activation may be GELU.
 - The output layer has no bias. Label smoothing and the learning-rate schedule belong to the trainer.
 
 Axis letters: ``B`` batch, ``S`` source positions, ``T`` target positions, ``V`` vocabulary, ``E`` model
-size (``d_model``).
+width (``dim``, the paper's ``d_model``).
 
 Incremental decoding (:meth:`TransformerSeq2Seq.decode_step`) keeps a :class:`~qkv.layers.KVCache` of the
 self-attention keys/values of every decoder layer, and a static one of the cross-attention keys/values
@@ -37,11 +38,11 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ..layers import KVCache, MultiHeadAttention
+from ..layers import KVCache, PositionalEncoding, TransformerLayer
 from ..scores import score_names
 from .seq2seq import EncoderDecoder
 
-__all__ = ["TransformerConfig", "TransformerSeq2Seq", "sinusoidal_positions"]
+__all__ = ["TransformerConfig", "TransformerSeq2Seq"]
 
 
 @dataclass
@@ -50,35 +51,39 @@ class TransformerConfig:
 
     src_vocab: int
     tgt_vocab: int
-    d_model: int = 256  # E, embeddings and every layer's input/output
-    heads: int = 4  # attention heads; must divide d_model
-    kv_heads: int | None = None  # key/value heads (grouped-query attention); None = heads
+    dim: int = 256  # E (d_model), embeddings and every layer's input/output
+    num_heads: int = 4  # attention heads; must divide dim
+    kv_heads: int | None = None  # key/value heads (grouped-query attention); None = num_heads
     ffn_dim: int = 1024  # hidden size of the position-wise feed-forward network
-    encoder_layers: int = 3
-    decoder_layers: int = 3
+    num_layers: int = 3  # encoder layers (and decoder layers unless num_decoder_layers is given)
+    num_decoder_layers: int | None = None  # None = num_layers
     dropout: float = 0.1  # on embeddings, attention weights, sub-layer outputs and the FFN hidden layer
     positions: str = "sinusoidal"  # "sinusoidal" or "learned"
     max_len: int = 256  # longest source or target sequence (size of the position table)
     share_embeddings: bool = False  # one embedding for source and target (needs src_vocab == tgt_vocab)
     tie_output: bool = True  # output projection weight = target embedding weight
     score: str = "scaled_dot"  # score of every attention: any name in qkv.scores.score_names()
+    activation: str = "relu"  # of the feed-forward network: "relu" or "gelu"
     pad_id: int = 0
 
     def __post_init__(self):
-        for name in ("src_vocab", "tgt_vocab", "d_model", "heads", "ffn_dim", "encoder_layers", "decoder_layers",
-                     "max_len"):
+        for name in ("src_vocab", "tgt_vocab", "dim", "num_heads", "ffn_dim", "num_layers", "max_len"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
-        if self.d_model % self.heads:
-            raise ValueError(f"heads ({self.heads}) must divide d_model ({self.d_model})")
-        if self.kv_heads is not None and (self.kv_heads < 1 or self.heads % self.kv_heads):
-            raise ValueError(f"kv_heads ({self.kv_heads}) must be a positive divisor of heads ({self.heads})")
-        if self.positions == "sinusoidal" and self.d_model % 2:
-            raise ValueError(f"sinusoidal positions need an even d_model, got {self.d_model}")
+        if self.num_decoder_layers is not None and self.num_decoder_layers < 1:
+            raise ValueError(f"num_decoder_layers must be positive or None, got {self.num_decoder_layers}")
+        if self.dim % self.num_heads:
+            raise ValueError(f"num_heads ({self.num_heads}) must divide dim ({self.dim})")
+        if self.kv_heads is not None and (self.kv_heads < 1 or self.num_heads % self.kv_heads):
+            raise ValueError(f"kv_heads ({self.kv_heads}) must be a positive divisor of num_heads ({self.num_heads})")
+        if self.positions == "sinusoidal" and self.dim % 2:
+            raise ValueError(f"sinusoidal positions need an even dim, got {self.dim}")
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
         if self.positions not in ("sinusoidal", "learned"):
             raise ValueError(f"positions must be 'sinusoidal' or 'learned', got {self.positions!r}")
+        if self.activation not in ("relu", "gelu"):
+            raise ValueError(f"activation must be 'relu' or 'gelu', got {self.activation!r}")
         if self.share_embeddings and self.src_vocab != self.tgt_vocab:
             raise ValueError(f"share_embeddings needs src_vocab == tgt_vocab, got {self.src_vocab} and "
                              f"{self.tgt_vocab}")
@@ -87,71 +92,10 @@ class TransformerConfig:
         if not 0 <= self.pad_id < min(self.src_vocab, self.tgt_vocab):
             raise ValueError(f"pad_id ({self.pad_id}) must be a token id of both vocabularies")
 
-
-def sinusoidal_positions(length: int, dim: int) -> Tensor:
-    """``(length, dim)``: ``PE[p, 2i] = sin(p / 10000^(2i/dim))``, ``PE[p, 2i+1] = cos(...)`` (Vaswani et al.)."""
-    pos = torch.arange(length, dtype=torch.float64)[:, None]
-    inv_freq = torch.exp(-math.log(10000.0) * torch.arange(0, dim, 2, dtype=torch.float64) / dim)
-    pe = torch.zeros(length, dim, dtype=torch.float64)
-    pe[:, 0::2] = torch.sin(pos * inv_freq)
-    pe[:, 1::2] = torch.cos(pos * inv_freq)
-    return pe.float()
-
-
-class FeedForward(nn.Module):
-    """Position-wise ``Linear(E, F) -> ReLU -> Dropout -> Linear(F, E)``."""
-
-    def __init__(self, dim: int, hidden: int, dropout: float):
-        super().__init__()
-        self.fc1, self.fc2 = nn.Linear(dim, hidden), nn.Linear(hidden, dim)
-        self.dropout = nn.Dropout(dropout)
-
-    def forward(self, x: Tensor) -> Tensor:
-        return self.fc2(self.dropout(torch.relu(self.fc1(x))))
-
-
-def _attention(cfg: TransformerConfig) -> MultiHeadAttention:
-    return MultiHeadAttention(cfg.d_model, cfg.heads, kv_heads=cfg.kv_heads, dropout=cfg.dropout, score=cfg.score)
-
-
-class EncoderLayer(nn.Module):
-    """Pre-norm self-attention over the real source tokens, then the feed-forward network."""
-
-    def __init__(self, cfg: TransformerConfig):
-        super().__init__()
-        self.norm1, self.self_attn = nn.LayerNorm(cfg.d_model), _attention(cfg)
-        self.norm2, self.ffn = nn.LayerNorm(cfg.d_model), FeedForward(cfg.d_model, cfg.ffn_dim, cfg.dropout)
-        self.dropout = nn.Dropout(cfg.dropout)
-
-    def forward(self, x: Tensor, src_mask: Tensor) -> Tensor:
-        """``x (B, S, E)``, ``src_mask (B, S)`` True at real tokens -> ``(B, S, E)``."""
-        x = x + self.dropout(self.self_attn(self.norm1(x), key_mask=src_mask))
-        return x + self.dropout(self.ffn(self.norm2(x)))
-
-
-class DecoderLayer(nn.Module):
-    """Pre-norm causal self-attention, cross-attention over the encoder's output, feed-forward network."""
-
-    def __init__(self, cfg: TransformerConfig):
-        super().__init__()
-        self.norm1, self.self_attn = nn.LayerNorm(cfg.d_model), _attention(cfg)
-        self.norm2, self.cross_attn = nn.LayerNorm(cfg.d_model), _attention(cfg)
-        self.norm3, self.ffn = nn.LayerNorm(cfg.d_model), FeedForward(cfg.d_model, cfg.ffn_dim, cfg.dropout)
-        self.dropout = nn.Dropout(cfg.dropout)
-
-    def forward(self, y: Tensor, memory: Tensor, src_mask: Tensor, *, self_cache: KVCache | None = None,
-                cross_cache: KVCache | None = None, return_weights: bool = False):
-        """``y (B, T, E)`` (the new positions when caching), ``memory (B, S, E)``, ``src_mask (B, S)``.
-
-        Returns ``(B, T, E)`` and, with ``return_weights``, the cross-attention weights ``(B, T, S)``
-        averaged over heads (else None).
-        """
-        y = y + self.dropout(self.self_attn(self.norm1(y), is_causal=True, cache=self_cache))
-        cross = self.cross_attn(self.norm2(y), memory, key_mask=src_mask, cache=cross_cache,
-                                return_weights=return_weights)
-        cross, weights = cross if return_weights else (cross, None)
-        y = y + self.dropout(cross)
-        return y + self.dropout(self.ffn(self.norm3(y))), weights
+    @property
+    def decoder_layers(self) -> int:
+        """The number of decoder layers (``num_decoder_layers``, or ``num_layers`` when it is None)."""
+        return self.num_layers if self.num_decoder_layers is None else self.num_decoder_layers
 
 
 class TransformerSeq2Seq(EncoderDecoder):
@@ -161,7 +105,7 @@ class TransformerSeq2Seq(EncoderDecoder):
     ``decode_step`` decode token by token with key/value caches and give the same logits.
 
     Example:
-        >>> cfg = TransformerConfig(src_vocab=100, tgt_vocab=120, d_model=64, heads=4, ffn_dim=128)
+        >>> cfg = TransformerConfig(src_vocab=100, tgt_vocab=120, dim=64, num_heads=4, ffn_dim=128)
         >>> model = TransformerSeq2Seq(cfg).eval()
         >>> src = torch.randint(4, 100, (2, 7)); src_mask = torch.ones(2, 7, dtype=torch.bool)
         >>> logits, attn = model(src, src_mask, torch.ones(2, 5, dtype=torch.long), return_attention=True)
@@ -174,52 +118,43 @@ class TransformerSeq2Seq(EncoderDecoder):
     def __init__(self, cfg: TransformerConfig):
         super().__init__()
         self.cfg = cfg
-        e = cfg.d_model
+        e = cfg.dim
         self.src_embed = nn.Embedding(cfg.src_vocab, e, padding_idx=cfg.pad_id)
         self.tgt_embed = self.src_embed if cfg.share_embeddings else nn.Embedding(cfg.tgt_vocab, e,
                                                                                   padding_idx=cfg.pad_id)
-        if cfg.positions == "learned":
-            self.src_pos = nn.Embedding(cfg.max_len, e)
-            self.tgt_pos = nn.Embedding(cfg.max_len, e)
-        else:
-            self.register_buffer("sinusoids", sinusoidal_positions(cfg.max_len, e), persistent=False)
+        # learned positions: one table per side; the sinusoids are one buffer for both
+        self.src_pos = PositionalEncoding(e, cfg.max_len, cfg.positions)
+        self.tgt_pos = PositionalEncoding(e, cfg.max_len, "learned") if cfg.positions == "learned" else self.src_pos
         self.dropout = nn.Dropout(cfg.dropout)
-        self.encoder = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.encoder_layers))
+        layer = dict(dropout=cfg.dropout, activation=cfg.activation, kv_heads=cfg.kv_heads, score=cfg.score)
+        self.encoder = nn.ModuleList(TransformerLayer(e, cfg.num_heads, cfg.ffn_dim, **layer)
+                                     for _ in range(cfg.num_layers))
         self.encoder_norm = nn.LayerNorm(e)
-        self.decoder = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.decoder_layers))
+        self.decoder = nn.ModuleList(TransformerLayer(e, cfg.num_heads, cfg.ffn_dim, cross_attention=True, **layer)
+                                     for _ in range(cfg.decoder_layers))
         self.decoder_norm = nn.LayerNorm(e)
         self.out = nn.Linear(e, cfg.tgt_vocab, bias=False)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        """Embeddings ``N(0, E^-0.5)`` (padding row zero); the attention layers keep their own init."""
+        """Embeddings ``N(0, E^-0.5)`` (padding row zero), learned positions ``N(0, 0.02^2)``; the attention
+        layers keep their own init."""
         for emb in {self.src_embed, self.tgt_embed}:
-            nn.init.normal_(emb.weight, std=self.cfg.d_model ** -0.5)
+            nn.init.normal_(emb.weight, std=self.cfg.dim ** -0.5)
             with torch.no_grad():
                 emb.weight[self.cfg.pad_id].zero_()
-        if self.cfg.positions == "learned":
-            for emb in (self.src_pos, self.tgt_pos):
-                nn.init.normal_(emb.weight, std=0.02)
+        for pos in {self.src_pos, self.tgt_pos}:
+            pos.reset_parameters()
         if self.cfg.tie_output:
             self.out.weight = self.tgt_embed.weight
         else:
-            nn.init.normal_(self.out.weight, std=self.cfg.d_model ** -0.5)
+            nn.init.normal_(self.out.weight, std=self.cfg.dim ** -0.5)
 
     # --- embeddings ---------------------------------------------------------------------------------------
     def _embed(self, tokens: Tensor, start: int, side: str) -> Tensor:
         """``tokens (B, L)`` at positions ``start .. start + L - 1`` -> ``(B, L, E)``."""
-        length = tokens.shape[1]
-        if start + length > self.cfg.max_len:
-            raise ValueError(f"{side} position {start + length - 1} is beyond max_len ({self.cfg.max_len}); "
-                             "build the model with a larger max_len")
-        embed = self.src_embed if side == "source" else self.tgt_embed
-        x = embed(tokens) * math.sqrt(self.cfg.d_model)
-        if self.cfg.positions == "learned":
-            table = self.src_pos if side == "source" else self.tgt_pos
-            pos = table.weight[start:start + length]
-        else:
-            pos = self.sinusoids[start:start + length]
-        return self.dropout(x + pos.to(x.dtype))
+        embed, pos = (self.src_embed, self.src_pos) if side == "source" else (self.tgt_embed, self.tgt_pos)
+        return self.dropout(pos(embed(tokens) * math.sqrt(self.cfg.dim), start))
 
     # --- encoder ------------------------------------------------------------------------------------------
     def _encode(self, src: Tensor, src_mask: Tensor) -> Tensor:
@@ -228,7 +163,7 @@ class TransformerSeq2Seq(EncoderDecoder):
                              f"{tuple(src.shape)} and {tuple(src_mask.shape)} {src_mask.dtype}")
         x = self._embed(src, 0, "source")
         for layer in self.encoder:
-            x = layer(x, src_mask)
+            x = layer(x, key_mask=src_mask)
         return self.encoder_norm(x)
 
     def encode(self, src: Tensor, src_mask: Tensor) -> dict[str, Any]:
@@ -240,13 +175,15 @@ class TransformerSeq2Seq(EncoderDecoder):
 
     # --- decoder ------------------------------------------------------------------------------------------
     def _decode(self, y: Tensor, memory: Tensor, src_mask: Tensor, caches=None, return_attention: bool = False):
+        """``y (B, T, E)`` -> ``logits (B, T, V)`` and the last layer's cross-attention ``(B, T, S)`` (or None)."""
         last = len(self.decoder) - 1
         attn = None
         for i, layer in enumerate(self.decoder):
-            self_cache, cross_cache = (None, None) if caches is None else (caches[0][i], caches[1][i])
-            y, w = layer(y, memory, src_mask, self_cache=self_cache, cross_cache=cross_cache,
-                         return_weights=return_attention and i == last)
-            attn = w if w is not None else attn
+            cache, cross_cache = (None, None) if caches is None else (caches[0][i], caches[1][i])
+            want = return_attention and i == last
+            y = layer(y, is_causal=True, memory=memory, memory_mask=src_mask, cache=cache, cross_cache=cross_cache,
+                      return_weights=want)
+            y, attn = y if want else (y, attn)
         return self.out(self.decoder_norm(y)), attn
 
     def forward(self, src: Tensor, src_mask: Tensor, tgt_in: Tensor, *, return_attention: bool = False):
