@@ -120,8 +120,10 @@ def test_dropout_only_in_training(gen):
 
 
 def test_bad_construction_and_input():
-    with pytest.raises(ValueError, match="multiple of num_heads"):
+    with pytest.raises(ValueError, match=r"dim \(10\) must be a positive multiple of num_heads"):
         qkv.MultiHeadAttention(10, 3)
+    named = qkv.MultiHeadAttention(dim=12, num_heads=4, kv_heads=2)
+    assert named.dim == 12 and named.head_dim == 3 and "dim=12, num_heads=4, kv_heads=2" in repr(named)
     with pytest.raises(ValueError, match="kv_heads"):
         qkv.MultiHeadAttention(12, 4, kv_heads=3)
     mha = qkv.MultiHeadAttention(8, 2)
