@@ -69,6 +69,18 @@ def _one_line(e: BaseException) -> str:
     return " ".join(text.split())
 
 
+def _interrupted(args) -> str:
+    """The line printed after Ctrl-C: where the checkpoint is and how to continue, for a training command."""
+    from pathlib import Path
+
+    out = getattr(args, "out", None)
+    if args.command == "train" and out and (Path(out) / "checkpoint" / "model.safetensors").is_file():
+        argv = sys.argv[1:]
+        again = " ".join(["qkv", *argv] + ([] if "--resume" in argv else ["--resume"]))
+        return f"qkv: interrupted: the checkpoint is in {Path(out) / 'checkpoint'} — continue with: {again}"
+    return "qkv: interrupted"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -89,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.func(args)
     except KeyboardInterrupt:
-        print("qkv: interrupted", file=sys.stderr)
+        print(_interrupted(args), file=sys.stderr)
         return 130
     except _user_errors() as e:
         if options.verbose:

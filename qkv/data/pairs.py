@@ -17,7 +17,6 @@ corpus and a real one alike.
 
 from __future__ import annotations
 
-import gzip
 import logging
 import os
 import random
@@ -25,6 +24,8 @@ import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
+
+from .files import binary_lines
 
 logger = logging.getLogger(__name__)
 
@@ -109,15 +110,6 @@ class ParallelCorpus:
         )
 
 
-def _open_lines(path: str | os.PathLike) -> Iterator[bytes]:
-    if os.fspath(path).endswith(".gz"):
-        with gzip.open(path, "rb") as f:
-            yield from f
-    else:
-        with open(path, "rb") as f:
-            yield from f
-
-
 def read_pairs(
     path: str | os.PathLike,
     *,
@@ -133,7 +125,7 @@ def read_pairs(
     """
     if on_error not in ("raise", "skip"):
         raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
-    for lineno, raw in enumerate(_open_lines(path), start=1):
+    for lineno, raw in binary_lines(path):
         problem = None
         try:
             line = raw.decode("utf-8")

@@ -17,9 +17,8 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
 import csv
-import gzip
-import io
 import logging
 import math
 import os
@@ -31,6 +30,8 @@ from pathlib import Path
 from typing import Literal
 
 import torch
+
+from .files import text_lines
 
 __all__ = ["TextDataset", "read_movie_reviews", "read_table", "stratified_split", "kfold_splits", "strata",
            "collate_texts"]
@@ -74,15 +75,6 @@ class TextDataset:
                            list(self.label_names), self.regression, source=self.source)
 
 
-def _open_text(path: str | os.PathLike) -> io.TextIOBase:
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"no such data file: {path}")
-    if path.suffix == ".gz":
-        return gzip.open(path, "rt", encoding="utf-8", newline="")
-    return open(path, encoding="utf-8", newline="")
-
-
 class _Rows:
     """Collects rows, raising or counting the bad ones."""
 
@@ -117,36 +109,35 @@ def read_movie_reviews(path: str | os.PathLike, *, regression: bool = False,
     every row with its rating as the label.
     """
     rows = _Rows(path, on_error)
-    with _open_text(path) as f:
-        for line_no, line in enumerate(f, 1):
-            line = line.rstrip("\r\n")
-            if not line.strip():
-                continue
-            parts = line.split("\t", 2)
-            if line_no == 1 and len(parts) >= 2 and parts[1].strip().lower() == "sentiment":
-                continue  # header
-            if len(parts) < 3:
-                rows.bad(line_no, "missing column", f"expected id<TAB>sentiment<TAB>text, got {len(parts)} field(s)")
-                continue
-            try:
-                rating = float(parts[1])
-                if not math.isfinite(rating):
-                    raise ValueError
-            except ValueError:
-                rows.bad(line_no, "unknown label", f"the rating {parts[1]!r} is not a number")
-                continue
-            text = parts[2].strip()
-            if not text:
-                rows.bad(line_no, "empty text", "the text is empty")
-                continue
-            if regression:
-                rows.texts.append(text)
-                rows.labels.append(rating)
-            elif rating == 0:
-                rows.reasons["neutral"] += 1
-            else:
-                rows.texts.append(text)
-                rows.labels.append(int(rating > 0))
+    for line_no, line in text_lines(path):
+        line = line.rstrip("\r\n")
+        if not line.strip():
+            continue
+        parts = line.split("\t", 2)
+        if line_no == 1 and len(parts) >= 2 and parts[1].strip().lower() == "sentiment":
+            continue  # header
+        if len(parts) < 3:
+            rows.bad(line_no, "missing column", f"expected id<TAB>sentiment<TAB>text, got {len(parts)} field(s)")
+            continue
+        try:
+            rating = float(parts[1])
+            if not math.isfinite(rating):
+                raise ValueError
+        except ValueError:
+            rows.bad(line_no, "unknown label", f"the rating {parts[1]!r} is not a number")
+            continue
+        text = parts[2].strip()
+        if not text:
+            rows.bad(line_no, "empty text", "the text is empty")
+            continue
+        if regression:
+            rows.texts.append(text)
+            rows.labels.append(rating)
+        elif rating == 0:
+            rows.reasons["neutral"] += 1
+        else:
+            rows.texts.append(text)
+            rows.labels.append(int(rating > 0))
     neutral = rows.reasons.pop("neutral", 0)
     data = rows.dataset([] if regression else ["negative", "positive"], regression)
     if neutral:
@@ -187,8 +178,8 @@ def read_table(path: str | os.PathLike, *, text_col: str | int = "text", label_c
         delimiter = "\t" if stem.endswith((".tsv", ".tab")) else ","
     rows = _Rows(path, on_error)
     raw_labels: list[tuple[int, str]] = []
-    with _open_text(path) as f:
-        reader = csv.reader(f, delimiter=delimiter)
+    with contextlib.closing(text_lines(path)) as lines:
+        reader = csv.reader((line for _, line in lines), delimiter=delimiter)
         names = None
         if header:
             try:

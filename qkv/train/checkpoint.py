@@ -20,9 +20,11 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import shutil
 import tempfile
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,7 +45,10 @@ __all__ = [
     "optimizer_to_files",
     "optimizer_from_files",
     "atomic_directory",
+    "remove_stale_temporaries",
 ]
+
+log = logging.getLogger(__name__)
 
 FORMAT = "qkv-checkpoint"
 # 1: qkv 0.1.0.  2: the applications' configs are {"model": {"name", "config"}, "options": ...} (qkv.models.create
@@ -143,6 +148,7 @@ def atomic_directory(path: str | Path) -> Iterator[Path]:
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    remove_stale_temporaries(path)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
     try:
         yield tmp
@@ -158,6 +164,25 @@ def atomic_directory(path: str | Path) -> Iterator[Path]:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     shutil.rmtree(_old(path), ignore_errors=True)
+
+
+def remove_stale_temporaries(path: str | Path, older_than: float = 0.0) -> list[Path]:
+    """Remove the ``.NAME.tmp-*`` directories that a crash during an earlier save of ``path`` left behind
+    (only those last modified more than ``older_than`` seconds ago). Returns what was removed."""
+    path = Path(path)
+    removed = []
+    now = time.time()
+    for tmp in path.parent.glob(f".{path.name}.tmp-*"):
+        try:
+            if tmp.is_dir() and now - tmp.stat().st_mtime >= older_than:
+                shutil.rmtree(tmp, ignore_errors=True)
+                removed.append(tmp)
+        except OSError:
+            continue
+    if removed:
+        log.info("removed %d temporary director%s left by an interrupted save of %s", len(removed),
+                 "y" if len(removed) == 1 else "ies", path)
+    return removed
 
 
 def _write_json(path: Path, obj: Any) -> None:
@@ -213,41 +238,82 @@ class Checkpoint:
         return load_file(str(f)) if f.exists() else {}
 
 
+def _candidates(path: Path, prefer: tuple[str, ...]) -> list[Path]:
+    """The complete-looking checkpoint directories ``path`` may mean, in order (see :func:`resolve_checkpoint`)."""
+    out = []
+    for c in [path] + [path / name for name in prefer]:
+        for d in (c, _old(c)):
+            if (d / "model.safetensors").is_file() and (d / "config.json").is_file():
+                out.append(d)
+                break
+    return out
+
+
 def resolve_checkpoint(path: str | Path, prefer: tuple[str, ...] = ("best", "checkpoint")) -> Path:
     """The checkpoint directory meant by ``path``: itself if it holds ``model.safetensors``, else a run
     directory's ``best/`` or ``checkpoint/`` (in the order of ``prefer``), each falling back to a left-over
     ``.NAME.old`` from an interrupted swap. Raises ``FileNotFoundError`` naming what was looked for."""
     path = Path(path)
+    found = _candidates(path, prefer)
+    if found:
+        return found[0]
     candidates = [path] + [path / name for name in prefer]
-    for c in candidates:
-        for d in (c, _old(c)):
-            if (d / "model.safetensors").is_file() and (d / "config.json").is_file():
-                return d
     raise FileNotFoundError(f"no checkpoint in {path} (looked for model.safetensors and config.json in "
                             f"{', '.join(str(c) for c in candidates)})")
 
 
-def load_checkpoint(path: str | Path, *, prefer: tuple[str, ...] = ("best", "checkpoint"),
-                    device: str | torch.device = "cpu") -> Checkpoint:
-    """Read a checkpoint (a checkpoint directory, or a run directory: see :func:`resolve_checkpoint`).
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ValueError(f"{path}: damaged, not JSON ({e})") from None
 
-    Never unpickles: weights come from safetensors, the rest from JSON.
-    """
-    d = resolve_checkpoint(path, prefer)
-    meta = json.loads((d / "config.json").read_text(encoding="utf-8"))
-    if meta.get("format") != FORMAT:
-        raise ValueError(f"{d / 'config.json'} is not a qkv checkpoint (format={meta.get('format')!r})")
+
+def _read(d: Path, device) -> Checkpoint:
+    meta = _read_json(d / "config.json")
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+        found = meta.get("format") if isinstance(meta, dict) else type(meta).__name__
+        raise ValueError(f"{d / 'config.json'} is not a qkv checkpoint (format={found!r})")
     version = meta.get("version", 0)
     if not isinstance(version, int) or version < 1:
         raise ValueError(f"{d / 'config.json'}: no valid format version ({version!r})")
     if version > VERSION:
         raise ValueError(f"{d} was written by a newer qkv (checkpoint format version {version}; this qkv reads up "
                          f"to {VERSION}): upgrade qkv to load it")
+    if not isinstance(meta.get("task"), str) or not isinstance(meta.get("config"), dict):
+        raise ValueError(f"{d / 'config.json'}: damaged, 'task' must be a name and 'config' a mapping")
     state_file = d / "state.json"
-    state = json.loads(state_file.read_text(encoding="utf-8")) if state_file.exists() else None
-    return Checkpoint(path=d, task=meta["task"], config=meta["config"],
-                      state_dict=load_weights(d / "model.safetensors", device), assets=d / "assets", state=state,
-                      version=version)
+    state = _read_json(state_file) if state_file.exists() else None
+    try:
+        weights = load_weights(d / "model.safetensors", device)
+    except Exception as e:  # safetensors raises its own error types for damaged files
+        raise ValueError(f"{d / 'model.safetensors'}: damaged weights file ({type(e).__name__}: {e})") from None
+    return Checkpoint(path=d, task=meta["task"], config=meta["config"], state_dict=weights, assets=d / "assets",
+                      state=state, version=version)
+
+
+def load_checkpoint(path: str | Path, *, prefer: tuple[str, ...] = ("best", "checkpoint"),
+                    device: str | torch.device = "cpu") -> Checkpoint:
+    """Read a checkpoint (a checkpoint directory, or a run directory: see :func:`resolve_checkpoint`).
+
+    Never unpickles: weights come from safetensors, the rest from JSON. In a run directory, a damaged ``best/`` is
+    reported (a warning naming the file) and ``checkpoint/`` is read instead; when none can be read, the
+    ``ValueError`` names every damaged file. A checkpoint from a newer qkv is refused at once.
+    """
+    resolve_checkpoint(path, prefer)  # FileNotFoundError naming what was looked for
+    for name in prefer:  # a save that crashed over an hour ago: no writer is still filling its directory
+        with contextlib.suppress(OSError):
+            remove_stale_temporaries(Path(path) / name, older_than=3600.0)
+    damaged = []
+    for d in _candidates(Path(path), prefer):
+        try:
+            return _read(d, device)
+        except ValueError as e:
+            if "newer qkv" in str(e):
+                raise
+            damaged.append(str(e))
+            log.warning("%s; trying the next checkpoint", e)
+    raise ValueError("; ".join(damaged))
 
 
 def load_model(path: str | Path, build: Callable[[dict[str, Any]], nn.Module], *,
