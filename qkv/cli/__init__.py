@@ -51,8 +51,8 @@ def build_parser() -> ArgumentParser:
 
 def _user_errors() -> tuple[type[BaseException], ...]:
     """Exceptions that mean bad input (files, options, data), not a bug in qkv."""
-    errors: list[type[BaseException]] = [ValueError, OSError, EOFError, FloatingPointError, gzip.BadGzipFile, zlib.error,
-                                         json.JSONDecodeError, UnicodeError, ImportError]
+    errors: list[type[BaseException]] = [ValueError, OSError, EOFError, FloatingPointError, gzip.BadGzipFile,
+                                         zlib.error, json.JSONDecodeError, UnicodeError, ImportError]
     try:
         from safetensors import SafetensorError
 
