@@ -1,5 +1,6 @@
 """The images task end to end: `qkv train images` on scikit-learn's digits (and Fashion-MNIST when installed),
-checkpoints, exact resume with augmentation, `qkv show-attention` for every kind of map, and clear errors."""
+the library (options, model spec, `ImageClassifier`), checkpoints, exact resume with augmentation,
+`qkv show-attention` for every kind of map, and clear errors."""
 
 from __future__ import annotations
 
@@ -14,15 +15,18 @@ pytest.importorskip("matplotlib")
 
 from qkv.cli import main  # noqa: E402
 from qkv.data.idx import FASHION_MNIST_ROOT, write_idx  # noqa: E402
+from qkv.data.images import ImageData, load_image_splits, normalize, random_shift_flip, read_image  # noqa: E402
+from qkv.models import create, resnet18  # noqa: E402
 from qkv.tasks.images import (  # noqa: E402
+    ImageClassifier,
     ImageOptions,
     ImageTask,
     build_model,
-    load_image_data,
-    normalize,
-    random_shift_flip,
-    read_image,
+    load_data,
+    model_spec,
+    train_defaults,
 )
+from qkv.tasks.sentiment import SentimentClassifier  # noqa: E402
 from qkv.train import TrainConfig, load_model, train  # noqa: E402
 from qkv.train.checkpoint import load_weights  # noqa: E402
 
@@ -40,13 +44,7 @@ needs_fashion_mnist = pytest.mark.skipif(
     reason=f"Fashion-MNIST is not installed in {FASHION_MNIST_ROOT} (apt-get install dataset-fashion-mnist)")
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Small convolutions run fastest on one thread, and much faster than on two busy cores."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # small convolutions run fastest on one thread
 
 
 def final_metrics(out: Path) -> dict[str, dict[str, float]]:
@@ -62,12 +60,36 @@ def is_png(path: Path) -> bool:
     return path.is_file() and path.read_bytes()[:8] == PNG
 
 
+def from_spec(config: dict) -> torch.nn.Module:
+    """A checkpoint config's model, built from its model entry with `qkv.models.create` alone."""
+    return create(config["model"]["name"], **config["model"]["config"])
+
+
+def same_architecture(a: torch.nn.Module, b: torch.nn.Module) -> bool:
+    return type(a) is type(b) and \
+        {k: v.shape for k, v in a.state_dict().items()} == {k: v.shape for k, v in b.state_dict().items()}
+
+
+def write_idx_folder(root: Path, sizes: dict[str, int], side: int = 12, seed: int = 0) -> Path:
+    """An MNIST-style IDX folder of three classes (brightness decides), ``sizes`` = images per file prefix."""
+    g = torch.Generator().manual_seed(seed)
+    root.mkdir()
+    for prefix, n in sizes.items():
+        labels = torch.arange(n, dtype=torch.uint8) % 3
+        labels = labels[torch.randperm(n, generator=g)]
+        images = (labels[:, None, None] * 80 + torch.randint(0, 30, (n, side, side), generator=g)).to(torch.uint8)
+        write_idx(root / f"{prefix}-images-idx3-ubyte.gz", images)
+        write_idx(root / f"{prefix}-labels-idx1-ubyte", labels)
+    return root
+
+
 # --------------------------------------------------------------------------------------------- data
 
 def test_digits_splits_are_deterministic_disjoint_and_complete():
-    a = load_image_data(ImageOptions(data="digits"))
-    b = load_image_data(ImageOptions(data="digits"))
-    c = load_image_data(ImageOptions(data="digits", data_seed=1))
+    a = load_data(ImageOptions(data="digits"))
+    b = load_image_splits("digits")  # the data helper the options describe
+    c = load_data(ImageOptions(data="digits", data_seed=1))
+    assert isinstance(a, ImageData)
     sizes = {s: len(a.splits[s][1]) for s in ("train", "valid", "test")}
     assert sum(sizes.values()) == 1797 and sizes["test"] == round(0.2 * 1797)
     assert a.image_size == (16, 16) and a.class_names == [str(i) for i in range(10)]
@@ -79,6 +101,9 @@ def test_digits_splits_are_deterministic_disjoint_and_complete():
     flat = {s: {bytes(x.flatten().tolist()) for x in a.splits[s][0]} for s in a.splits}
     everything = {bytes(x.flatten().tolist()) for s in a.splits for x in a.splits[s][0]}
     assert len(everything) == len(flat["train"] | flat["valid"] | flat["test"])
+    # a tiny valid fraction still holds out one image (no empty split)
+    tiny = load_data(ImageOptions(data="digits", valid=1e-4))
+    assert {s: len(tiny.splits[s][1]) for s in tiny.splits} == {"train": 1437, "valid": 1, "test": 359}
 
 
 def test_random_shift_flip_moves_images_within_the_shift():
@@ -113,14 +138,26 @@ def test_options_errors_are_clear():
         ImageOptions(attn="fancy")
     with pytest.raises(ValueError, match="fuses two paths"):
         ImageOptions(attn="ffm")
-    with pytest.raises(ValueError, match="needs --data-root"):
+    with pytest.raises(ValueError, match="needs data_root"):
         ImageOptions(data="mnist")
-    with pytest.raises(ValueError, match="valid must be a fraction"):
+    with pytest.raises(ValueError, match="valid must be <= 0.9"):
         ImageOptions(valid=1.0)
+    with pytest.raises(ValueError, match="valid must be > 0"):
+        ImageOptions(valid=0.0)
     with pytest.raises(ValueError, match="need an attention block"):
         ImageOptions(attn_kwargs={"reduction": 4})
     assert ImageOptions(attn="Non-Local").attn == "non_local"
     assert ImageOptions().augmentation == "flip" and ImageOptions(data="digits").augmentation == "none"
+    # an option set for a model (or data) it does not apply to is an error, never silently ignored
+    for kwargs, message in ((dict(arch="resnet18", widths=(8, 8, 8)), "widths does not apply to arch resnet18"),
+                            (dict(arch="resnet18", dropout=0.2), "dropout does not apply to arch resnet18"),
+                            (dict(stem="imagenet"), "stem does not apply to arch small-cnn"),
+                            (dict(data="digits", data_root="x"), "data_root does not apply to data digits"),
+                            (dict(augment="none", shift=3), "shift does not apply to augment none"),
+                            (dict(test=0.3), "test does not apply to data fashion-mnist")):
+        with pytest.raises(ValueError, match=message):
+            ImageOptions(**kwargs)
+    assert ImageOptions(arch="resnet18", stem="imagenet").stem == "imagenet"
 
 
 def test_resnet_cifar_stem_keeps_small_images_large():
@@ -131,8 +168,37 @@ def test_resnet_cifar_stem_keeps_small_images_large():
     assert model.conv1.kernel_size == (3, 3) and model.conv1.stride == (1, 1) and model.conv1.in_channels == 1
     feats = model.forward_features(torch.randn(2, 1, 16, 16))
     assert feats.shape == (2, 512, 2, 2)  # 16 -> 16, 8, 4, 2 (the ImageNet stem would give 1x1 at stage 3)
-    again = build_model(json.loads(json.dumps(task.config())))
-    assert again.conv1.kernel_size == (3, 3)
+    config = json.loads(json.dumps(task.config()))
+    assert config["model"]["name"] == "resnet18" and config["model"]["config"]["stem"] == "cifar"
+    again = from_spec(config)
+    assert again.conv1.kernel_size == (3, 3) and same_architecture(again, model)
+    plain = resnet18(num_classes=10, in_channels=1, attn="se", stem="cifar")
+    assert plain.conv1.kernel_size == (3, 3) and isinstance(plain.maxpool, torch.nn.Identity)
+    assert same_architecture(plain, model)
+    imagenet = resnet18(num_classes=10, in_channels=1, stem="imagenet")
+    assert imagenet.conv1.kernel_size == (7, 7) and imagenet.conv1.stride == (2, 2)
+
+
+@pytest.mark.parametrize("options", [
+    ImageOptions(data="digits", attn="cbam", widths=(16, 24, 32), dropout=0.2),
+    ImageOptions(data="digits", attn="se", attn_kwargs={"reduction": 4}),
+    ImageOptions(data="digits", arch="resnet18", attn="eca", stem="imagenet"),
+    ImageOptions(data="digits", arch="resnet18"),
+], ids=["small-cnn-cbam", "small-cnn-se-kwargs", "resnet18-imagenet", "resnet18-plain"])
+def test_build_model_is_the_spec(options):
+    spec = model_spec(options, num_classes=7)
+    assert spec["name"] == options.arch and json.loads(json.dumps(spec)) == spec  # JSON only
+    cfg = spec["config"]
+    assert cfg["num_classes"] == 7 and cfg["in_channels"] == 1
+    assert cfg["attn"] == (None if options.attn == "none" else options.attn)
+    assert cfg["attn_kwargs"] == (options.attn_kwargs or None)
+    if options.arch == "small-cnn":
+        assert cfg["widths"] == list(options.widths) and cfg["dropout"] == options.dropout and "stem" not in cfg
+    else:
+        assert cfg["stem"] == options.stem and "widths" not in cfg
+    model = build_model(options, num_classes=7)
+    assert same_architecture(model, create(spec["name"], **cfg))
+    assert same_architecture(model, from_spec({"model": spec}))
 
 
 def test_channels_last_is_a_memory_layout_not_another_model():
@@ -200,18 +266,31 @@ def test_digits_cbam_reaches_85_percent_in_one_epoch(tmp_path, capsys):
 def test_checkpoint_round_trip_gives_identical_logits(tmp_path):
     opts = ImageOptions(data="digits", attn="sk")
     task = ImageTask(opts)
-    result = train(task, TrainConfig(max_steps=4, batch_size=32, out=str(tmp_path / "run"), monitor="accuracy",
+    run = tmp_path / "run"
+    result = train(task, TrainConfig(max_steps=4, eval_every=2, batch_size=32, out=str(run), monitor="accuracy",
                                      progress=False))
-    model, ckpt = load_model(tmp_path / "run", build_model, task="images")
-    assert ckpt.config["attn"] == "sk" and ckpt.config["image_size"] == [16, 16]
-    x = normalize(task.data.splits["test"][0][:50], ckpt.config["mean"], ckpt.config["std"])
+    model, ckpt = load_model(run, from_spec, task="images")  # best/ (evaluations at steps 2 and 4 chose it)
+    assert ckpt.path.name == "best" and ckpt.version == 2
+    config = ckpt.config
+    assert config["model"]["name"] == "small-cnn" and config["model"]["config"]["attn"] == "sk"
+    assert config["options"]["attn"] == "sk" and config["image_size"] == [16, 16]
+    assert config["model"] == model_spec(opts, num_classes=10)
+    # the model entry alone rebuilds the trained model: `create`, then the weights of best/model.safetensors
+    rebuilt = create(config["model"]["name"], **config["model"]["config"])
+    rebuilt.load_state_dict(load_weights(run / "best" / "model.safetensors"))
+    rebuilt.eval()
+    x = normalize(task.data.splits["test"][0][:50], config["mean"], config["std"])
     result.model.eval()
-    model.to(memory_format=torch.channels_last)  # the layout it was trained in (a layout, not a weight)
+    for m in (model, rebuilt):
+        m.to(memory_format=torch.channels_last)  # the layout it was trained in (a layout, not a weight)
     x = x.contiguous(memory_format=torch.channels_last)
     with torch.no_grad():
         assert torch.equal(model(x), result.model(x))
+        assert torch.equal(rebuilt(x), result.model(x))
     with pytest.raises(ValueError, match="not a 'translate' one"):
-        load_model(tmp_path / "run", build_model, task="translate")
+        load_model(run, from_spec, task="translate")
+    with pytest.raises(ValueError, match="holds a 'images' model, not a 'sentiment' one"):
+        SentimentClassifier.load(run)
 
 
 def test_resume_with_augmentation_is_exact(tmp_path):
@@ -231,14 +310,7 @@ def test_resume_with_augmentation_is_exact(tmp_path):
 
 
 def test_any_mnist_style_idx_folder(tmp_path):
-    g = torch.Generator().manual_seed(0)
-    root = tmp_path / "idx"
-    root.mkdir()
-    for prefix, n in (("train", 60), ("t10k", 20)):
-        labels = torch.randint(0, 3, (n,), generator=g, dtype=torch.uint8)
-        images = (labels[:, None, None] * 80 + torch.randint(0, 30, (n, 12, 12), generator=g)).to(torch.uint8)
-        write_idx(root / f"{prefix}-images-idx3-ubyte.gz", images)
-        write_idx(root / f"{prefix}-labels-idx1-ubyte", labels)
+    root = write_idx_folder(tmp_path / "idx", {"train": 60, "t10k": 20})
     out = tmp_path / "run"
     assert main(["train", "images", "--data", "mnist", "--data-root", str(root), "--max-steps", "2", "--out",
                  str(out), "--attn", "eca", *FAST]) == 0
@@ -246,6 +318,27 @@ def test_any_mnist_style_idx_folder(tmp_path):
     assert config["class_names"] == ["0", "1", "2"] and config["image_size"] == [12, 12]
     assert config["options"]["augment"] == "auto"
     assert ImageOptions(**config["options"]).augmentation == "shift"  # never flip digits
+    # the trainer's settings not given are the task's presets (train_defaults)
+    start = events(out)[0]
+    assert start["event"] == "start"
+    preset = train_defaults(ImageOptions(**config["options"]))
+    for name in ("lr", "weight_decay", "schedule", "warmup_steps", "epochs", "monitor"):
+        assert start["train_config"][name] == getattr(preset, name), name
+    assert start["train_config"]["max_steps"] == 2 and start["train_config"]["batch_size"] == 32
+
+
+def test_data_too_small_to_split_is_a_one_line_error(tmp_path, capsys):
+    root = write_idx_folder(tmp_path / "idx", {"train": 1, "t10k": 2})
+    with pytest.raises(ValueError, match="1 training and 2 test images"):
+        load_data(ImageOptions(data="mnist", data_root=str(root)))
+    out = tmp_path / "run"
+    assert main(["train", "images", "--data", "mnist", "--data-root", str(root), "--max-steps", "2", "--out",
+                 str(out), *FAST]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("qkv: error:") and "\n" not in err, err
+    assert "1 training and 2 test images" in err and "valid (0.1)" in err
+    assert not (out / "best").exists() and not (out / "checkpoint").exists()
+    assert not list(tmp_path.rglob("model.safetensors"))
 
 
 # --------------------------------------------------------------------------------------------- show-attention
@@ -257,10 +350,14 @@ EXPECTED = {"cbam": ("spatial", "channel"), "se": ("channel",), "sk": ("sk",), "
 def trained(tmp_path_factory):
     """A briefly trained digits model per kind of attention."""
     root = tmp_path_factory.mktemp("models")
+    before = torch.get_num_threads()
     torch.set_num_threads(1)
-    for attn in EXPECTED:
-        assert main(["train", "images", "--data", "digits", "--attn", attn, "--max-steps", "3", "--out",
-                     str(root / attn), *FAST]) == 0
+    try:
+        for attn in EXPECTED:
+            assert main(["train", "images", "--data", "digits", "--attn", attn, "--max-steps", "3", "--out",
+                         str(root / attn), *FAST]) == 0
+    finally:
+        torch.set_num_threads(before)
     return root
 
 
@@ -294,10 +391,91 @@ def test_show_attention_writes_pngs(trained, attn, digit_png, tmp_path, capsys):
     assert sorted(p.name for p in out.iterdir()) == sorted(f"{n}-{k}.png" for n in names for k in EXPECTED[attn])
 
 
+def test_show_attention_never_overwrites_images_of_the_same_name(trained, tmp_path, capsys):
+    import matplotlib.pyplot as plt
+    from sklearn.datasets import load_digits
+
+    paths = [tmp_path / "a" / "x.png", tmp_path / "b" / "x.png"]
+    for path, k in zip(paths, (3, 8), strict=True):
+        path.parent.mkdir()
+        plt.imsave(path, load_digits().images[k], cmap="gray")  # two different digits
+    out = tmp_path / "pictures"
+    assert main(["show-attention", str(trained / "cbam"), *map(str, paths), "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    written = sorted(p.name for p in out.iterdir())
+    assert len(written) == 2 * len(EXPECTED["cbam"])  # one set per image, none overwritten
+    assert written == sorted(f"{n}-{k}.png" for n in ("x", "x-2") for k in EXPECTED["cbam"])
+    for kind in EXPECTED["cbam"]:
+        first, second = out / f"x-{kind}.png", out / f"x-2-{kind}.png"
+        assert is_png(first) and is_png(second) and first.read_bytes() != second.read_bytes()
+        assert f"wrote {first}" in printed and f"wrote {second}" in printed  # and it says where each went
+    assert printed.startswith("x: ") and "\nx-2: " in printed
+
+
 def test_read_image_converts_to_grey_at_the_model_size(digit_png):
     x = read_image(digit_png, (16, 16))
     assert x.shape == (16, 16) and x.min() >= 0.0 and x.max() <= 1.0
     torch.testing.assert_close(read_image(digit_png, (16, 16), invert=True), 1.0 - x)
+
+
+def test_image_classifier_predicts_and_attends_as_the_model(trained, digit_png):
+    clf = ImageClassifier.load(trained / "cbam")
+    assert clf.options.attn == "cbam" and clf.image_size == (16, 16) and clf.class_names == [str(i) for i in range(10)]
+    images, labels = clf.test_images()
+    want_images, want_labels = load_data(clf.options).splits["test"]
+    assert torch.equal(images, want_images) and torch.equal(labels, want_labels) and len(labels) == 359
+    x = images[:24]
+    with torch.no_grad():
+        logits, maps = clf.model(normalize(x, clf.mean, clf.std), return_attention=True)
+    probs = logits.softmax(-1)
+    predictions = clf.predict(x)
+    assert [p.label for p in predictions] == [clf.class_names[int(k)] for k in probs.argmax(-1)]
+    for p, row in zip(predictions, probs, strict=True):
+        assert p.probability == pytest.approx(float(row.max()), abs=1e-6)
+        assert list(p.probabilities) == clf.class_names
+        assert [p.probabilities[n] for n in clf.class_names] == pytest.approx(row.tolist(), abs=1e-6)
+    as_float = clf.predict(x.float() / 255.0)  # uint8 or [0, 1] floats: the same pictures
+    assert [p.probabilities for p in as_float] == [pytest.approx(p.probabilities, abs=1e-6) for p in predictions]
+
+    view = clf.attention(x)
+    torch.testing.assert_close(view.probabilities, probs)
+    assert set(view.spatial) == {f"{name}.spatial" for name in maps}
+    assert set(view.channel) == {f"{name}.channel" for name in maps}
+    for name, m in maps.items():
+        torch.testing.assert_close(view.spatial[f"{name}.spatial"], m.spatial[:, 0])
+        torch.testing.assert_close(view.channel[f"{name}.channel"], m.channel.flatten(1))
+    assert not view.branches and not view.non_local
+
+    picture = clf.read(digit_png)
+    assert torch.equal(picture, read_image(digit_png, (16, 16)))
+    torch.testing.assert_close(clf.read(digit_png, invert=True), 1.0 - picture)
+    (p,) = clf.predict(picture[None])
+    with torch.no_grad():
+        row = clf.model(normalize(picture[None], clf.mean, clf.std)).softmax(-1)[0]
+    assert p.label == clf.class_names[int(row.argmax())] and p.probability == pytest.approx(float(row.max()))
+    with pytest.raises(ValueError, match=r"images must be \(N, 16, 16\)"):
+        clf.predict(x[:, :8, :8])
+    with pytest.raises(ValueError, match="images must be"):
+        clf.attention(x[0])
+
+
+@pytest.mark.parametrize("attn", ["sk", "non_local"])
+def test_image_classifier_attention_of_3d_maps(trained, attn):
+    clf = ImageClassifier.load(trained / attn)
+    x = clf.test_images()[0][:4]
+    with torch.no_grad():
+        logits, maps = clf.model(normalize(x, clf.mean, clf.std), return_attention=True)
+    view = clf.attention(x)
+    torch.testing.assert_close(view.probabilities, logits.softmax(-1))
+    got = view.branches if attn == "sk" else view.non_local
+    assert got and set(got) == set(maps)
+    for name, m in maps.items():
+        torch.testing.assert_close(got[name], m)
+    if attn == "sk":
+        assert all(len(view.branch_labels[n]) == m.shape[1] for n, m in got.items())
+    else:
+        assert all(h * w == m.shape[1] and kh * kw == m.shape[2] for n, m in got.items()
+                   for (h, w), (kh, kw) in [view.grids[n]])
 
 
 def test_show_attention_errors(trained, tmp_path, capsys):
@@ -335,13 +513,18 @@ def test_model_without_attention_has_nothing_to_show(tmp_path, capsys):
     assert main(["train", "images", "--data", "digits", "--max-steps", "1", "--out", str(out), *FAST]) == 0
     assert main(["show-attention", str(out), "--index", "0", "--out", str(tmp_path / "p")]) == 2
     assert "no attention maps" in capsys.readouterr().err
+    clf = ImageClassifier.load(out)
+    x = clf.test_images()[0][:3]
+    assert len(clf.predict(x)) == 3  # it still predicts
+    with pytest.raises(ValueError, match="no attention maps"):
+        clf.attention(x)
 
 
 # --------------------------------------------------------------------------------------------- Fashion-MNIST
 
 @needs_fashion_mnist
 def test_fashion_mnist_splits_and_a_few_steps(tmp_path, capsys):
-    data = load_image_data(ImageOptions())
+    data = load_data(ImageOptions())
     assert {s: len(data.splits[s][1]) for s in data.splits} == {"train": 54000, "valid": 6000, "test": 10000}
     assert data.image_size == (28, 28) and data.class_names[0] == "T-shirt/top"
     task = ImageTask(ImageOptions(attn="cbam"), data=data)
