@@ -120,18 +120,23 @@ def given(args: argparse.Namespace, cls: type) -> dict[str, Any]:
         if spec.cli and hasattr(args, f.name):
             value = getattr(args, f.name)
             if spec.repeat and spec.parse is not None:
-                value = spec.parse(value)
+                try:
+                    value = spec.parse(value)
+                except (ValueError, TypeError) as e:
+                    raise OptionsError(f"{flag_name(f, spec)}: {e}") from None
             out[f.name] = value
     return out
 
 
 def _in_flags(cls: type, message: str) -> str:
-    """A library message about fields (``num_heads does not apply to model 'x'``) in the words of the flags."""
-    words = []
-    for word in message.split(" "):
-        core = word.strip(",():").split("=")[0]
-        fields = {f.name for f, _ in option_fields(cls)}
-        words.append(word.replace(core, flag_of(cls, core)) if core in fields else word)
+    """A library message about fields (``num_heads must be >= 1``) in the words of the flags: the first word and
+    words written as field names (``snake_case`` or ``name=value``) become flags; other words stay prose."""
+    fields = {f.name for f, _ in option_fields(cls)}
+    words = message.split(" ")
+    for i, word in enumerate(words):
+        core = word.strip(",():'").split("=")[0]
+        if core in fields and (i == 0 or "_" in core or "=" in word):
+            words[i] = word.replace(core, flag_of(cls, core), 1)
     return " ".join(words)
 
 
