@@ -140,7 +140,8 @@ def test_options_validate_types_choices_and_ranges():
 
     for bad, pattern in [({"kind": "c"}, "kind must be one of a, b"), ({"n": 0}, "n must be >= 1"),
                          ({"n": 6}, "n must be <= 5"), ({"n": 1.5}, "n must be an integer"), ({"n": True}, "integer"),
-                         ({"x": 0.0}, "x must be > 0"), ({"x": float("inf")}, "finite"), ({"sizes": (1, 0)}, "sizes must be >= 1"), ({"sizes": [1]}, "sizes must be a tuple"),
+                         ({"x": 0.0}, "x must be > 0"), ({"x": float("inf")}, "finite"),
+                         ({"sizes": (1, 0)}, "sizes must be >= 1"), ({"sizes": [1]}, "sizes must be a tuple"),
                          ({"x": "1"}, "x must be a number")]:
         with pytest.raises(ValueError, match=pattern):
             Opts(**bad)

@@ -10,6 +10,7 @@ import signal
 import pytest
 import torch
 
+from qkv.cli.options import ArgumentParser, add_options, options_from_args
 from qkv.train import (
     Task,
     TrainConfig,
@@ -20,7 +21,6 @@ from qkv.train import (
     to_device,
     train,
 )
-from qkv.cli.options import ArgumentParser, add_options, options_from_args
 from qkv.train.schedule import num_batches
 from tests.trainer_toy import ToyTask, build_toy_model
 

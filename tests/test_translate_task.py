@@ -9,8 +9,8 @@ from qkv.cli import main
 from qkv.cli.translate import _buckets
 from qkv.metrics import translation_metrics
 from qkv.models import create
-from qkv.train import resolve_checkpoint
 from qkv.tasks.translate import TranslateOptions, Translator, build_model, load_data, model_spec
+from qkv.train import resolve_checkpoint
 
 TINY = ["--n-train", "300", "--eval-max", "20", "--hidden-dim", "32", "--embed-dim", "16", "--batch-size", "32",
         "--no-progress", "--log-every", "2"]
