@@ -4,7 +4,6 @@ traceback or a silently wrong result."""
 
 import gzip
 import json
-import os
 import shutil
 import signal
 import subprocess
@@ -137,7 +136,8 @@ def test_a_damaged_best_falls_back_to_the_checkpoint_and_says_so(tmp_path, caplo
     assert main(["classify", str(run), "good"]) == 2
 
 
-@pytest.mark.parametrize("damage", [b"", os.urandom(64), b'{"format": "qkv-checkpoint", "version": 2}', b"[1, 2]"])
+@pytest.mark.parametrize("damage", [b"", bytes(range(7, 256, 3)), b'{"format": "qkv-checkpoint", "version": 2}',
+                                    b"[1, 2]"], ids=["empty", "binary", "no-task", "a-list"])
 def test_damaged_config_is_a_one_line_error_naming_the_file(tmp_path, damage, capsys):
     run = tmp_path / "run"
     shutil.copytree(V1 / "sentiment-bigru", run)

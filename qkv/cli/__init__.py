@@ -17,6 +17,7 @@ import zlib
 from dataclasses import dataclass
 
 from .. import __version__
+from ..memory import keep_freed_memory
 from ..options import option
 from .options import ArgumentParser, add_options, options_from_args
 
@@ -91,8 +92,6 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     logging.basicConfig(level=logging.INFO if options.verbose else logging.WARNING, format="%(message)s")
     import torch
-
-    from ..memory import keep_freed_memory
 
     if options.threads is not None:
         torch.set_num_threads(options.threads)
