@@ -8,7 +8,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-__all__ = ["print_result", "safe", "use_color", "numbered_paths", "unique_names", "command_line", "is_main"]
+__all__ = ["add_command", "add_train_command", "read_train_options", "print_result", "safe", "use_color",
+           "numbered_paths", "unique_names", "command_line", "is_main", "read_lines"]
 
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
 
@@ -84,3 +85,33 @@ def read_lines(path: str) -> list[str]:
         if text:
             lines.append(text)
     return lines
+
+
+def add_command(commands, name: str, help: str, options_cls: type, func) -> None:
+    """``qkv NAME``, its flags generated from the dataclass ``options_cls``, run by ``func(args)``."""
+    from .options import add_options
+
+    p = commands.add_parser(name, help=help)
+    add_options(p, options_cls)
+    p.set_defaults(func=func)
+
+
+def add_train_command(train_commands, name: str, help: str, options_cls: type, train_defaults, func):
+    """``qkv train NAME``: the application's options, then the trainer's (with the application's defaults)."""
+    from ..train import TrainConfig
+    from .options import add_options
+
+    p = train_commands.add_parser(name, help=help)
+    add_options(p, options_cls, title="data and model")
+    add_options(p, TrainConfig, defaults=train_defaults(options_cls()), title="training")
+    p.set_defaults(func=func)
+
+
+def read_train_options(args, options_cls: type, train_defaults):
+    """``(options, TrainConfig)`` of a ``qkv train NAME`` command line (the command stored with the run)."""
+    from ..train import TrainConfig
+    from .options import options_from_args
+
+    options = options_from_args(args, options_cls)
+    return options, options_from_args(args, TrainConfig, defaults=train_defaults(options),
+                                      extra={"command": command_line()})

@@ -9,7 +9,8 @@ import torch
 
 from ..options import option
 from ..scores import score_names
-from .options import add_options, options_from_args
+from .common import add_command
+from .options import options_from_args
 
 
 @dataclass
@@ -75,7 +76,5 @@ def run(args) -> int:
 
 
 def register(commands, train_commands) -> None:
-    p = commands.add_parser("explain", help="walk through similarity -> normalisation -> weighted sum on seed 001's "
-                            "example")
-    add_options(p, ExplainCommand)
-    p.set_defaults(func=run)
+    add_command(commands, "explain", "walk through similarity -> normalisation -> weighted sum on seed 001's "
+                "example", ExplainCommand, run)

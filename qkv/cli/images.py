@@ -9,9 +9,8 @@ import torch
 
 from ..options import option
 from ..tasks import images as task
-from ..train import TrainConfig
-from .common import command_line, print_result, safe, unique_names
-from .options import add_options, options_from_args
+from .common import add_command, add_train_command, print_result, read_train_options, safe, unique_names
+from .options import options_from_args
 
 
 @dataclass
@@ -45,9 +44,7 @@ def _pixel(text: str | None, size: tuple[int, int]) -> tuple[int, int]:
 def train(args) -> int:
     from ..train import train as run_training
 
-    options = options_from_args(args, task.ImageOptions)
-    config = options_from_args(args, TrainConfig, defaults=task.train_defaults(options),
-                               extra={"command": command_line()})
+    options, config = read_train_options(args, task.ImageOptions, task.train_defaults)
     result = run_training(task.ImageTask(options), config)
     print(f"{options.arch} with attention {options.attn}: {task.count_parameters(result.model):,} parameters")
     print_result(result)
@@ -96,11 +93,7 @@ def show_attention(args) -> int:
 
 
 def register(commands, train_commands) -> None:
-    p = train_commands.add_parser("images", help="train an image classifier with channel/spatial attention")
-    add_options(p, task.ImageOptions, title="data and model")
-    add_options(p, TrainConfig, defaults=task.train_defaults(task.ImageOptions()), title="training")
-    p.set_defaults(func=train)
-
-    p = commands.add_parser("show-attention", help="draw an image model's attention maps (PNG)")
-    add_options(p, ShowAttentionCommand)
-    p.set_defaults(func=show_attention)
+    add_train_command(train_commands, "images", "train an image classifier with channel/spatial attention",
+                      task.ImageOptions, task.train_defaults, train)
+    add_command(commands, "show-attention", "draw an image model's attention maps (PNG)",
+                ShowAttentionCommand, show_attention)

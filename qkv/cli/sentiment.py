@@ -8,9 +8,8 @@ from pathlib import Path
 
 from ..options import option
 from ..tasks import sentiment as task
-from ..train import TrainConfig
-from .common import command_line, print_result, read_lines, safe, use_color
-from .options import add_options, options_from_args
+from .common import add_command, add_train_command, print_result, read_lines, read_train_options, safe, use_color
+from .options import options_from_args
 
 
 @dataclass
@@ -27,9 +26,7 @@ class ClassifyCommand:
 
 
 def train(args) -> int:
-    options = options_from_args(args, task.SentimentOptions)
-    config = options_from_args(args, TrainConfig, defaults=task.train_defaults(options),
-                               extra={"command": command_line()})
+    options, config = read_train_options(args, task.SentimentOptions, task.train_defaults)
     summary = task.train_folds(options, config)
     for k, result in enumerate(summary["runs"]):
         print_result(result, head=f"fold {k + 1}: " if options.folds else "")
@@ -66,11 +63,7 @@ def classify(args) -> int:
 
 
 def register(commands, train_commands) -> None:
-    p = train_commands.add_parser("sentiment", help="train a text classifier with attention (sentiment by default)")
-    add_options(p, task.SentimentOptions, title="data and model")
-    add_options(p, TrainConfig, defaults=task.train_defaults(task.SentimentOptions()), title="training")
-    p.set_defaults(func=train)
-
-    p = commands.add_parser("classify", help="classify text with a trained sentiment run, showing its attention")
-    add_options(p, ClassifyCommand)
-    p.set_defaults(func=classify)
+    add_train_command(train_commands, "sentiment", "train a text classifier with attention (sentiment by default)",
+                      task.SentimentOptions, task.train_defaults, train)
+    add_command(commands, "classify", "classify text with a trained sentiment run, showing its attention",
+                ClassifyCommand, classify)

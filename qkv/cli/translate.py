@@ -9,9 +9,8 @@ from pathlib import Path
 
 from ..options import option
 from ..tasks import translate as task
-from ..train import TrainConfig
-from .common import command_line, numbered_paths, print_result, read_lines, safe
-from .options import add_options, options_from_args
+from .common import add_command, add_train_command, numbered_paths, print_result, read_lines, read_train_options, safe
+from .options import options_from_args
 
 
 @dataclass
@@ -54,9 +53,7 @@ class EvaluateCommand:
 def train(args) -> int:
     from ..train import train as run_training
 
-    options = options_from_args(args, task.TranslateOptions)
-    config = options_from_args(args, TrainConfig, defaults=task.train_defaults(options),
-                               extra={"command": command_line()})
+    options, config = read_train_options(args, task.TranslateOptions, task.train_defaults)
     print_result(run_training(task.TranslationTask(options), config))
     return 0
 
@@ -126,15 +123,9 @@ def evaluate(args) -> int:
 
 
 def register(commands, train_commands) -> None:
-    p = train_commands.add_parser("translate", help="train a translator (dates or a Tatoeba/Anki corpus)")
-    add_options(p, task.TranslateOptions, title="data and model")
-    add_options(p, TrainConfig, defaults=task.train_defaults(task.TranslateOptions()), title="training")
-    p.set_defaults(func=train)
-
-    p = commands.add_parser("translate", help="translate text with a trained run, and plot its alignment")
-    add_options(p, TranslateCommand)
-    p.set_defaults(func=translate)
-
-    p = commands.add_parser("evaluate", help="BLEU, chrF, exact match and BLEU by source length of translation runs")
-    add_options(p, EvaluateCommand)
-    p.set_defaults(func=evaluate)
+    add_train_command(train_commands, "translate", "train a translator (dates or a Tatoeba/Anki corpus)",
+                      task.TranslateOptions, task.train_defaults, train)
+    add_command(commands, "translate", "translate text with a trained run, and plot its alignment",
+                TranslateCommand, translate)
+    add_command(commands, "evaluate", "BLEU, chrF, exact match and BLEU by source length of translation runs",
+                EvaluateCommand, evaluate)
