@@ -27,13 +27,7 @@ CONFIGS = {
 }
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """These models are tiny: one thread is faster, and does not fight other processes for the cores."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models: one thread is fastest
 
 
 def build(name, num_classes=2, **kw):

@@ -25,13 +25,7 @@ def load_script():
 bench = load_script()
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny models: one thread is fastest, and immune to other processes holding the cores."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models: one thread is fastest
 
 
 def pair(cfg, hoist, seed=0):
