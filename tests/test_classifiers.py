@@ -211,5 +211,16 @@ def test_load_word_vectors(tmp_path, header, compress):
 def test_load_word_vectors_rejects_ragged_rows(tmp_path):
     path = tmp_path / "bad.txt"
     path.write_text("a 1 2 3\nb 1 2\n", encoding="utf-8")
-    with pytest.raises(ValueError, match="line 2"):
+    with pytest.raises(ValueError, match=r"bad\.txt:2: 2 numbers, expected 3"):
+        load_word_vectors(path, ["<pad>", "a", "b"])
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf", "NaN"])
+def test_load_word_vectors_refuses_non_finite_vectors(tmp_path, value):
+    path = tmp_path / "v.txt"
+    path.write_text(f"a 1 2 3\nb 1 {value} 3\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"v\.txt:2: the vector of 'b' holds nan or inf"):
+        load_word_vectors(path, ["<pad>", "a", "b"])
+    path.write_bytes(b"a 1 2 3\nb \xff 2 3\n")
+    with pytest.raises(ValueError, match=r"v\.txt:2: not UTF-8"):
         load_word_vectors(path, ["<pad>", "a", "b"])

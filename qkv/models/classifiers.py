@@ -20,7 +20,6 @@ Axis letters: ``B`` batch, ``T`` tokens, ``R`` attention hops, ``C`` outputs (cl
 
 from __future__ import annotations
 
-import gzip
 import logging
 import math
 import os
@@ -236,36 +235,39 @@ def load_word_vectors(path: str | os.PathLike, vocab: Sequence[str], *, lowercas
     if lowercase:
         for w, i in index.items():
             lower.setdefault(w.lower(), []).append(i)
-    opener = gzip.open if path.suffix == ".gz" else open
+    from ..data.files import text_lines
+
     rows: dict[int, list[float]] = {}
     exact: set[int] = set()
     dim = None
-    with opener(path, "rt", encoding="utf-8", errors="replace") as f:
-        for line_no, line in enumerate(f, 1):
-            parts = line.rstrip().split(" ")
-            if line_no == 1 and len(parts) == 2 and all(p.isdigit() for p in parts):
-                continue  # word2vec header
-            if len(parts) < 2:
+    for line_no, line in text_lines(path):
+        parts = line.rstrip().split(" ")
+        if line_no == 1 and len(parts) == 2 and all(p.isdigit() for p in parts):
+            continue  # word2vec header
+        if len(parts) < 2:
+            continue
+        if dim is None:
+            dim = len(parts) - 1
+        elif len(parts) - 1 != dim:
+            raise ValueError(f"{path}:{line_no}: {len(parts) - 1} numbers, expected {dim}")
+        word = parts[0]
+        targets = []
+        if word in index:
+            targets.append((index[word], True))
+        for i in lower.get(word.lower(), ()) if lowercase else ():
+            targets.append((i, False))
+        for i, is_exact in targets:
+            if i in exact or (not is_exact and i in rows):
                 continue
-            if dim is None:
-                dim = len(parts) - 1
-            elif len(parts) - 1 != dim:
-                raise ValueError(f"{path}, line {line_no}: {len(parts) - 1} numbers, expected {dim}")
-            word = parts[0]
-            targets = []
-            if word in index:
-                targets.append((index[word], True))
-            for i in lower.get(word.lower(), ()) if lowercase else ():
-                targets.append((i, False))
-            for i, is_exact in targets:
-                if i in exact or (not is_exact and i in rows):
-                    continue
-                try:
-                    rows[i] = [float(v) for v in parts[1:]]
-                except ValueError:
-                    raise ValueError(f"{path}, line {line_no}: not a number in the vector of {word!r}") from None
-                if is_exact:
-                    exact.add(i)
+            try:
+                rows[i] = [float(v) for v in parts[1:]]
+            except ValueError:
+                raise ValueError(f"{path}:{line_no}: not a number in the vector of {word!r}") from None
+            if not all(math.isfinite(v) for v in rows[i]):
+                raise ValueError(f"{path}:{line_no}: the vector of {word!r} holds nan or inf; a model cannot "
+                                 "train from it (fix or drop that line)")
+            if is_exact:
+                exact.add(i)
     if dim is None:
         raise ValueError(f"{path}: no word vectors found")
     found = torch.tensor(list(rows.values()), dtype=torch.float32) if rows else torch.zeros(0, dim)
