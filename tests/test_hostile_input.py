@@ -204,3 +204,35 @@ def test_ctrl_c_saves_and_exits_130_with_the_resume_command(tmp_path):
     last = err.strip().splitlines()[-1]
     assert last.startswith("qkv: interrupted: the checkpoint is in") and last.endswith("--resume")
     assert "Traceback" not in err and (out / "checkpoint" / "model.safetensors").is_file()
+
+
+@pytest.mark.slow
+def test_sigkill_at_random_moments_never_loses_a_loadable_checkpoint(tmp_path):
+    import random
+
+    import torch
+
+    out = tmp_path / "run"
+    root = Path(__file__).resolve().parents[1]
+    rng = random.Random(0)
+    kills = 0
+    for _ in range(8):
+        resume = ["--resume"] if (out / "checkpoint" / "model.safetensors").exists() else []
+        proc = subprocess.Popen([sys.executable, "-m", "tests.trainer_toy", "--out", str(out), "--epochs", "100000",
+                                 "--examples", "40", "--batch-size", "4", *resume], cwd=root,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        deadline = time.time() + 60
+        while time.time() < deadline and not (out / "checkpoint" / "model.safetensors").exists():
+            time.sleep(0.05)
+        time.sleep(rng.uniform(0.05, 1.0))  # each epoch saves: kills land before, inside and after writes
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGKILL)
+            kills += 1
+        proc.wait(timeout=30)
+        ckpt = load_checkpoint(out / "checkpoint", prefer=())
+        assert ckpt.state is not None and all(torch.isfinite(t).all() for t in ckpt.state_dict.values())
+    assert kills >= 6
+    # the next save removes what a killed save left behind
+    proc = subprocess.run([sys.executable, "-c", "from qkv.train.checkpoint import atomic_directory as a\n"
+                           f"with a({str(out / 'checkpoint')!r}) as t: pass"], cwd=root, timeout=60)
+    assert proc.returncode == 0 and not list(out.glob(".checkpoint.tmp-*"))

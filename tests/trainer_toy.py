@@ -100,11 +100,12 @@ def main(argv=None):
     p.add_argument("--epochs", type=int, default=2)
     p.add_argument("--batch-size", type=int, default=10)
     p.add_argument("--examples", type=int, default=52)
+    p.add_argument("--resume", action="store_true")
     args = p.parse_args(argv)
     torch.set_num_threads(1)
     task = ToyTask(n=args.examples, dtype=torch.float64)
     cfg = TrainConfig(epochs=args.epochs, batch_size=args.batch_size, lr=0.01, device="cpu", out=args.out,
-                      warmup_steps=2, log_every=1, final_splits=("valid",), progress=False)
+                      warmup_steps=2, log_every=1, final_splits=("valid",), progress=False, resume=args.resume)
     train(task, cfg)
 
 
