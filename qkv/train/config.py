@@ -55,7 +55,7 @@ class TrainConfig:
     schedule: str = option("cosine", choices=SCHEDULES, help="LR decay after warm-up")
     warmup_steps: int = option(0, low=0, help="linear LR warm-up steps")
     min_lr_ratio: float = option(0.0, low=0, high=1, help="linear/cosine decay ends at lr x this")
-    clip_norm: float | None = option(1.0, low=0, help="clip the global gradient norm to this (0 or none = off)")
+    clip_norm: float | None = option(1.0, low=0, help="clip the global gradient norm to this (0 = off)")
     # --- hardware ------------------------------------------------------------------------------------
     device: str = option("auto", help="auto (CUDA if available), cpu, cuda or cuda:N")
     amp: str = option("auto", choices=AMP_MODES, help="mixed precision: auto is bf16/fp16 on CUDA, off on the CPU")
