@@ -50,7 +50,14 @@ class _Sparsemax(torch.autograd.Function):
 
 
 def sparsemax(scores: Tensor) -> Tensor:
-    """Sparsemax over the last axis: ``argmin_p ||p - s||`` over the probability simplex."""
+    """Sparsemax over the last axis: ``argmin_p ||p - s||`` over the probability simplex.
+
+    An empty last axis gives empty weights; float16/bfloat16 are sorted and summed in float32.
+    """
+    if scores.shape[-1] == 0:
+        return scores.clone()
+    if scores.dtype in (torch.float16, torch.bfloat16):
+        return _Sparsemax.apply(scores.float()).to(scores.dtype)
     return _Sparsemax.apply(scores)
 
 

@@ -121,11 +121,15 @@ class Cosine(Score):
         self.temperature = temperature
         self.eps = eps
 
+    def _normalize(self, x: Tensor) -> Tensor:
+        # eps at least the dtype's smallest normal number: 1e-8 is 0 in float16, and 0 / 0 is NaN for a zero vector
+        return F.normalize(x, dim=-1, eps=max(self.eps, torch.finfo(x.dtype).tiny))
+
     def prepare_key(self, key):
-        return F.normalize(key, dim=-1, eps=self.eps)
+        return self._normalize(key)
 
     def dot_form(self, query, key, *, key_prepared=False):
-        return F.normalize(query, dim=-1, eps=self.eps), key if key_prepared else self.prepare_key(key)
+        return self._normalize(query), key if key_prepared else self.prepare_key(key)
 
     def default_scale(self, query, key):
         return 1.0 / self.temperature
@@ -206,12 +210,12 @@ class PairwiseScore(Score):
         return self.pair(h)
 
     def tile_sizes(self, query: Tensor, key: Tensor) -> tuple[int, int]:
-        """``(cq, ck)``: query and key rows per tile under ``max_elements``."""
+        """``(cq, ck)``: query and key rows per tile under ``max_elements`` (at least 1 each, even for empty axes)."""
         tq, tk = query.shape[-2], key.shape[-2]
         lead = math.prod(torch.broadcast_shapes(query.shape[:-2], key.shape[:-2]))
         per_pair = max(1, lead * self.hidden_dim)
-        ck = min(tk, max(1, self.max_elements // (per_pair * max(tq, 1))))
-        cq = min(tq, max(1, self.max_elements // (per_pair * ck)))
+        ck = max(1, min(tk, self.max_elements // (per_pair * max(tq, 1))))
+        cq = max(1, min(tq, self.max_elements // (per_pair * ck)))
         return cq, ck
 
     def tiles(self, query: Tensor, key: Tensor, *, key_prepared: bool = False
@@ -237,7 +241,7 @@ class PairwiseScore(Score):
     def forward(self, query, key, *, key_prepared=False):
         tq, tk = query.shape[-2], key.shape[-2]
         cq, ck = self.tile_sizes(query, key)
-        if cq >= tq and ck >= tk:
+        if (cq >= tq and ck >= tk) or tq == 0 or tk == 0:  # one tile (an empty one holds no elements)
             return self._tile(self.query_proj(query), key if key_prepared else self.key_proj(key))
         rows, row = [], []
         for _, kj, s in self.tiles(query, key, key_prepared=key_prepared):
