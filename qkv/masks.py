@@ -132,22 +132,41 @@ def _check_mask_dtype(mask: Tensor) -> None:
         )
 
 
-def prepare_mask(mask: Tensor | None, tq: int, tk: int) -> tuple[Tensor | None, Tensor | None]:
-    """Split a user mask into ``(allowed, bias)`` for scores of shape ``(..., Tq, Tk)``.
+def broadcast_batch(*shapes: tuple[int, ...]) -> tuple[int, ...] | None:
+    """The broadcast of ``shapes``, or ``None`` when they do not broadcast.
+
+    Plain Python on a few short tuples: ``torch.broadcast_shapes`` costs ~15 us a call, which shows next to a
+    GPU kernel of a few hundred.
+    """
+    out: list[int] = []
+    for dims in zip(*(((1,) * (max(map(len, shapes)) - len(sh)) + tuple(sh)) for sh in shapes), strict=True):
+        sizes = {d for d in dims if d != 1}
+        if len(sizes) > 1:
+            return None
+        out.append(sizes.pop() if sizes else 1)
+    return tuple(out)
+
+
+def prepare_mask(mask: Tensor | None, tq: int, tk: int,
+                 batch: tuple[int, ...] | torch.Size | None = None) -> tuple[Tensor | None, Tensor | None]:
+    """Split a user mask into ``(allowed, bias)`` for scores of shape ``(*batch, Tq, Tk)``.
 
     ``allowed`` is boolean (or ``None`` when every position is allowed); ``bias`` is a finite additive
-    float tensor (or ``None``). Raises ``ValueError`` naming the problem for a wrong dtype or shape.
+    float tensor (or ``None``). Raises ``ValueError`` naming the problem for a wrong dtype or shape; the
+    batch axes are checked when ``batch`` is given.
     """
     if mask is None:
         return None, None
     _check_mask_dtype(mask)
+    scores = f"(..., Tq, Tk) = (..., {tq}, {tk})" if batch is None else str((*batch, tq, tk))
     if mask.dim() < 2:
-        raise ValueError(f"mask must have at least 2 dims (..., Tq, Tk) = (..., {tq}, {tk}), got {tuple(mask.shape)}")
+        raise ValueError(f"mask must have at least 2 dims (..., Tq, Tk), got {tuple(mask.shape)}; scores {scores}")
     mq, mk = mask.shape[-2:]
-    if mq not in (1, tq) or mk not in (1, tk):
-        raise ValueError(
-            f"mask of shape {tuple(mask.shape)} does not broadcast to scores (..., Tq, Tk) = (..., {tq}, {tk})"
-        )
+    bad = mq not in (1, tq) or mk not in (1, tk)
+    if not bad and batch is not None:
+        bad = broadcast_batch(tuple(mask.shape[:-2]), tuple(batch)) is None
+    if bad:
+        raise ValueError(f"mask {tuple(mask.shape)} does not broadcast to the scores {scores}")
     if mask.dtype == torch.bool:
         return mask, None
     allowed = mask > float("-inf")
