@@ -1,5 +1,7 @@
 """attention(): fast paths against the reference path and an independent float64 formula."""
 
+import copy
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -222,6 +224,40 @@ def test_stage_functions_compose(gen):
     assert torch.all(w[:, ~mask] == 0)
 
 
+@pytest.mark.parametrize("normalize", ["softmax", "sparsemax"])
+@pytest.mark.parametrize("score,scale,magnitude", [
+    ("scaled_dot", None, 100.0),  # q . k ~ 8e4 overflows float16 before the 1/8 scale; the scaled score does not
+    ("dot", 1e4, 1.0),  # the scaled scores themselves exceed float16's 65504
+    ("cosine", 3e4, 1.0),
+    ("additive", 1e3, 1.0),
+])
+def test_float16_on_cpu_is_finite_where_float32_is(score, scale, magnitude, normalize, gen):
+    """Float16 inputs on CPU: every path finite, close to float32 on the same (float16-rounded) inputs."""
+    q = (torch.randn(2, 5, 64, generator=gen) * magnitude).half()
+    k = (torch.randn(2, 7, 64, generator=gen) * magnitude).half()
+    v = torch.randn(2, 7, 3, generator=gen).half()
+    torch.manual_seed(0)
+    sc16 = S.Additive(64, 64, 16, dtype=torch.float16) if score == "additive" else score
+    sc32 = copy.deepcopy(sc16).float() if score == "additive" else score
+    mask = qkv.masks.key_padding_mask(torch.tensor([7, 4]))
+    for m in (None, mask):
+        for impl in ("auto", "reference"):
+            for rw in (False, True):
+                for grad in (False, True):
+                    with torch.set_grad_enabled(grad):
+                        kw = {"scale": scale, "normalize": normalize, "mask": m, "impl": impl, "return_weights": True}
+                        want_out, want_w = qkv.attention(q.float(), k.float(), v.float(), score=sc32, **kw)
+                        kw["return_weights"] = rw
+                        got = qkv.attention(q, k, v, score=sc16, **kw)
+                    out = got[0] if rw else got
+                    assert out.dtype == torch.float16 and torch.isfinite(want_out).all()
+                    assert torch.isfinite(out).all(), (m is not None, impl, rw, grad)
+                    torch.testing.assert_close(out.float(), want_out, atol=1e-2, rtol=1e-2)
+                    if rw:
+                        assert torch.isfinite(got[1]).all()
+                        torch.testing.assert_close(got[1].float(), want_w, atol=2e-3, rtol=1e-2)
+
+
 def test_half_precision_runs():
     q = torch.randn(2, 4, 8, dtype=torch.bfloat16)
     out, w = qkv.attention(q, q, q, return_weights=True, mask=torch.zeros(4, 4, dtype=torch.bool))
@@ -243,7 +279,12 @@ def test_half_precision_runs():
         ({"score": "additive"}, (3, 4), (5, 4), (5, 2), "learned parameters"),
         ({"normalize": "max"}, (3, 4), (5, 4), (5, 2), "unknown normalize"),
         ({"dropout": 1.0}, (3, 4), (5, 4), (5, 2), "dropout"),
-        ({"mask": torch.ones(3, 4, dtype=torch.bool)}, (3, 4), (5, 4), (5, 2), r"does not broadcast to scores"),
+        ({"mask": torch.ones(3, 4, dtype=torch.bool)}, (3, 4), (5, 4), (5, 2),
+         r"mask \(3, 4\) does not broadcast to the scores \(3, 5\)"),
+        ({"mask": torch.ones(3, 1, 5, dtype=torch.bool)}, (2, 3, 4), (2, 5, 4), (2, 5, 2),
+         r"mask \(3, 1, 5\) does not broadcast to the scores \(2, 3, 5\)"),
+        ({"mask": torch.ones(2, 3, 1, 5)}, (3, 1, 3, 4), (1, 5, 4), (1, 5, 2),
+         r"mask \(2, 3, 1, 5\) does not broadcast to the scores \(3, 1, 3, 5\)"),
         ({"mask": torch.ones(3, 5, dtype=torch.long)}, (3, 4), (5, 4), (5, 2), "mask must be bool"),
         ({"mask": torch.ones(5, dtype=torch.bool)}, (3, 4), (5, 4), (5, 2), "at least 2 dims"),
         ({"score": lambda q, k: q @ q.T}, (3, 4), (5, 4), (5, 2), "custom score must return"),
@@ -253,6 +294,48 @@ def test_half_precision_runs():
 def test_bad_input_raises(kwargs, q, k, v, match):
     with pytest.raises(ValueError, match=match):
         qkv.attention(torch.randn(q), torch.randn(k), torch.randn(v), **kwargs)
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.bool, torch.complex64])
+@pytest.mark.parametrize("name", ["query", "key", "value"])
+def test_non_floating_tensors_raise_naming_them(name, dtype):
+    args = {"query": torch.randn(2, 3, 4), "key": torch.randn(2, 5, 4), "value": torch.randn(2, 5, 2)}
+    args[name] = args[name].to(dtype)
+    match = f"{name} must be a floating-point tensor, got {dtype}"
+    for impl in ("auto", "reference"):
+        with pytest.raises(ValueError, match=match):
+            qkv.attention(args["query"], args["key"], args["value"], impl=impl)
+    if name != "value":
+        with pytest.raises(ValueError, match=match):
+            qkv.compute_scores(args["query"], args["key"])
+    else:
+        with pytest.raises(ValueError, match=match):
+            qkv.weighted_sum(torch.rand(2, 3, 5), args["value"])
+    with pytest.raises(ValueError, match=f"scores must be a floating-point tensor, got {dtype}"):
+        qkv.normalize_scores(torch.randn(3, 5).to(dtype))
+
+
+@pytest.mark.parametrize("name", ["query", "key", "value"])
+@pytest.mark.parametrize("dtype", [D64, torch.float16, torch.bfloat16])
+def test_mismatched_dtypes_raise_naming_them(name, dtype):
+    """No silent promotion: scaled_dot_product_attention wants one dtype, and so does every path here."""
+    args = {"query": torch.randn(2, 3, 4), "key": torch.randn(2, 5, 4), "value": torch.randn(2, 5, 2)}
+    args[name] = args[name].to(dtype)
+    got = {n: (dtype if n == name else torch.float32) for n in args}
+    match = f"share a dtype, got query {got['query']}, key {got['key']}, value {got['value']}"
+    with pytest.raises(ValueError, match=match):
+        qkv.attention(args["query"], args["key"], args["value"])
+    with pytest.raises(ValueError, match="weights and value must share a dtype"):
+        qkv.weighted_sum(torch.rand(2, 3, 5, dtype=D64), torch.randn(2, 5, 2))
+
+
+def test_stage_functions_check_shapes():
+    with pytest.raises(ValueError, match=r"mask \(2, 1, 5\) does not broadcast to the scores \(3, 4, 5\)"):
+        qkv.normalize_scores(torch.randn(3, 4, 5), torch.ones(2, 1, 5, dtype=torch.bool))
+    with pytest.raises(ValueError, match=r"batch axes of weights \(2, 3, 5\), value \(3, 5, 2\) do not broadcast"):
+        qkv.weighted_sum(torch.rand(2, 3, 5), torch.randn(3, 5, 2))
+    with pytest.raises(ValueError, match="query and key must share a dtype"):
+        qkv.compute_scores(torch.randn(3, 4), torch.randn(5, 4, dtype=D64))
 
 
 def test_dtype_mismatch_and_wrong_score_sizes():
