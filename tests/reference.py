@@ -51,6 +51,8 @@ def allowed_from(mask, shape):
 
 def softmax_ref(s, allowed):
     s = s.masked_fill(~allowed, float("-inf"))
+    if s.shape[-1] == 0:
+        return s.clone()
     m = s.amax(dim=-1, keepdim=True)
     m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
     e = torch.exp(s - m) * allowed
@@ -59,17 +61,27 @@ def softmax_ref(s, allowed):
 
 
 def sparsemax_ref(s, allowed, iters=200):
-    """Projection onto the simplex over the allowed entries, by bisection on the threshold."""
+    """Projection onto the simplex over the allowed entries, by bisection on the threshold.
+
+    The bisection finds the support; the threshold is then recomputed from it, ``tau = (sum_S z - 1) / |S|``,
+    so that the result is exact and its gradient is the projection's.
+    """
     big = torch.finfo(s.dtype).max
     z = s.masked_fill(~allowed, -big)
-    lo = z.amax(dim=-1, keepdim=True) - 1.0
-    hi = z.amax(dim=-1, keepdim=True)
-    for _ in range(iters):
-        mid = (lo + hi) / 2
-        total = (z - mid).clamp(min=0).sum(dim=-1, keepdim=True)
-        lo = torch.where(total > 1, mid, lo)
-        hi = torch.where(total > 1, hi, mid)
-    p = (z - (lo + hi) / 2).clamp(min=0) * allowed
+    if z.shape[-1] == 0:
+        return z.clone()
+    with torch.no_grad():
+        lo = z.amax(dim=-1, keepdim=True) - 1.0
+        hi = z.amax(dim=-1, keepdim=True)
+        for _ in range(iters):
+            mid = (lo + hi) / 2
+            total = (z - mid).clamp(min=0).sum(dim=-1, keepdim=True)
+            lo = torch.where(total > 1, mid, lo)
+            hi = torch.where(total > 1, hi, mid)
+        support = (z > (lo + hi) / 2) & allowed
+    n = support.sum(dim=-1, keepdim=True)
+    tau = (torch.where(support, z, torch.zeros_like(z)).sum(dim=-1, keepdim=True) - 1) / n.clamp(min=1)
+    p = torch.where(support, z - tau, torch.zeros_like(z)).clamp(min=0)
     return torch.where(allowed.any(-1, keepdim=True), p, torch.zeros_like(p))
 
 

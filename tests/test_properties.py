@@ -18,7 +18,7 @@ def additive(d):
 
 @settings(max_examples=60, deadline=None)
 @given(
-    b=st.integers(1, 3), tq=st.integers(1, 6), tk=st.integers(1, 7), d=st.integers(1, 5),
+    b=st.integers(1, 3), tq=st.integers(0, 6), tk=st.integers(0, 7), d=st.integers(1, 5),
     score=st.sampled_from(["dot", "scaled_dot", "cosine", "additive"]),
     normalize=st.sampled_from(["softmax", "sparsemax"]),
     mask_kind=st.sampled_from(["bool", "all_false", "float", "none"]),
