@@ -3,6 +3,7 @@
     python benchmarks/attention.py                      # print the table
     python benchmarks/attention.py --write BENCHMARKS.md  # and replace its section in BENCHMARKS.md
     python benchmarks/attention.py --quick               # small sizes, a smoke test
+    python benchmarks/attention.py --dot-only --seq 512  # only the scaled-dot-product rows (default allocator)
 
 Rows:
 1. qkv's scaled_dot fast path vs ``F.scaled_dot_product_attention`` (target: >= 0.95x its speed);
@@ -231,6 +232,8 @@ def main():
     ap.add_argument("--head-dim", type=int, default=64)
     ap.add_argument("--reps", type=int, default=7)
     ap.add_argument("--quick", action="store_true", help="small sizes: checks the script, not the targets")
+    ap.add_argument("--dot-only", action="store_true",
+                    help="only the scaled dot product rows, default allocator: a quick check of the fast path's ratio")
     ap.add_argument("--write", metavar="MD", help="replace this script's section of a markdown file")
     ap.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
     ap.add_argument("--dot-child", action="store_true", help=argparse.SUPPRESS)
@@ -255,6 +258,12 @@ def main():
         add_train = {"batch": 2, "seq": 64, "dim": 16, "hidden": 32, "train": True}
 
     dot = dot_rows_in_child(args, huge_pages=False)
+    if args.dot_only:
+        print(f"B={args.batch}, H={args.heads}, T={args.seq}, D={args.head_dim}, float32, {machine(device)}")
+        print("\n".join(allocator_table(dot)))
+        print(f"qkv.attention with a key padding mask: speed {dot['sdpa_mask'] / dot['qkv_mask']:.2f}x of SDPA "
+              f"with the same mask ({dot['qkv_mask'] * 1e3:.1f} vs {dot['sdpa_mask'] * 1e3:.1f} ms)")
+        return
     thp = dot_rows_in_child(args, huge_pages=True) if device.type == "cpu" else None
     kept = (dot_rows_in_child(args, huge_pages=False, keep_memory=True)
             if device.type == "cpu" and can_keep_freed_memory() else None)
