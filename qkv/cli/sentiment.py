@@ -8,7 +8,7 @@ from pathlib import Path
 
 from ..options import option
 from ..tasks import sentiment as task
-from .common import add_command, add_train_command, print_result, read_lines, read_train_options, safe, use_color
+from .common import add_command, add_train_command, input_texts, print_result, read_train_options, safe, use_color
 from .options import options_from_args
 
 
@@ -45,9 +45,7 @@ def classify(args) -> int:
     from ..viz.text import HighlightedText, highlight_ansi, save_html, top_tokens
 
     o = options_from_args(args, ClassifyCommand)
-    texts = list(o.text) + (read_lines(o.file) if o.file else [])
-    if not texts:
-        raise ValueError("give texts to classify, or --file")
+    texts = input_texts(o.text, o.file, "texts to classify")
     predictions = task.SentimentClassifier.load(o.run, o.device).predict(texts)
     color = use_color(o.color)
     for p in predictions:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from ..options import option
 from ..tasks import translate as task
-from .common import add_command, add_train_command, numbered_paths, print_result, read_lines, read_train_options, safe
+from .common import add_command, add_train_command, input_texts, numbered_paths, print_result, read_train_options, safe
 from .options import options_from_args
 
 
@@ -62,9 +62,7 @@ def translate(args) -> int:
     from ..viz.plots import alignment
 
     o = options_from_args(args, TranslateCommand)
-    texts = list(o.text) + (read_lines(o.file) if o.file else [])
-    if not texts:
-        raise ValueError("give sentences to translate, or --file")
+    texts = input_texts(o.text, o.file, "sentences to translate")
     translator = task.Translator.load(o.run, o.device)
     results = translator.predict(texts, beam=o.beam, max_len=o.max_len)
     if o.output:
