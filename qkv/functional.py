@@ -57,6 +57,7 @@ def compute_scores(
     for cosine and 1 otherwise.
     """
     sc = get_score(score)
+    query, key = _autocast_inputs(query, key)
     _check_qk(query, key, sc, key_prepared)
     return _scores(sc, query, key, scale, key_prepared).to(query.dtype)
 
@@ -86,6 +87,7 @@ def weighted_sum(weights: Tensor, value: Tensor) -> Tensor:
     """
     _check_float("weights", weights, 2)
     _check_float("value", value, 2)
+    weights, value = _autocast_inputs(weights, value)
     if weights.dtype != value.dtype:
         raise ValueError(f"weights and value must share a dtype, got weights {weights.dtype}, value {value.dtype}")
     if weights.shape[-1] != value.shape[-2]:
@@ -133,8 +135,11 @@ def attention(
 
     ``query``, ``key`` and ``value`` must share one floating-point dtype (no promotion, as in
     :func:`torch.nn.functional.scaled_dot_product_attention`); anything else raises a ``ValueError`` naming them.
+    Under :func:`torch.autocast` inputs of different floating dtypes are first cast to the autocast dtype, as
+    autocast does for SDPA and matmul.
     """
     sc = get_score(score)
+    query, key, value = _autocast_inputs(query, key, value)
     batch = _check_qkv(query, key, value, sc, key_prepared)
     if not 0.0 <= dropout < 1.0:
         raise ValueError(f"dropout must be in [0, 1), got {dropout}")
@@ -352,6 +357,19 @@ def _online_softmax(sc: PairwiseScore, query, key, value, allowed, bias, scale, 
         run_max[..., qi, :] = m_new
     out = torch.where(run_sum > 0, acc / run_sum.clamp(min=torch.finfo(dtype).tiny), torch.zeros_like(acc))
     return out.to(query.dtype)
+
+
+def _autocast_inputs(*tensors):
+    """Under :func:`torch.autocast`, floating tensors of different dtypes cast to the autocast dtype (what autocast
+    does for SDPA and matmul, e.g. a float32 learned query against bfloat16 keys); otherwise unchanged."""
+    dtypes = {t.dtype for t in tensors if isinstance(t, Tensor) and t.dtype.is_floating_point}
+    if len(dtypes) < 2:
+        return tensors
+    device = next(t.device.type for t in tensors if isinstance(t, Tensor))
+    if device not in ("cpu", "cuda", "xpu", "mps") or not torch.is_autocast_enabled(device):
+        return tensors
+    dtype = torch.get_autocast_dtype(device)
+    return tuple(t.to(dtype) if isinstance(t, Tensor) and t.dtype.is_floating_point else t for t in tensors)
 
 
 def _check_float(name: str, t, min_dim: int = 0) -> None:

@@ -345,3 +345,22 @@ def test_dtype_mismatch_and_wrong_score_sizes():
         qkv.attention(torch.randn(3, 4), torch.randn(5, 5), torch.randn(5, 2), score=S.Additive(4, 6, 8))
     with pytest.raises(ValueError, match="temperature"):
         S.Cosine(temperature=0)
+
+
+@pytest.mark.parametrize("score", ["scaled_dot", "dot", "cosine"])
+@pytest.mark.parametrize("return_weights", [False, True])
+def test_mixed_dtypes_under_autocast_are_cast_like_sdpa(score, return_weights, gen):
+    """Under autocast a float32 learned query meets bfloat16 keys (an attention-pooling layer in AMP training):
+    the inputs are cast to the autocast dtype, as autocast does for SDPA; outside autocast it is an error."""
+    q = torch.randn(2, 3, 8, generator=gen)
+    k = torch.randn(2, 5, 8, generator=gen).bfloat16()
+    v = torch.randn(2, 5, 4, generator=gen).half()
+    mask = torch.tensor([[True] * 5, [True] * 3 + [False] * 2])[:, None, :]
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        got = qkv.attention(q, k, v, score=score, mask=mask, return_weights=return_weights)
+    want = qkv.attention(q.bfloat16(), k, v.bfloat16(), score=score, mask=mask, return_weights=return_weights)
+    for g, w in zip(got if return_weights else [got], want if return_weights else [want], strict=True):
+        assert g.dtype == torch.bfloat16
+        torch.testing.assert_close(g, w, atol=2e-2, rtol=2e-2)  # bfloat16 rounding, inside and outside autocast
+    with pytest.raises(ValueError, match="must share a dtype"):
+        qkv.attention(q, k, v, score=score)

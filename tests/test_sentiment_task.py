@@ -7,6 +7,7 @@ import io
 import json
 import random
 from html.parser import HTMLParser
+from pathlib import Path
 
 import pytest
 import torch
@@ -376,3 +377,11 @@ def test_user_errors(reviews, tmp_path, capsys):
     assert "no such data file" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["classify"])
+
+
+@pytest.mark.parametrize("model", ["bigru", "transformer"])
+def test_mixed_precision_training_on_the_cpu(model, tmp_path):
+    """bfloat16 autocast mixes float32 parameters (the pooling query) with bfloat16 activations in attention."""
+    data = Path(__file__).parent / "data" / "v1" / "sentiment.tsv"
+    assert main(["train", "sentiment", "--data", str(data), "--model", model, "--amp", "bf16", "--device", "cpu",
+                 "--max-steps", "3", "--no-progress", "--out", str(tmp_path / "r")]) == 0
