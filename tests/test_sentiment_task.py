@@ -354,7 +354,7 @@ def test_user_errors(reviews, tmp_path, capsys):
     bad.write_text("id\tsentiment\ttext\n1\t1.0\tgood\n2\tnot-a-number\tbad\n", encoding="utf-8")
     assert main(["train", "sentiment", "--data", str(bad), "--out", str(tmp_path / "x")]) == 2
     err = capsys.readouterr().err
-    assert "bad.tsv, line 3" in err and "on_error='skip'" in err
+    assert "bad.tsv:3:" in err and "on_error='skip'" in err
     with pytest.raises(ValueError, match="text_col and label_col"):
         SentimentOptions(data=str(reviews), text_col="text")
     assert main(["train", "sentiment", "--data", str(reviews), "--text-col", "text"]) == 2

@@ -42,9 +42,9 @@ def test_movie_reviews_regression_keeps_ratings(tmp_path):
 
 
 @pytest.mark.parametrize("line,message", [
-    ("5\t1.0\t   ", "line 6: the text is empty"),
-    ("5\tgreat\tA film.", "line 6: the rating 'great' is not a number"),
-    ("5\t1.0", "line 6: expected id<TAB>sentiment<TAB>text"),
+    ("5\t1.0\t   ", ":6: the text is empty"),
+    ("5\tgreat\tA film.", ":6: the rating 'great' is not a number"),
+    ("5\t1.0", ":6: expected id<TAB>sentiment<TAB>text"),
 ])
 def test_movie_reviews_bad_rows_name_file_and_line(tmp_path, line, message):
     path = write(tmp_path / "bad.tsv", REVIEWS + line + "\n")
@@ -83,7 +83,7 @@ def test_table_tsv_by_index_without_header_numeric_labels(tmp_path):
 
 def test_table_unknown_labels_raise_or_skip(tmp_path):
     path = write(tmp_path / "d.csv", CSV)
-    with pytest.raises(ValueError, match=r"d\.csv, line 4: unknown label 'neutral' \(known: neg, pos\)"):
+    with pytest.raises(ValueError, match=r"d\.csv:4: unknown label 'neutral' \(known: neg, pos\)"):
         read_table(path, labels=["neg", "pos"])
     data = read_table(path, labels=["neg", "pos"], on_error="skip")
     assert data.labels == [1, 0, 1] and data.skipped == 1 and data.skip_reasons == {"unknown label": 1}
@@ -91,7 +91,7 @@ def test_table_unknown_labels_raise_or_skip(tmp_path):
 
 def test_table_empty_text_and_missing_column(tmp_path):
     path = write(tmp_path / "d.csv", "text,label\n,pos\nok,neg\nshort\nfine,pos\n")
-    with pytest.raises(ValueError, match="line 2: the text is empty"):
+    with pytest.raises(ValueError, match=":2: the text is empty"):
         read_table(path)
     data = read_table(path, on_error="skip")
     assert data.texts == ["ok", "fine"] and data.labels == [0, 1]

@@ -86,7 +86,8 @@ class _Rows:
 
     def bad(self, line: int, reason: str, detail: str) -> None:
         if self.on_error == "raise":
-            raise ValueError(f"{self.path}, line {line}: {detail} (pass on_error='skip' to skip such rows)")
+            raise ValueError(f"{self.path}:{line}: {detail} (on_error='skip', or --on-error skip, skips such rows "
+                             "and counts them)")
         self.reasons[reason] += 1
 
     def dataset(self, label_names, regression) -> TextDataset:
