@@ -25,6 +25,7 @@ transformer)``: an option is never silently ignored. This module depends on noth
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import types
 import typing
@@ -97,10 +98,14 @@ def option_fields(cls_or_obj) -> list[tuple[dataclasses.Field, OptionSpec]]:
     return [(f, f.metadata["qkv"]) for f in dataclasses.fields(cls_or_obj) if "qkv" in f.metadata]
 
 
+@functools.cache
+def _type_hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
 def field_type(cls, name: str) -> Any:
     """The resolved type annotation of field ``name`` (``int``, ``int | None``, ``tuple[int, ...]``...)."""
-    cls = cls if isinstance(cls, type) else type(cls)
-    return typing.get_type_hints(cls)[name]
+    return _type_hints(cls if isinstance(cls, type) else type(cls))[name]
 
 
 def base_type(tp: Any) -> tuple[Any, bool]:

@@ -149,13 +149,11 @@ def options_from_args(args: argparse.Namespace, cls: type, *, defaults: Any = No
     values = dataclasses.asdict(defaults) if defaults is not None else {}
     values = {f.name: values[f.name] for f in dataclasses.fields(cls) if f.name in values}
     chosen = given(args, cls)
-    merged = {**{f.name: getattr(defaults, f.name) if defaults is not None else None
-                 for f, _ in option_fields(cls)}, **values, **chosen, **overrides}
+    merged = {**values, **chosen, **overrides}
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+
     def value_of(other: str) -> Any:
-        current = merged.get(other)
-        if current is None:
-            current = next((default_of(f) for f in dataclasses.fields(cls) if f.name == other), None)
-        return current
+        return merged[other] if other in merged else default_of(fields[other])
 
     for name in chosen:
         spec = next(s for f, s in option_fields(cls) if f.name == name)

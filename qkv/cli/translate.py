@@ -25,6 +25,10 @@ class TranslateCommand:
     device: str = option("auto", help="auto (CUDA if available), cpu, cuda or cuda:N")
 
 
+# the options that decide what load_data returns
+_DATA_FIELDS = ("data", "src_lang", "reverse", "max_pairs", "max_length", "n_train", "n_eval", "data_seed")
+
+
 def _buckets(text: str) -> tuple[tuple[int, int], ...]:
     try:
         edges = [int(x) for x in text.split(",")]
@@ -84,13 +88,16 @@ def evaluate(args) -> int:
 
     o = options_from_args(args, EvaluateCommand)
     buckets = _buckets(o.buckets)
-    rows, totals = {}, {}
+    rows, totals, corpora = {}, {}, {}
     for run in o.runs:
         translator = task.Translator.load(run, o.device)
         options = translator.options
         if o.data:  # another data file: reset what only applied to the old data
             options = upgrade_options(task.TranslateOptions, {**dataclasses.asdict(options), "data": o.data})
-        grouped = task.load_data(options).references(o.split)[: o.max_sentences]
+        key = tuple(getattr(options, f) for f in _DATA_FIELDS)
+        if key not in corpora:  # runs trained on the same data share one read of it
+            corpora[key] = task.load_data(options)
+        grouped = corpora[key].references(o.split)[: o.max_sentences]
         sources, refs = [s for s, _ in grouped], [r for _, r in grouped]
         results = translator.predict(sources, beam=o.beam, max_len=o.max_len)
         hyps = [r.text for r in results]
