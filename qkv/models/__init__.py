@@ -1,8 +1,10 @@
 """Models built on the attention layers and vision blocks; :func:`create` builds any of them by name."""
 
+from .captioning import CAPTION_MODELS
 from .classifiers import ClassifierOutput, RNNClassifier, TransformerClassifier, create_classifier, load_word_vectors
 from .decoding import Hypothesis, beam_search, greedy_decode
 from .legacy import upgrade_state_dict
+from .reading import QA_MODELS
 from .registry import create, list_models
 from .resnet import ResNet, create_resnet, resnet18, resnet34, resnet50, resnet101, sknet50
 from .seq2seq import BahdanauSeq2Seq, EncoderDecoder, FixedContextSeq2Seq, LuongSeq2Seq, RNNConfig, reorder_state
@@ -19,4 +21,8 @@ __all__ = [
     "ResNet", "create_resnet", "resnet18", "resnet34", "resnet50", "resnet101", "sknet50", "SmallCNN",
     # text classification
     "ClassifierOutput", "RNNClassifier", "TransformerClassifier", "create_classifier", "load_word_vectors",
+    # image captioning
+    "CAPTION_MODELS",
+    # question answering
+    "QA_MODELS",
 ]

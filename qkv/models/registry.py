@@ -29,7 +29,9 @@ from typing import Any
 
 from torch import nn
 
+from .captioning import CAPTION_MODELS
 from .classifiers import RNNClassifier, TransformerClassifier
+from .reading import QA_MODELS
 from .resnet import RESNETS, create_resnet, sknet50
 from .seq2seq import RNN_MODELS, RNNConfig
 from .small_cnn import SmallCNN
@@ -75,6 +77,8 @@ MODELS: dict[str, _Builder] = {
     "small-cnn": _from_kwargs(SmallCNN),
     **{name: _from_kwargs(partial(create_resnet, name), _RESNET_ARGS) for name in RESNETS},
     "sknet50": _from_kwargs(sknet50, tuple(a for a in _RESNET_ARGS if a != "attn")),
+    **{name: _from_kwargs(fn) for name, fn in CAPTION_MODELS.items()},
+    **{name: _from_kwargs(fn) for name, fn in QA_MODELS.items()},
 }
 
 
