@@ -9,6 +9,7 @@ hold parameters and call them.
 __version__ = "0.1.0"
 
 from . import masks, normalize, scores
+from .capture import AttentionRecord, attention_rollout, capture_attention
 from .functional import attention, compute_scores, normalize_scores, weighted_sum
 from .layers import Attention, AttentionPooling, KVCache, MultiHeadAttention, SelfAttention
 
@@ -23,6 +24,9 @@ __all__ = [
     "MultiHeadAttention",
     "KVCache",
     "AttentionPooling",
+    "capture_attention",
+    "AttentionRecord",
+    "attention_rollout",
     "masks",
     "normalize",
     "scores",

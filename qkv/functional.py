@@ -38,6 +38,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from . import capture as _capture
 from .masks import broadcast_batch, causal_mask, prepare_mask
 from .normalize import get_normalizer, softmax
 from .scores import PairwiseScore, Score, get_score
@@ -138,6 +139,10 @@ def attention(
     Under :func:`torch.autocast` inputs of different floating dtypes are first cast to the autocast dtype, as
     autocast does for SDPA and matmul.
     """
+    if _capture.ACTIVE is not None and not _capture.ACTIVE.busy:  # inside qkv.capture_attention
+        return _capture.record_call(attention, query, key, value, dict(
+            score=score, mask=mask, normalize=normalize, dropout=dropout, scale=scale, is_causal=is_causal,
+            return_weights=return_weights, key_prepared=key_prepared, impl=impl))
     sc = get_score(score)
     query, key, value = _autocast_inputs(query, key, value)
     batch = _check_qkv(query, key, value, sc, key_prepared)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from .. import capture
 from ._common import LayerLike, check_input, check_positive, global_avg_pool, make_layer, reduced_channels
 from .squeeze_excite import scale_channels
 
@@ -49,6 +50,8 @@ class AttentionRefinement(nn.Module):
     def forward(self, x: Tensor, *, return_attention: bool = False) -> Tensor | tuple[Tensor, Tensor]:
         check_input(x, self.channels, type(self).__name__)
         weights = self.gate(self.norm(self.conv(global_avg_pool(x))))
+        if capture.ACTIVE is not None:
+            capture.record_map("channel", weights)
         out = scale_channels(x, weights)
         return (out, weights) if return_attention else out
 
@@ -94,5 +97,7 @@ class FeatureFusion(nn.Module):
         check_input(x, self.channels, f"FeatureFusion (inputs {shapes})")
         u = self.fuse(x)
         weights = self.attn(global_avg_pool(u))
+        if capture.ACTIVE is not None:
+            capture.record_map("channel", weights)
         out = u + scale_channels(u, weights)
         return (out, weights) if return_attention else out

@@ -26,6 +26,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor, nn
 
+from .. import capture
 from ._common import LayerLike, check_input, check_positive, global_avg_pool, global_max_pool, make_layer
 from .squeeze_excite import SqueezeExcite
 
@@ -87,6 +88,8 @@ class SpatialAttention(nn.Module):
     def forward(self, x: Tensor, *, return_attention: bool = False) -> Tensor | tuple[Tensor, Tensor]:
         check_input(x, self.channels, type(self).__name__)
         weights = self.gate(self.norm(self.conv(channel_pool(x))))
+        if capture.ACTIVE is not None:
+            capture.record_map("spatial", weights)
         out = x * weights
         return (out, weights) if return_attention else out
 

@@ -19,6 +19,7 @@ import math
 
 from torch import Tensor, nn
 
+from .. import capture
 from ._common import LayerLike, check_input, check_positive, global_avg_pool, make_layer
 from .squeeze_excite import scale_channels
 
@@ -65,6 +66,8 @@ class ECA(nn.Module):
         b, c = x.shape[:2]
         y = global_avg_pool(x).view(b, 1, c)
         weights = self.gate(self.conv(y)).view(b, c, 1, 1)
+        if capture.ACTIVE is not None:
+            capture.record_map("channel", weights)
         out = scale_channels(x, weights)
         return (out, weights) if return_attention else out
 

@@ -21,6 +21,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor, nn
 
+from .. import capture
 from ._common import LayerLike, check_input, check_positive, global_avg_pool, make_layer, reduced_channels
 
 __all__ = ["SelectiveKernel", "select_branches"]
@@ -88,4 +89,6 @@ class SelectiveKernel(nn.Module):
         z = self.reduce(global_avg_pool(u.sum(dim=1)))  # (B, d, 1, 1)
         logits = self.select(z).view(x.shape[0], len(self.branches), self.out_channels)
         out, weights = select_branches(u, logits)
+        if capture.ACTIVE is not None:
+            capture.record_map("channel", weights)
         return (out, weights) if return_attention else out

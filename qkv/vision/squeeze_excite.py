@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
+from .. import capture
 from ._common import LayerLike, check_input, check_positive, global_avg_pool, make_layer, reduced_channels
 
 __all__ = ["SqueezeExcite", "scale_channels"]
@@ -65,5 +66,7 @@ class SqueezeExcite(nn.Module):
     def forward(self, x: Tensor, *, return_attention: bool = False) -> Tensor | tuple[Tensor, Tensor]:
         check_input(x, self.channels, type(self).__name__)
         weights = self.attention(x)
+        if capture.ACTIVE is not None:
+            capture.record_map("channel", weights)
         out = scale_channels(x, weights)
         return (out, weights) if return_attention else out

@@ -1,0 +1,220 @@
+"""qkv.capture_attention: every attention of a forward pass, the model's outputs untouched; attention rollout."""
+
+import pytest
+import torch
+from torch import nn
+
+import qkv
+from qkv import capture
+from qkv.layers import TransformerLayer
+from qkv.models import BahdanauSeq2Seq, RNNConfig, TransformerConfig, TransformerSeq2Seq
+from qkv.vision import CBAM, ECA, NonLocal, SelectiveKernel, SqueezeExcite
+from qkv.vision.bisenet import AttentionRefinement, FeatureFusion
+
+
+class UserModel(nn.Module):
+    """A model of a user's own, built from qkv layers: 2 self-attention layers, a cross layer, pooling."""
+
+    def __init__(self, dim=16, heads=4):
+        super().__init__()
+        self.embed = nn.Embedding(20, dim)
+        self.layers = nn.ModuleList([TransformerLayer(dim, heads, dropout=0.1) for _ in range(2)])
+        self.cross = TransformerLayer(dim, heads, cross_attention=True)
+        self.pool = qkv.AttentionPooling(dim, hidden_dim=8)
+        self.mix = qkv.Attention("general", query_dim=dim, key_dim=dim)
+        self.out = nn.Linear(dim, 3)
+
+    def forward(self, ids, memory, key_mask):
+        x = self.embed(ids)
+        for layer in self.layers:
+            x = layer(x, key_mask=key_mask)
+        x = self.cross(x, memory=memory)
+        x = x + self.mix(x, memory)
+        pooled, _ = self.pool(x, key_mask)
+        return self.out(pooled)
+
+
+def _inputs(gen, b=3, t=7, s=5, dim=16):
+    ids = torch.randint(0, 20, (b, t), generator=gen)
+    key_mask = torch.arange(t)[None] < torch.tensor([7, 4, 6])[:b, None]
+    return ids, torch.randn(b, s, dim, generator=gen), key_mask
+
+
+def test_records_match_each_module_called_with_weights(gen):
+    torch.manual_seed(0)
+    model = UserModel().eval()
+    ids, memory, key_mask = _inputs(gen)
+    plain = model(ids, memory, key_mask)
+    with qkv.capture_attention(model) as records:
+        captured = model(ids, memory, key_mask)
+    assert torch.equal(plain, captured)
+    names = [(r.name, r.kind, r.layer) for r in records]
+    assert names == [("layers.0.self_attn", "self", 0), ("layers.1.self_attn", "self", 1),
+                     ("cross.self_attn", "self", None), ("cross.cross_attn", "cross", None),
+                     ("mix", "cross", None), ("pool", "pooling", None)]
+    # by hand: each module with return_weights=True, per head
+    with torch.no_grad():
+        x = model.embed(ids)
+        for i, layer in enumerate(model.layers):
+            h = layer.attn_norm(x)
+            _, w = layer.self_attn(h, key_mask=key_mask, return_weights=True, average_weights=False)
+            torch.testing.assert_close(records[i].weights, w)
+            assert records[i].weights.shape == (3, 4, 7, 7) and records[i].num_heads == 4
+            x = layer(x, key_mask=key_mask)
+        y = model.cross(x, memory=memory)
+        h = model.cross.attn_norm(x)
+        x1 = x + model.cross.self_attn(h)
+        _, w = model.cross.cross_attn(model.cross.cross_norm(x1), memory, return_weights=True, average_weights=False)
+        torch.testing.assert_close(records[3].weights, w)
+        _, w = model.mix(y, memory, return_weights=True)
+        torch.testing.assert_close(records[4].weights, w[:, None])
+        _, w = model.pool(y + model.mix(y, memory), key_mask)
+        torch.testing.assert_close(records[5].weights, w[:, None, None])
+        assert records[5].weights[1, 0, 0, 4:].abs().max() == 0  # padding gets nothing
+
+
+def test_training_outputs_and_gradients_unchanged(gen):
+    """Dropout draws the same numbers with and without capturing; gradients are the same."""
+    torch.manual_seed(0)
+    model = UserModel().train()
+    ids, memory, key_mask = _inputs(gen)
+    torch.manual_seed(5)
+    a = model(ids, memory, key_mask)
+    ga = torch.autograd.grad(a.square().sum(), model.layers[0].self_attn.q_proj.weight)[0]
+    torch.manual_seed(5)
+    with qkv.capture_attention(model) as records:
+        b = model(ids, memory, key_mask)
+    gb = torch.autograd.grad(b.square().sum(), model.layers[0].self_attn.q_proj.weight)[0]
+    assert torch.equal(a, b) and torch.equal(ga, gb)
+    assert all(not r.weights.requires_grad for r in records)
+    assert torch.allclose(records[0].weights.sum(-1)[key_mask[:, None].expand(-1, 4, -1)], torch.tensor(1.0))
+
+
+def test_hooks_removed_and_nothing_recorded_outside(gen):
+    model = UserModel().eval()
+    ids, memory, key_mask = _inputs(gen)
+    with pytest.raises(RuntimeError, match="boom"), qkv.capture_attention(model):
+        raise RuntimeError("boom")
+    assert capture.ACTIVE is None
+    assert all(not m._forward_hooks and not m._forward_pre_hooks for m in model.modules())
+    with qkv.capture_attention(model) as records:
+        pass
+    model(ids, memory, key_mask)
+    assert records == []
+    with qkv.capture_attention(model), pytest.raises(RuntimeError, match="do not nest"), \
+            qkv.capture_attention(model):
+        pass
+    with pytest.raises(TypeError, match="nn.Module"), qkv.capture_attention(lambda x: x):
+        pass
+
+
+def test_bahdanau_decoder_steps_joined(gen):
+    torch.manual_seed(0)
+    model = BahdanauSeq2Seq(RNNConfig(src_vocab=15, tgt_vocab=12, embed_dim=8, hidden_dim=16)).eval()
+    src = torch.randint(4, 15, (2, 6), generator=gen)
+    src_mask = torch.tensor([[True] * 6, [True] * 4 + [False] * 2])
+    tgt = torch.randint(4, 12, (2, 5), generator=gen)
+    logits, attn = model(src, src_mask, tgt, return_attention=True)
+    with qkv.capture_attention(model) as records:
+        again = model(src, src_mask, tgt)
+    assert torch.equal(logits, again)
+    (r,) = records
+    assert r.kind == "cross" and r.calls == 5 and r.weights.shape == (2, 1, 5, 6)
+    torch.testing.assert_close(r.weights[:, 0], attn)
+    with qkv.capture_attention(model, join_steps=False) as steps:
+        model(src, src_mask, tgt)
+    assert len(steps) == 5 and all(s.weights.shape == (2, 1, 1, 6) for s in steps)
+
+
+def test_kv_cache_decoding_joins_to_the_parallel_pass(gen):
+    torch.manual_seed(0)
+    cfg = TransformerConfig(src_vocab=15, tgt_vocab=12, dim=16, num_heads=2, num_layers=2, dropout=0.0)
+    model = TransformerSeq2Seq(cfg).eval()
+    src = torch.randint(4, 15, (2, 6), generator=gen)
+    src_mask = torch.ones(2, 6, dtype=torch.bool)
+    tgt = torch.randint(4, 12, (2, 4), generator=gen)
+    with qkv.capture_attention(model) as parallel:
+        model(src, src_mask, tgt)
+    with qkv.capture_attention(model) as stepwise:
+        state = model.encode(src, src_mask)
+        for t in range(tgt.shape[1]):
+            model.decode_step(tgt[:, t], state)
+    by_name = {r.name: r for r in parallel}
+    assert [r.name for r in parallel] == [r.name for r in stepwise]
+    assert {r.kind for r in parallel if r.name.startswith("decoder")} == {"self", "cross"}
+    for r in stepwise:
+        p = by_name[r.name]
+        if r.name.startswith("decoder"):
+            assert r.calls == 4 and (r.kind != "self" or r.causal)
+        torch.testing.assert_close(r.weights, p.weights, atol=1e-5, rtol=1e-4)
+
+
+def test_vision_maps(gen):
+    torch.manual_seed(0)
+    model = nn.Sequential(CBAM(8, reduction=2), SqueezeExcite(8, reduction=2), ECA(8), NonLocal(8, subsample=True),
+                          SelectiveKernel(8, reduction=2), AttentionRefinement(8)).eval()
+    x = torch.randn(2, 8, 6, 4, generator=gen)
+    with qkv.capture_attention(model) as records:
+        y = model(x)
+    assert torch.equal(y, model(x))
+    assert [(r.name, r.kind) for r in records] == [("0.channel", "channel"), ("0.spatial", "spatial"),
+                                                  ("1", "channel"), ("2", "channel"), ("3", "self"),
+                                                  ("4", "channel"), ("5", "channel")]
+    h, cbam = model[0](x, return_attention=True)
+    torch.testing.assert_close(records[0].weights, cbam.channel.flatten(1))
+    torch.testing.assert_close(records[1].weights, cbam.spatial[:, 0])
+    h = model[2](model[1](h))
+    _, w = model[3](h, return_attention=True)
+    torch.testing.assert_close(records[4].weights, w[:, None])
+    assert records[4].grid == ((6, 4), (3, 2)) and records[4].weights.shape == (2, 1, 24, 6)
+    _, w = model[4](model[3](h), return_attention=True)
+    assert records[5].weights.shape == (2, 2, 8)
+    torch.testing.assert_close(records[5].weights, w)
+    ffm = FeatureFusion(8).eval()
+    with qkv.capture_attention(ffm) as fused:
+        out = ffm(x[:, :3], x[:, 3:])
+    _, w = ffm(x[:, :3], x[:, 3:], return_attention=True)
+    assert torch.equal(out, ffm(x[:, :3], x[:, 3:])) and fused[0].kind == "channel"
+    torch.testing.assert_close(fused[0].weights, w.flatten(1))
+
+
+def test_plain_function_in_a_user_module(gen):
+    class Mine(nn.Module):
+        def forward(self, x):
+            return qkv.attention(x, x, x, score="cosine")
+
+    x = torch.randn(2, 5, 4, generator=gen)
+    with qkv.capture_attention(Mine()) as records:
+        out = Mine()(x)  # not the captured instance: still recorded, under the innermost module known (none)
+        Mine()(x)
+    assert len(records) == 1 and records[0].calls == 2 and records[0].name == "attention"
+    _, w = qkv.attention(x, x, x, score="cosine", return_weights=True)
+    torch.testing.assert_close(records[0].weights[:, 0, :5], w)
+    assert torch.equal(out, qkv.attention(x, x, x, score="cosine"))
+
+
+def _rollout_reference(layers, residual=0.5):
+    t = layers[0].shape[-1]
+    r = torch.eye(t, dtype=torch.float64).expand(layers[0].shape[0], t, t)
+    for a in layers:
+        a = a.double().mean(1)
+        a = residual * torch.eye(t, dtype=torch.float64) + (1 - residual) * a
+        a = a / a.sum(-1, keepdim=True)
+        r = torch.einsum("bij,bjk->bik", a, r)
+    return r
+
+
+def test_rollout(gen):
+    layers = [torch.softmax(torch.randn(2, 3, 6, 6, generator=gen), -1) for _ in range(3)]
+    out = qkv.attention_rollout(layers)
+    torch.testing.assert_close(out.double(), _rollout_reference(layers))
+    torch.testing.assert_close(out.sum(-1), torch.ones(2, 6))
+    one = torch.softmax(torch.randn(1, 4, 4, generator=gen), -1)
+    torch.testing.assert_close(qkv.attention_rollout([one]), 0.5 * torch.eye(4) + 0.5 * one)  # rows sum to 1
+    torch.testing.assert_close(qkv.attention_rollout([one], residual=0.0), one)
+    with pytest.raises(ValueError, match="at least one"):
+        qkv.attention_rollout([])
+    with pytest.raises(ValueError, match="layer 1"):
+        qkv.attention_rollout([one, torch.rand(1, 5, 5)])
+    with pytest.raises(ValueError, match="residual"):
+        qkv.attention_rollout([one], residual=2)
