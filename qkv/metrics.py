@@ -16,6 +16,8 @@ from torch import Tensor
 
 __all__ = ["accuracy", "cross_entropy", "classification_metrics", "regression_metrics", "exact_match",
            "translation_metrics", "bleu_by_length"]
+__all__ += ["normalize_answer", "answer_exact_match", "answer_f1", "squad_metrics"]  # question answering
+__all__ += ["caption_bleu", "box_mass", "grounding"]  # image captioning
 
 
 def accuracy(logits: Tensor, labels: Tensor) -> float:
@@ -91,3 +93,123 @@ def bleu_by_length(hyps: Sequence[str], refs: Sequence[Sequence[str]], lengths: 
         sel = [i for i, n in enumerate(lengths) if lo <= n <= hi]
         rows.append({"bucket": f"{lo}-{hi}", **translation_metrics([hyps[i] for i in sel], [refs[i] for i in sel])})
     return rows
+
+
+# --------------------------------------------------------------------------- question answering (SQuAD's definitions)
+
+def normalize_answer(text: str, *, chars: bool = False) -> str:
+    """SQuAD v1.1's normalisation: lower-case, remove punctuation, remove the articles a/an/the, collapse white
+    space (Rajpurkar et al., 2016, the official ``evaluate-v1.1.py``). ``chars=True`` (Chinese) also removes every
+    Unicode punctuation mark (，。？ ...) and all white space."""
+    import re
+    import string
+    import unicodedata
+
+    text = text.lower()
+    drop = set(string.punctuation)
+    text = "".join(c for c in text if c not in drop and not (chars and unicodedata.category(c).startswith("P")))
+    text = re.sub(r"\b(a|an|the)\b", " ", text)
+    return "".join(text.split()) if chars else " ".join(text.split())
+
+
+def _is_cjk(text: str) -> bool:
+    return any("\u3400" <= c <= "\u9fff" or "\uf900" <= c <= "\ufaff" for c in text)
+
+
+def _answer_units(text: str, chars: bool) -> list[str]:
+    norm = normalize_answer(text, chars=chars)
+    return list(norm) if chars else norm.split()
+
+
+def answer_f1(prediction: str, ground_truths: str | Sequence[str], *, chars: bool | None = None) -> float:
+    """SQuAD's token F1 of ``prediction`` against the best of ``ground_truths``: the overlap of the normalised
+    bags of words (of characters when ``chars``; default: characters when a text holds CJK characters)."""
+    from collections import Counter
+
+    golds = [ground_truths] if isinstance(ground_truths, str) else list(ground_truths)
+    if not golds:
+        raise ValueError("no ground-truth answers")
+    best = 0.0
+    for gold in golds:
+        c = (_is_cjk(prediction) or _is_cjk(gold)) if chars is None else chars
+        p, g = _answer_units(prediction, c), _answer_units(gold, c)
+        common = sum((Counter(p) & Counter(g)).values())
+        if common:
+            precision, recall = common / len(p), common / len(g)
+            best = max(best, 2 * precision * recall / (precision + recall))
+        elif not p and not g:
+            best = max(best, 1.0)
+    return best
+
+
+def answer_exact_match(prediction: str, ground_truths: str | Sequence[str], *, chars: bool | None = None) -> float:
+    """1.0 when the normalised ``prediction`` equals one of the normalised ``ground_truths``, else 0.0."""
+    golds = [ground_truths] if isinstance(ground_truths, str) else list(ground_truths)
+    if not golds:
+        raise ValueError("no ground-truth answers")
+    for gold in golds:
+        c = (_is_cjk(prediction) or _is_cjk(gold)) if chars is None else chars
+        if normalize_answer(prediction, chars=c) == normalize_answer(gold, chars=c):
+            return 1.0
+    return 0.0
+
+
+def squad_metrics(predictions: Sequence[str], ground_truths: Sequence[Sequence[str]], *,
+                  chars: bool | None = None) -> dict[str, float]:
+    """``{"exact_match", "f1", "questions"}``: means over the questions (fractions in [0, 1]; NaN with none)."""
+    if len(predictions) != len(ground_truths):
+        raise ValueError(f"{len(predictions)} predictions but {len(ground_truths)} lists of answers")
+    n = len(predictions)
+    if not n:
+        return {"exact_match": math.nan, "f1": math.nan, "questions": 0.0}
+    em = sum(answer_exact_match(p, g, chars=chars) for p, g in zip(predictions, ground_truths, strict=True))
+    f1 = sum(answer_f1(p, g, chars=chars) for p, g in zip(predictions, ground_truths, strict=True))
+    return {"exact_match": em / n, "f1": f1 / n, "questions": float(n)}
+
+
+# ----------------------------------------------------------------------------------------------- image captioning
+
+def caption_bleu(hyps: Sequence[str], refs: Sequence[str] | Sequence[Sequence[str]]) -> dict[str, float]:
+    """Corpus BLEU-1 to BLEU-4 (sacrebleu, ``max_ngram_order`` 1..4, every reference of an image used), as
+    ``{"bleu1": ..., "bleu4": ...}`` on the 0-100 scale; NaN with no hypotheses."""
+    from sacrebleu.metrics import BLEU
+
+    multi = _references(refs)
+    if len(hyps) != len(multi):
+        raise ValueError(f"{len(hyps)} hypotheses but {len(multi)} references")
+    if not hyps:
+        return {f"bleu{n}": math.nan for n in range(1, 5)}
+    width = max(len(r) for r in multi)
+    streams = [[r[i] if i < len(r) else r[0] for r in multi] for i in range(width)]
+    return {f"bleu{n}": BLEU(max_ngram_order=n).corpus_score(list(hyps), streams).score for n in range(1, 5)}
+
+
+def box_mass(attention: Tensor, box: Sequence[float], image_size: Sequence[int]) -> float:
+    """The share of ``attention (h, w)`` that falls inside ``box = (y0, x0, y1, x1)`` (pixels, end exclusive) of
+    an image of ``image_size = (H, W)``: each grid cell covers ``H/h x W/w`` pixels and its weight is spread
+    evenly over them, so a cell half inside the box counts half. Weights need not sum to 1 (the mass is a
+    fraction of their sum)."""
+    a = attention.detach().double()
+    if a.dim() != 2:
+        raise ValueError(f"attention must be (h, w), got {tuple(a.shape)}")
+    h, w = a.shape
+    hh, ww = image_size
+    y0, x0, y1, x1 = (float(v) for v in box)
+    if not (0 <= y0 <= y1 <= hh and 0 <= x0 <= x1 <= ww):
+        raise ValueError(f"box {tuple(box)} is not (y0, x0, y1, x1) inside a {hh}x{ww} image")
+    ys = torch.arange(h + 1, dtype=torch.float64) * (hh / h)
+    xs = torch.arange(w + 1, dtype=torch.float64) * (ww / w)
+    fy = (torch.minimum(ys[1:], torch.tensor(y1)) - torch.maximum(ys[:-1], torch.tensor(y0))).clamp_min(0) / (hh / h)
+    fx = (torch.minimum(xs[1:], torch.tensor(x1)) - torch.maximum(xs[:-1], torch.tensor(x0))).clamp_min(0) / (ww / w)
+    total = float(a.sum())
+    return float((a * fy[:, None] * fx[None, :]).sum()) / total if total > 0 else 0.0
+
+
+def grounding(masses: Sequence[float], threshold: float = 0.5) -> dict[str, float]:
+    """``{"grounding": mean, "grounding_above": share > threshold, "grounded_words": count}`` of the attention
+    masses (:func:`box_mass`) of the words that name an item; NaN with no such words."""
+    n = len(masses)
+    if not n:
+        return {"grounding": math.nan, "grounding_above": math.nan, "grounded_words": 0.0}
+    return {"grounding": sum(masses) / n, "grounding_above": sum(m > threshold for m in masses) / n,
+            "grounded_words": float(n)}
