@@ -23,7 +23,7 @@ from .options import ArgumentParser, add_options, options_from_args
 
 __all__ = ["main", "build_parser", "COMMAND_MODULES", "GlobalOptions"]
 
-COMMAND_MODULES = ("explain", "translate", "sentiment", "images", "caption", "qa")
+COMMAND_MODULES = ("explain", "translate", "sentiment", "images", "caption", "qa", "view")
 
 
 @dataclass

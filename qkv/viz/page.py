@@ -1,0 +1,224 @@
+"""One self-contained HTML page that shows every attention of a model: :func:`attention_page`.
+
+The page holds its data, script and style inline (no network, no CDN, no Jupyter): pick an attention (encoder
+self, decoder self, cross, pooling, channel, spatial, per layer; attention rollout for stacks of self-attention),
+a head or the mean of the heads, and a view: lines between two token columns (hover a token to see its row),
+a matrix, the image with the selected query's attention over it, words shaded by weight, or channel weights as bars.
+The current view can be saved as SVG or PNG. Weights are stored rounded to 1/255 (one byte each).
+
+Example::
+
+    with qkv.capture_attention(model) as records:
+        model(src, src_mask, tgt_in)
+    save_attention_page("page.html", records, tokens={"source": src_tokens, "target": tgt_tokens})
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import json
+import os
+import re
+from collections.abc import Mapping, Sequence
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from ..capture import AttentionRecord, attention_rollout
+
+__all__ = ["attention_page", "save_attention_page", "page_records"]
+
+TokenLists = Mapping[str, Sequence[str]]
+
+
+def _token_lists(tokens: Sequence[str] | TokenLists | None) -> dict[str, list[str]]:
+    if tokens is None:
+        return {}
+    if isinstance(tokens, Mapping):
+        return {str(k): [str(t) for t in v] for k, v in tokens.items()}
+    if isinstance(tokens, str):
+        raise TypeError("tokens must be a list of strings or a mapping of named lists, not one string")
+    return {"tokens": [str(t) for t in tokens]}
+
+
+def _pick(lists: dict[str, list[str]], n: int, prefer: Sequence[str]) -> str | None:
+    """The name of the token list for an axis of length ``n``: a preferred one that fits, else any that fits."""
+    for name in [*prefer, *lists]:
+        if name in lists and len(lists[name]) == n:
+            return name
+    return None
+
+
+def _axes(r: AttentionRecord, tq: int, tk: int, lists: dict[str, list[str]]) -> tuple[str | None, str | None]:
+    decoder = r.causal or "decoder" in r.name.lower()
+    if r.kind == "cross":
+        return _pick(lists, tq, ("target",)), _pick(lists, tk, ("source", "tokens"))
+    if r.kind == "pooling":
+        return None, _pick(lists, tk, ("source", "tokens"))
+    if r.kind in ("self", "rollout"):
+        side = ("target",) if decoder else ("source", "tokens")
+        name = _pick(lists, tk, side)
+        return (name if tq == tk else _pick(lists, tq, side)), name
+    return None, None
+
+
+def _square_grid(n: int, image_hw: tuple[int, int] | None) -> tuple[int, int] | None:
+    """``(h, w)`` with ``h * w = n`` closest to the image's aspect (keys of a captioning model's feature grid)."""
+    if image_hw is None or n < 1:
+        return None
+    aspect = image_hw[0] / image_hw[1]
+    best = None
+    for h in range(1, n + 1):
+        if n % h == 0:
+            err = abs(h / (n // h) - aspect)
+            if best is None or err < best[0]:
+                best = (err, (h, n // h))
+    return best[1] if best and best[0] < 0.5 else None
+
+
+def _rollouts(records: Sequence[AttentionRecord]) -> list[AttentionRecord]:
+    """One rollout record per stack of non-causal self-attention layers (names equal but for the layer number)."""
+    stacks: dict[str, list[AttentionRecord]] = {}
+    for r in records:
+        if r.kind == "self" and not r.causal and r.layer is not None and r.grid is None:
+            stacks.setdefault(re.sub(r"(?:^|\.)(\d+)(?=\.|$)", lambda m: m.group(0).replace(m.group(1), "*"),
+                                     r.name), []).append(r)
+    out = []
+    for pattern, layers in stacks.items():
+        shapes = {(x.weights.shape[0], *x.weights.shape[2:]) for x in layers}
+        if len(shapes) != 1 or layers[0].weights.shape[-1] != layers[0].weights.shape[-2]:
+            continue
+        layers = sorted(layers, key=lambda x: x.layer)
+        rolled = attention_rollout([x.weights for x in layers])
+        out.append(AttentionRecord(f"rollout of {pattern}", "rollout", "rollout", None, rolled[:, None]))
+    return out
+
+
+def page_records(records: Sequence[AttentionRecord], *, rollout: bool = True) -> list[AttentionRecord]:
+    """The records a page shows: ``records`` and, when ``rollout``, one rollout per self-attention stack."""
+    records = list(records)
+    for r in records:
+        if not isinstance(r, AttentionRecord):
+            raise TypeError(f"records must be AttentionRecord objects (from qkv.capture_attention), got "
+                            f"{type(r).__name__}")
+    return records + (_rollouts(records) if rollout else [])
+
+
+def _bytes(w: Tensor) -> str:
+    q = (w.float().clamp(0, 1) * 255).round().to(torch.uint8)
+    return base64.b64encode(q.contiguous().numpy().tobytes()).decode("ascii")
+
+
+def _record_json(r: AttentionRecord, i: int, example: int, lists: dict[str, list[str]],
+                 image_hw: tuple[int, int] | None, grid: tuple[int, int] | None) -> dict[str, Any]:
+    if not 0 <= example < r.weights.shape[0]:
+        raise ValueError(f"example {example} is out of range: {r.name} holds {r.weights.shape[0]} example(s)")
+    w = r.weights[example]
+    entry: dict[str, Any] = {"id": i, "name": r.name, "module": r.module, "kind": r.kind, "layer": r.layer,
+                             "calls": r.calls, "causal": r.causal}
+    if r.kind in ("self", "cross", "pooling", "rollout"):
+        heads, tq, tk = w.shape
+        qtok, ktok = _axes(r, tq, tk, lists)
+        key_grid = r.grid[1] if r.grid else (grid if grid and grid[0] * grid[1] == tk else
+                                              _square_grid(tk, image_hw) if r.kind == "cross" else None)
+        entry.update(heads=heads, tq=tq, tk=tk, qtok=qtok, ktok=ktok, grid=key_grid,
+                     qgrid=r.grid[0] if r.grid else None)
+    elif r.kind == "channel":
+        w = w[None] if w.dim() == 1 else w  # (C,) -> (1, C); SK: (M, C)
+        entry.update(heads=1, tq=w.shape[0], tk=w.shape[1], qtok=None, ktok=None, grid=None, qgrid=None)
+        w = w[None]
+    elif r.kind == "spatial":
+        h, wd = w.shape
+        entry.update(heads=1, tq=1, tk=h * wd, qtok=None, ktok=None, grid=[h, wd], qgrid=None)
+        w = w.reshape(1, 1, h * wd)
+    else:
+        raise ValueError(f"{r.name}: unknown kind {r.kind!r}")
+    entry["data"] = _bytes(w)
+    return entry
+
+
+def _image_json(image: Any) -> tuple[dict[str, Any] | None, tuple[int, int] | None]:
+    """A PNG data URL of ``image`` (a path, a PIL image, or a tensor ``(H, W)``/``(C, H, W)`` in [0, 1])."""
+    if image is None:
+        return None, None
+    try:
+        from PIL import Image
+    except ImportError as e:  # pragma: no cover - Pillow comes with matplotlib (the viz extra)
+        raise ImportError("an image on the page needs Pillow: pip install 'qkv[viz]'") from e
+    if isinstance(image, (str, os.PathLike)):
+        image = Image.open(image)
+        image.load()
+    elif isinstance(image, Tensor):
+        t = image.detach().float().cpu()
+        t = t[None] if t.dim() == 2 else t
+        if t.dim() != 3 or t.shape[0] not in (1, 3):
+            raise ValueError(f"image must be (H, W) or (C=1|3, H, W), got {tuple(image.shape)}")
+        t = (t - t.min()) / (t.max() - t.min()).clamp_min(1e-12)
+        arr = (t.permute(1, 2, 0) * 255).round().to(torch.uint8).numpy()
+        image = Image.fromarray(arr[..., 0] if arr.shape[-1] == 1 else arr)
+    if not hasattr(image, "save"):
+        raise TypeError(f"image must be a path, a PIL image or a tensor, got {type(image).__name__}")
+    buf = io.BytesIO()
+    image.convert("RGB").save(buf, format="PNG")
+    h, w = image.size[1], image.size[0]
+    return {"src": "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii"), "h": h, "w": w}, (h, w)
+
+
+def _script_json(obj: Any) -> str:
+    """JSON that is safe inside ``<script>``: no ``<``, ``>`` or ``&`` can close the element or open a comment."""
+    text = json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
+    return text.replace("&", "\\u0026").replace("<", "\\u003c").replace(">", "\\u003e") \
+        .replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
+
+
+def attention_page(records: Sequence[AttentionRecord], *, tokens: Sequence[str] | TokenLists | None = None,
+                   image: Any = None, title: str = "Attention", example: int = 0, rollout: bool = True,
+                   grid: tuple[int, int] | None = None, notes: Sequence[str] = ()) -> str:
+    """The HTML of a page showing ``records`` (from :func:`qkv.capture_attention`) for one example of the batch.
+
+    Args:
+        records: what was captured.
+        tokens: labels of the sequence axes: a list (one sequence), or named lists such as
+            ``{"source": [...], "target": [...]}`` (cross-attention: target queries, source keys; a decoder's
+            self-attention: target). An axis whose length no list has is numbered.
+        image: shown under the attention over a feature grid (non-local blocks, spatial maps, a captioning
+            model's attention over its grid): a path, a PIL image or a tensor ``(H, W)``/``(C, H, W)``.
+        title: of the page (escaped).  example: which example of the batch.  rollout: add attention rollout
+            for each stack of self-attention layers.  grid: ``(h, w)`` of a cross-attention's keys when they are
+            a feature grid (default: guessed from the image's aspect).  notes: lines shown under the title.
+    """
+    lists = _token_lists(tokens)
+    shown = page_records(records, rollout=rollout)
+    if not shown:
+        raise ValueError("no attention to show: the records are empty (did the model run inside "
+                         "qkv.capture_attention, and does it use qkv's attention layers?)")
+    image_json, image_hw = _image_json(image)
+    data = {"title": title, "notes": [str(n) for n in notes], "tokens": lists, "image": image_json,
+            "records": [_record_json(r, i, example, lists, image_hw, grid) for i, r in enumerate(shown)]}
+    assets = resources.files("qkv.viz") / "page_assets"
+    style = (assets / "page.css").read_text(encoding="utf-8")
+    script = (assets / "page.js").read_text(encoding="utf-8")
+    return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">\n'
+            f'<meta name="viewport" content="width=device-width, initial-scale=1">\n'
+            f'<title>{html.escape(title)}</title>\n<style>\n{style}</style></head>\n<body>\n'
+            f'<script type="application/json" id="qkv-data">{_script_json(data)}</script>\n'
+            f'<script>\n{script}</script>\n</body></html>\n')
+
+
+def save_attention_page(path: str | os.PathLike, records: Sequence[AttentionRecord], **kwargs: Any) -> Path:
+    """Write :func:`attention_page` to ``path`` (atomically: a partial page never replaces a good one)."""
+    path = Path(path)
+    text = attention_page(records, **kwargs)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return path
