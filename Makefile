@@ -22,15 +22,15 @@ $(STAMP): pyproject.toml | $(PY)
 
 install: $(STAMP)
 
-# Fashion-MNIST and a CJK font from Debian's packages, when this machine can install them (the tests that
-# need Fashion-MNIST skip otherwise; plots fall back to fonts without CJK glyphs).
-DEBS := dataset-fashion-mnist fonts-wqy-zenhei
+# Fashion-MNIST, a CJK font and Chromium from Debian's packages, when this machine can install them (the tests
+# that need Fashion-MNIST or a browser skip otherwise; plots fall back to fonts without CJK glyphs).
+DEBS := dataset-fashion-mnist fonts-wqy-zenhei chromium
 data:
-	@{ test -d $(FASHION) && test -f /usr/share/fonts/truetype/wqy/wqy-zenhei.ttc; } || \
+	@{ test -d $(FASHION) && test -f /usr/share/fonts/truetype/wqy/wqy-zenhei.ttc && command -v chromium >/dev/null; } || \
 	{ command -v apt-get >/dev/null 2>&1 && \
 	  { apt-get install -y -q $(DEBS) >/dev/null 2>&1 || \
 	    { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q $(DEBS) >/dev/null 2>&1; }; }; } || \
-	  echo "note: could not install $(DEBS); the tests that need Fashion-MNIST will skip"
+	  echo "note: could not install $(DEBS); the tests that need them will skip"
 
 # The three stages on seed 001's example; a Bahdanau date translator trained on the CPU (one thread: this small
 # model runs as fast on one core, and does not slow down when the other core is busy); translations of dates

@@ -1,0 +1,187 @@
+"""The attention page in a real browser (headless Chromium driven by Playwright), as a person would use it.
+
+Skips with the reason when Playwright or Chromium is missing (`make test` installs Debian's `chromium` where it can;
+set QKV_CHROMIUM to use another executable).
+"""
+
+import io
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+import qkv
+from qkv.layers import TransformerLayer
+from qkv.models import create
+from qkv.vision import CBAM, NonLocal
+from qkv.viz.page import save_attention_page
+
+playwright = pytest.importorskip("playwright.sync_api", reason="Playwright is not installed (pip install playwright)")
+CHROMIUM = os.environ.get("QKV_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
+pytestmark = [pytest.mark.skipif(not CHROMIUM, reason="no Chromium here (apt-get install chromium)"),
+              pytest.mark.xdist_group("browser")]
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with playwright.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
+        yield b
+        b.close()
+
+
+class Opened:
+    """A page opened from a file, with what it logged and requested."""
+
+    def __init__(self, browser, path):
+        self.page = browser.new_page(accept_downloads=True)
+        self.errors, self.requests = [], []
+        self.page.on("console", lambda m: m.type in ("error", "warning") and self.errors.append(m.text))
+        self.page.on("pageerror", lambda e: self.errors.append(str(e)))
+        self.page.on("request", lambda r: self.requests.append(r.url))
+        self.url = path.resolve().as_uri()
+        self.page.goto(self.url)
+
+    def drawn(self) -> str:
+        return self.page.inner_html("#view")
+
+    def check_clean(self):
+        assert self.errors == []
+        assert [u for u in self.requests if u != self.url and not u.startswith(("data:", "blob:"))] == []
+
+    def close(self):
+        self.page.close()
+
+
+def not_blank(png: bytes) -> bool:
+    from PIL import Image
+
+    img = Image.open(io.BytesIO(png)).convert("L")
+    lo, hi = img.getextrema()
+    return hi - lo > 100 and len(set(img.tobytes())) > 20
+
+
+def translation_page(tmp_path):
+    torch.manual_seed(0)
+    model = create("transformer", src_vocab=30, tgt_vocab=30, dim=32, num_heads=4, num_layers=2).eval()
+    src, tgt = torch.randint(4, 30, (1, 7)), torch.randint(4, 30, (1, 5))
+    with torch.no_grad(), qkv.capture_attention(model) as records:
+        model(src, torch.ones(1, 7, dtype=torch.bool), tgt)
+    tokens = {"source": ["<b>Tom</b>", "chase", "Jerry", "in", "the", "</script>", "."],
+              "target": ["汤姆", "追逐", "杰瑞", "。", "</s>"]}
+    return save_attention_page(tmp_path / "translation.html", records, tokens=tokens, title="Tom chase Jerry")
+
+
+def sentiment_page(tmp_path):
+    torch.manual_seed(0)
+    model = create("bigru-classifier", vocab_size=40, num_classes=2, embed_dim=8, hidden_dim=16).eval()
+    words = ["a", "wonderful", "film", "with", "a", "dull", "ending"]
+    with torch.no_grad(), qkv.capture_attention(model) as records:
+        model(torch.randint(4, 40, (1, len(words))), torch.ones(1, len(words), dtype=torch.bool))
+    return save_attention_page(tmp_path / "sentiment.html", records, tokens=words, title="sentiment")
+
+
+def image_page(tmp_path):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(1, 8, 3, padding=1), CBAM(8, reduction=2), NonLocal(8)).eval()
+    image = torch.zeros(16, 16)
+    image[4:12, 5:11] = 1.0
+    with torch.no_grad(), qkv.capture_attention(model) as records:
+        model(image[None, None])
+    return save_attention_page(tmp_path / "image.html", records, image=image, title="image")
+
+
+def user_model_page(tmp_path):
+    class Tiny(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed = nn.Embedding(10, 16)
+            self.layers = nn.ModuleList(TransformerLayer(16, 2) for _ in range(3))
+
+        def forward(self, ids):
+            x = self.embed(ids)
+            for layer in self.layers:
+                x = layer(x)
+            return x
+
+    torch.manual_seed(0)
+    model = Tiny().eval()
+    with torch.no_grad(), qkv.capture_attention(model) as records:
+        model(torch.arange(6)[None])
+    return save_attention_page(tmp_path / "mine.html", records, tokens=list("abcdef"), title="my model")
+
+
+@pytest.mark.parametrize("make", [translation_page, sentiment_page, image_page, user_model_page])
+def test_page_loads_offline_and_draws(browser, tmp_path, make):
+    opened = Opened(browser, make(tmp_path))
+    try:
+        opened.check_clean()
+        assert opened.page.locator("#view *").count() > 5
+        assert not_blank(opened.page.locator("#view").screenshot())
+        options = opened.page.locator("#attention option").all_inner_texts()
+        if len(options) > 1:
+            before = opened.drawn()
+            opened.page.select_option("#attention", index=len(options) - 1)
+            assert opened.drawn() != before  # another attention draws something else
+        drawings = set()
+        for view in opened.page.locator("#view-kind option").all_inner_texts():
+            opened.page.select_option("#view-kind", view)
+            assert opened.page.locator("#view *").count() > 3
+            drawings.add(opened.drawn())
+        assert len(drawings) == opened.page.locator("#view-kind option").count()  # each view draws its own
+        opened.check_clean()
+    finally:
+        opened.close()
+
+
+def test_heads_hover_and_save(browser, tmp_path):
+    opened = Opened(browser, translation_page(tmp_path))
+    page = opened.page
+    try:
+        page.select_option("#attention", index=3)  # decoder.0.cross_attn
+        assert "cross" in page.inner_text("#info") and page.locator("#head option").count() == 5
+        page.select_option("#view-kind", "lines")
+        mean = opened.drawn()
+        page.select_option("#head", "2")
+        assert opened.drawn() != mean  # one head is not the mean
+        assert page.locator("#view line.hl").count() == 0
+        page.hover("#view text.tok[data-side='data-q'][data-i='1']")  # a target token: its row of weights
+        highlighted = page.locator("#view line.hl")
+        assert highlighted.count() > 0 and "focus" in page.get_attribute("#view", "class")
+        assert {highlighted.nth(i).get_attribute("data-q") for i in range(highlighted.count())} == {"1"}
+        page.mouse.move(0, 0)
+        assert page.locator("#view line.hl").count() == 0
+        tokens = page.locator("#view text.tok").all_text_contents()
+        assert "</script>" in tokens and "<b>Tom</b>" in tokens and "汤姆" in tokens  # text, not markup
+        with page.expect_download() as svg_download:
+            page.click("#save-svg")
+        svg = Path(svg_download.value.path()).read_text(encoding="utf-8")
+        assert svg.startswith("<svg") and "汤姆" in svg
+        with page.expect_download() as png_download:
+            page.click("#save-png")
+        png = Path(png_download.value.path()).read_bytes()
+        assert png[:8] == b"\x89PNG\r\n\x1a\n" and not_blank(png)
+        opened.check_clean()
+    finally:
+        opened.close()
+
+
+def test_image_view_follows_the_query(browser, tmp_path):
+    opened = Opened(browser, image_page(tmp_path))
+    page = opened.page
+    try:
+        names = page.locator("#attention option").all_inner_texts()
+        page.select_option("#attention", index=next(i for i, n in enumerate(names) if n.startswith("2 ")))
+        assert page.input_value("#view-kind") == "image" and page.locator("#view image").count() == 1
+        first = opened.drawn()
+        page.select_option("#query", "100")
+        assert opened.drawn() != first
+        spatial = next(i for i, n in enumerate(names) if "spatial" in n)
+        page.select_option("#attention", index=spatial)
+        assert page.locator("#view image").count() == 1
+        opened.check_clean()
+    finally:
+        opened.close()
