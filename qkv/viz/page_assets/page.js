@@ -70,10 +70,11 @@
     }
     return out;
   }
+  const visible = (s) => s.trim() === "" ? s.replace(/ /g, "\u2423").replace(/\s/g, "\u21b5") || "\u2205" : s;
   function labels(name, n, prefix) {
     const list = name ? DATA.tokens[name] : null;
     const out = [];
-    for (let i = 0; i < n; i++) out.push(list ? list[i] : (prefix || "") + i);
+    for (let i = 0; i < n; i++) out.push(list ? visible(list[i]) : (prefix || "") + i);
     return out;
   }
   const short = (s) => s.length > 14 ? s.slice(0, 13) + "\u2026" : s;
