@@ -1,7 +1,111 @@
-"""``qkv train caption`` and its commands."""
+"""``qkv train caption`` and ``qkv caption`` (caption images, draw where each word looked, evaluate a run)."""
 
 from __future__ import annotations
 
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from ..options import option
+from ..tasks import caption as task
+from .common import add_command, add_train_command, print_result, read_train_options, safe, unique_names
+from .options import options_from_args
+
+
+@dataclass
+class CaptionCommand:
+    run: str = option(positional=True, help="run directory or checkpoint directory of `qkv train caption`")
+    images: list[str] = option(default_factory=list, positional=True, nargs="*", metavar="IMAGE",
+                               help="image files (PNG, JPEG...); give them before the options")
+    index: list[int] | None = option(None, repeat=True, parse=lambda xs: [int(x) for x in xs], metavar="N",
+                                     help="an image of the run's test split, e.g. a generated scene (repeatable)")
+    split: str = option("test", choices=("valid", "test"), help="the split of --index and --evaluate")
+    beam: int = option(3, low=1, high=100, help="beam size (1 = greedy)")
+    max_len: int = option(40, low=1, help="longest caption, in words")
+    hard_test: str | None = option(None, choices=("expectation", "argmax"),
+                                   help="hard attention: the expected context or the most likely location "
+                                        "(default: as trained)")
+    plot: str | None = option(None, metavar="DIR", help="write a picture per image: the image and, for every "
+                              "word, its attention map upsampled and overlaid")
+    evaluate: bool = option(False, help="caption the whole split and print BLEU-1..4, exact match and grounding")
+    data: str | None = option(None, help="--evaluate on another captions file (default: the run's data)")
+    max_images: int | None = option(None, low=1, help="--evaluate at most this many images")
+    json: str | None = option(None, help="write the --evaluate figures as JSON")
+    device: str = option("cpu", help="cpu, cuda, cuda:N or auto")
+
+
+def train(args) -> int:
+    from ..train import train as run_training
+
+    options, config = read_train_options(args, task.CaptionOptions, task.train_defaults)
+    print_result(run_training(task.CaptionTask(options), config))
+    return 0
+
+
+def _evaluate(captioner: task.Captioner, o: CaptionCommand) -> None:
+    m = captioner.evaluate(o.split, data=o.data, beam=o.beam, max_images=o.max_images, max_len=o.max_len)
+    print(f"split {o.split}, beam {o.beam}, {int(m['images'])} images")
+    print("| BLEU-1 | BLEU-2 | BLEU-3 | BLEU-4 | exact match |" + (" grounding | > 0.5 |" if "grounding" in m else ""))
+    print("|---|---|---|---|---|" + ("---|---|" if "grounding" in m else ""))
+    row = " | ".join(f"{m[f'bleu{n}']:.2f}" for n in range(1, 5)) + f" | {m['exact_match']:.4f}"
+    if "grounding" in m:
+        row += f" | {m['grounding']:.3f} | {m['grounding_above']:.3f}"
+    print(f"| {row} |")
+    if "layout_match" in m:
+        print("exact match by number of items: " + ", ".join(f"{n}: {m[f'exact_match_items{n}']:.4f}"
+                                                             for n in range(1, 5)))
+        print(f"held-out item/position combinations: {m['exact_match_unseen']:.4f}; "
+              f"layout (positions and relations, items masked): {m['layout_match']:.4f}")
+    if o.json:
+        Path(o.json).write_text(json.dumps(m, indent=2), encoding="utf-8")
+        print(f"wrote {o.json}")
+
+
+def caption(args) -> int:
+    from ..viz.captions import caption_attention
+
+    o = options_from_args(args, CaptionCommand)
+    if not (o.images or o.index or o.evaluate):
+        raise ValueError("give image files, --index N (an image of the test split) or --evaluate")
+    if o.data and not o.evaluate:
+        raise ValueError("--data goes with --evaluate")
+    captioner = task.Captioner.load(o.run, o.device)
+    if o.hard_test and not hasattr(captioner.model, "test_attention"):
+        raise ValueError("--hard-test applies to hard attention runs only")
+    if o.hard_test:
+        captioner.model.test_attention = o.hard_test
+    if o.evaluate:
+        _evaluate(captioner, o)
+    if not (o.images or o.index):
+        return 0
+    pictures = [captioner.read(path) for path in o.images]
+    names = [Path(path).stem for path in o.images]
+    refs: list[list[str] | None] = [None] * len(pictures)
+    boxes: list[list | None] = [None] * len(pictures)
+    if o.index:
+        images, index_refs = captioner.test_images(o.index, o.split)
+        scenes = captioner.data().splits[o.split].scenes
+        pictures += list(torch.unbind(images))
+        names += [f"{o.split}{n}" for n in o.index]
+        refs += index_refs
+        boxes += [list(zip(scenes[n].items, scenes[n].boxes, strict=True)) if scenes else None for n in o.index]
+    results = captioner.predict(torch.stack(pictures), beam=o.beam, max_len=o.max_len)
+    for name, r, ref in zip(unique_names(names), results, refs, strict=True):
+        print(f"{safe(name)}\t{safe(r.text)}")
+        if ref is not None:
+            print(f"  references: {' | '.join(ref)}")
+    if o.plot:
+        for i, (name, r, box) in enumerate(zip(unique_names(names), results, boxes, strict=True)):
+            path = caption_attention(pictures[i], r.words, r.attention, boxes=box,
+                                     path=Path(o.plot) / f"{name}.png")
+            print(f"wrote {safe(str(path))}")
+    return 0
+
 
 def register(commands, train_commands) -> None:
-    """Add this application's commands (none yet)."""
+    add_train_command(train_commands, "caption", "train an image captioner with soft/hard attention (scenes, "
+                      "Flickr8k or COCO captions)", task.CaptionOptions, task.train_defaults, train)
+    add_command(commands, "caption", "caption images with a trained run, draw where each word looked, or "
+                "--evaluate it (BLEU-1..4, exact match, grounding)", CaptionCommand, caption)

@@ -1,6 +1,14 @@
 """Models built on the attention layers and vision blocks; :func:`create` builds any of them by name."""
 
-from .captioning import CAPTION_MODELS
+from .captioning import (
+    CAPTION_MODELS,
+    CaptionOutput,
+    FixedCaptioner,
+    GridEncoder,
+    HardCaptioner,
+    SoftCaptioner,
+    TransformerCaptioner,
+)
 from .classifiers import ClassifierOutput, RNNClassifier, TransformerClassifier, create_classifier, load_word_vectors
 from .decoding import Hypothesis, beam_search, greedy_decode
 from .legacy import upgrade_state_dict
@@ -22,7 +30,8 @@ __all__ = [
     # text classification
     "ClassifierOutput", "RNNClassifier", "TransformerClassifier", "create_classifier", "load_word_vectors",
     # image captioning
-    "CAPTION_MODELS",
+    "CAPTION_MODELS", "CaptionOutput", "GridEncoder", "SoftCaptioner", "HardCaptioner", "FixedCaptioner",
+    "TransformerCaptioner",
     # question answering
     "QA_MODELS",
 ]

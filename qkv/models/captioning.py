@@ -1,12 +1,332 @@
-"""Image captioning models (Show, Attend and Tell)."""
+"""Image captioning models: a CNN feature grid and a word-by-word decoder that looks at it (Show, Attend and Tell).
+
+Paper: Xu et al., 2015, "Show, Attend and Tell: Neural Image Caption Generation with Visual Attention"
+(https://arxiv.org/abs/1502.03044). Axis letters: ``B`` batch, ``T`` caption positions, ``L = h * w`` grid
+positions, ``D`` feature channels, ``H`` decoder state, ``E`` word embedding, ``V`` vocabulary.
+
+- :class:`GridEncoder`: a small conv stack (stride 8) from ``(B, C, H, W)`` to the annotation vectors
+  ``a (B, L, D)``, trained end to end. Differs from the paper (a frozen VGG on 224x224 images): small images,
+  two coordinate channels appended to the input (CoordConv, Liu et al., 2018) so that the features say where
+  they are.
+- :class:`SoftCaptioner` (``caption-soft``): LSTM decoder, ``alpha_t = softmax(score(h_{t-1}, a))`` through
+  :func:`qkv.functional.attention` with any qkv score (the paper's is ``additive``), the gate
+  ``beta_t = sigmoid(f_beta(h_{t-1}))`` on the context ``z_t = beta_t sum_i alpha_ti a_i``, initial ``h_0, c_0``
+  from the mean annotation, the deep output ``L_o(E y_{t-1} + L_h h_t + L_z z_t)`` and dropout. The doubly
+  stochastic penalty is :func:`doubly_stochastic_penalty` (the task adds it to the loss).
+- :class:`HardCaptioner` (``caption-hard``): the same decoder, with ``z_t = a_{s_t}``, ``s_t ~ alpha_t`` sampled in
+  training (the REINFORCE terms are :func:`reinforce_loss`); in evaluation the expectation (``z_t`` of the soft
+  model, no gate) or the argmax location, as ``test_attention`` says. Differs: no 50% expected-context steps.
+- :class:`FixedCaptioner` (``caption-fixed``): the "distracted" baseline: the mean annotation (a learned
+  projection of it) at every step, no attention; its attention is reported as uniform, which is what a mean is.
+- :class:`TransformerCaptioner` (``caption-transformer``): pre-norm Transformer decoder layers, causal
+  self-attention and cross-attention to the grid (:class:`~qkv.layers.TransformerLayer`).
+
+Every model: ``forward(images, tgt_in) -> CaptionOutput``; ``encode(images)`` and
+``decode_step(y_prev, state) -> (logits (B, V), attention (B, L), state)`` for greedy and beam search.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
-from torch import nn
+import torch
+from torch import Tensor, nn
 
-__all__ = ["CAPTION_MODELS"]
+from ..functional import attention
+from ..layers import Attention, KVCache, PositionalEncoding, TransformerLayer
+
+__all__ = ["CAPTION_MODELS", "CaptionOutput", "GridEncoder", "SoftCaptioner", "HardCaptioner", "FixedCaptioner",
+           "TransformerCaptioner", "doubly_stochastic_penalty", "reinforce_loss"]
+
+
+@dataclass
+class CaptionOutput:
+    """What a captioner's teacher-forced ``forward`` returns (weights returned, not stashed).
+
+    ``logits (B, T, V)``; ``attention (B, T, L)``; ``beta (B, T)`` (soft model's gate, else None);
+    ``sample_log_prob (B, T)`` ``log alpha_t[s_t]`` and ``entropy (B, T)`` of ``alpha_t`` (hard model in
+    training, else None).
+    """
+
+    logits: Tensor
+    attention: Tensor
+    beta: Tensor | None = None
+    sample_log_prob: Tensor | None = None
+    entropy: Tensor | None = None
+
+
+def doubly_stochastic_penalty(attn: Tensor, mask: Tensor) -> Tensor:
+    """Xu et al.'s ``sum_b sum_i (1 - sum_t alpha_bti)^2`` over the real steps: ``attn (B, T, L)``, ``mask (B, T)``
+    bool (True at real target positions, padding excluded). Returns a scalar (summed over the batch)."""
+    per_location = (attn * mask[..., None].to(attn.dtype)).sum(dim=1)  # (B, L)
+    return ((1.0 - per_location) ** 2).sum()
+
+
+def reinforce_loss(log_likelihood: Tensor, sample_log_prob: Tensor, entropy: Tensor, mask: Tensor,
+                   baseline: float | Tensor, *, reward_weight: float = 1.0, entropy_weight: float = 0.0) -> Tensor:
+    """The hard-attention terms of Xu et al.'s learning rule (their eq. 12), as a loss to minimise (summed).
+
+    ``-reward_weight * sum_b (R_b - baseline) sum_t log p(s_bt) - entropy_weight * sum_b sum_t H_bt`` with
+    ``R_b = log_likelihood (B,)`` (detached here), ``sample_log_prob, entropy (B, T)`` and ``mask (B, T)`` bool.
+    Its gradient is the score-function estimate of ``d E[R] / d alpha`` plus the entropy bonus; the caption's
+    own cross-entropy (the first term of eq. 12) is the caller's.
+    """
+    m = mask.to(sample_log_prob.dtype)
+    advantage = (log_likelihood.detach() - baseline).to(sample_log_prob.dtype)
+    return -reward_weight * (advantage * (sample_log_prob * m).sum(1)).sum() - entropy_weight * (entropy * m).sum()
+
+
+def _conv(cin: int, cout: int) -> nn.Sequential:
+    return nn.Sequential(nn.Conv2d(cin, cout, 3, padding=1, bias=False), nn.BatchNorm2d(cout), nn.ReLU(inplace=True))
+
+
+class GridEncoder(nn.Module):
+    """``(B, C, H, W) -> a (B, L, D)``: a 3x3 conv (+BN+ReLU) per width, a 2x2 max-pool after each of the first
+    three (stride 8, so ``L = (H/8) * (W/8)``), one more conv at the last width; ``D = widths[-1]``.
+
+    Args:
+        in_channels: image channels.  widths: channels of the stages (at least 4).  coords: append the
+            pixels' ``y, x`` in [-1, 1] as two input channels.
+    """
+
+    def __init__(self, in_channels: int = 1, widths: Sequence[int] = (16, 32, 64, 128), *, coords: bool = True):
+        super().__init__()
+        widths = tuple(widths)
+        if len(widths) < 4 or any(w < 1 for w in widths) or in_channels < 1:
+            raise ValueError(f"widths must be at least 4 positive channel counts and in_channels positive, got "
+                             f"{widths} and {in_channels}")
+        self.coords = coords
+        layers: list[nn.Module] = []
+        cin = in_channels + (2 if coords else 0)
+        for i, w in enumerate(widths):
+            layers.append(_conv(cin, w))
+            if i < 3:
+                layers.append(nn.MaxPool2d(2))
+            cin = w
+        layers.append(_conv(cin, cin))
+        self.net = nn.Sequential(*layers)
+        self.dim = cin
+
+    def forward(self, images: Tensor) -> tuple[Tensor, tuple[int, int]]:
+        """``images (B, C, H, W)`` -> ``(a (B, L, D), (h, w))``."""
+        x = images
+        if self.coords:
+            b, _, hh, ww = x.shape
+            ys = torch.linspace(-1, 1, hh, device=x.device, dtype=x.dtype)[:, None].expand(hh, ww)
+            xs = torch.linspace(-1, 1, ww, device=x.device, dtype=x.dtype)[None, :].expand(hh, ww)
+            x = torch.cat([x, torch.stack([ys, xs]).expand(b, 2, hh, ww)], dim=1)
+        f = self.net(x)
+        return f.flatten(2).transpose(1, 2), (f.shape[-2], f.shape[-1])
+
+
+class _LSTMCaptioner(nn.Module):
+    """What the three LSTM captioners share: encoder, embedding, LSTM cell, initial state, deep output."""
+
+    looks = True  #: whether the model attends (False: the fixed-context baseline)
+
+    def __init__(self, vocab_size: int, *, in_channels: int = 1, widths: Sequence[int] = (16, 32, 64, 128),
+                 embed_dim: int = 64, hidden_dim: int = 128, attn_dim: int = 128, score: str = "additive",
+                 dropout: float = 0.3, coords: bool = True):
+        super().__init__()
+        if vocab_size < 4 or embed_dim < 1 or hidden_dim < 1 or attn_dim < 1:
+            raise ValueError(f"vocab_size (>= 4), embed_dim, hidden_dim and attn_dim must be positive, got "
+                             f"{vocab_size}, {embed_dim}, {hidden_dim}, {attn_dim}")
+        if not 0.0 <= dropout < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {dropout}")
+        self.encoder = GridEncoder(in_channels, widths, coords=coords)
+        d = self.encoder.dim
+        self.embed = nn.Embedding(vocab_size, embed_dim, padding_idx=0)
+        self.init_h, self.init_c = nn.Linear(d, hidden_dim), nn.Linear(d, hidden_dim)
+        self.cell = nn.LSTMCell(embed_dim + d, hidden_dim)
+        self.out_h, self.out_z = nn.Linear(hidden_dim, embed_dim), nn.Linear(d, embed_dim, bias=False)
+        self.out = nn.Linear(embed_dim, vocab_size)
+        self.dropout = nn.Dropout(dropout)
+        if self.looks:
+            self.attend = Attention(score, query_dim=hidden_dim, key_dim=d, hidden_dim=attn_dim)
+
+    def encode(self, images: Tensor) -> dict:
+        """The decoding state of ``images (B, C, H, W)``: annotations, prepared keys, ``h``, ``c``."""
+        a, grid = self.encoder(images)
+        mean = a.mean(dim=1)
+        state = {"a": a, "mean": mean, "h": torch.tanh(self.init_h(mean)), "c": torch.tanh(self.init_c(mean)),
+                 "grid": grid}
+        if self.looks:
+            state["keys"] = self.attend.score.prepare_key(a)
+        return state
+
+    def _look(self, state: dict) -> tuple[Tensor, Tensor]:
+        """``(soft context (B, D), alpha (B, L))`` from ``h_{t-1}``."""
+        z, w = attention(state["h"][:, None], state["keys"], state["a"], score=self.attend.score,
+                         return_weights=True, key_prepared=True)
+        return z[:, 0], w[:, 0]
+
+    def context(self, state: dict) -> tuple[Tensor, Tensor, dict]:
+        """``(z (B, D), attention (B, L), extras)`` of one step; ``extras`` hold ``beta``/``log_prob``/``entropy``."""
+        raise NotImplementedError
+
+    def step(self, y_prev: Tensor, state: dict) -> tuple[Tensor, Tensor, dict, dict]:
+        """One word: ``(logits (B, V), attention (B, L), new state, extras)``."""
+        z, attn, extras = self.context(state)
+        e = self.dropout(self.embed(y_prev))
+        h, c = self.cell(torch.cat([e, z], dim=-1), (state["h"], state["c"]))
+        logits = self.out(self.dropout(e + self.out_h(self.dropout(h)) + self.out_z(z)))
+        return logits, attn, {**state, "h": h, "c": c}, extras
+
+    def decode_step(self, y_prev: Tensor, state: dict) -> tuple[Tensor, Tensor, dict]:
+        logits, attn, state, _ = self.step(y_prev, state)
+        return logits, attn, state
+
+    def forward(self, images: Tensor, tgt_in: Tensor) -> CaptionOutput:
+        """Teacher forcing: ``images (B, C, H, W)``, ``tgt_in (B, T)`` starting with BOS -> :class:`CaptionOutput`."""
+        state = self.encode(images)
+        logits, attns, extras = [], [], []
+        for t in range(tgt_in.shape[1]):
+            lg, attn, state, ex = self.step(tgt_in[:, t], state)
+            logits.append(lg)
+            attns.append(attn)
+            extras.append(ex)
+        stack = {k: torch.stack([ex[k] for ex in extras], dim=1) for k in (extras[0] if extras else {})}
+        return CaptionOutput(torch.stack(logits, 1), torch.stack(attns, 1), stack.get("beta"),
+                             stack.get("log_prob"), stack.get("entropy"))
+
+
+class SoftCaptioner(_LSTMCaptioner):
+    """Deterministic soft attention with the gate ``beta`` (see the module docstring)."""
+
+    def __init__(self, vocab_size: int, *, in_channels: int = 1, widths: Sequence[int] = (16, 32, 64, 128),
+                 embed_dim: int = 64, hidden_dim: int = 128, attn_dim: int = 128, score: str = "additive",
+                 dropout: float = 0.3, coords: bool = True):
+        super().__init__(vocab_size, in_channels=in_channels, widths=widths, embed_dim=embed_dim,
+                         hidden_dim=hidden_dim, attn_dim=attn_dim, score=score, dropout=dropout, coords=coords)
+        self.f_beta = nn.Linear(hidden_dim, 1)
+
+    def context(self, state):
+        z, alpha = self._look(state)
+        beta = torch.sigmoid(self.f_beta(state["h"]))  # (B, 1)
+        return beta * z, alpha, {"beta": beta[:, 0]}
+
+
+class HardCaptioner(_LSTMCaptioner):
+    """Stochastic hard attention: one sampled location per word in training (see the module docstring).
+
+    ``test_attention``: ``"expectation"`` (the expected context) or ``"argmax"`` (the most likely location;
+    its attention is then that one-hot map). It may be changed on a built model (``model.test_attention = ...``).
+    """
+
+    def __init__(self, vocab_size: int, *, in_channels: int = 1, widths: Sequence[int] = (16, 32, 64, 128),
+                 embed_dim: int = 64, hidden_dim: int = 128, attn_dim: int = 128, score: str = "additive",
+                 dropout: float = 0.3, coords: bool = True, test_attention: str = "expectation"):
+        super().__init__(vocab_size, in_channels=in_channels, widths=widths, embed_dim=embed_dim,
+                         hidden_dim=hidden_dim, attn_dim=attn_dim, score=score, dropout=dropout, coords=coords)
+        if test_attention not in ("expectation", "argmax"):
+            raise ValueError(f"test_attention must be 'expectation' or 'argmax', got {test_attention!r}")
+        self.test_attention = test_attention
+        # moving average of the captions' log-likelihood (REINFORCE baseline), kept in checkpoints
+        self.register_buffer("baseline", torch.zeros(()))
+        self.register_buffer("baseline_ready", torch.zeros((), dtype=torch.bool))
+
+    @torch.no_grad()
+    def update_baseline(self, log_likelihood: Tensor, decay: float = 0.9) -> None:
+        """``b <- decay * b + (1 - decay) * mean(log_likelihood)`` (the first call sets ``b`` to the mean)."""
+        mean = log_likelihood.float().mean()
+        if not bool(self.baseline_ready):
+            self.baseline.copy_(mean)
+            self.baseline_ready.fill_(True)
+        else:
+            self.baseline.mul_(decay).add_((1 - decay) * mean)
+
+    def context(self, state):
+        z, alpha = self._look(state)
+        rows = torch.arange(alpha.shape[0], device=alpha.device)
+        if self.training:
+            s = torch.multinomial(alpha.detach().float(), 1)[:, 0]
+            log_alpha = torch.log(alpha.clamp_min(torch.finfo(alpha.dtype).tiny))
+            extras = {"log_prob": log_alpha[rows, s], "entropy": -(alpha * log_alpha).sum(-1)}
+            return state["a"][rows, s], alpha, extras
+        if self.test_attention == "argmax":
+            s = alpha.argmax(-1)
+            return state["a"][rows, s], torch.nn.functional.one_hot(s, alpha.shape[-1]).to(alpha.dtype), {}
+        return z, alpha, {}
+
+
+class FixedCaptioner(_LSTMCaptioner):
+    """The fixed-context ("distracted") baseline: a projection of the mean annotation at every step."""
+
+    looks = False
+
+    def __init__(self, vocab_size: int, *, in_channels: int = 1, widths: Sequence[int] = (16, 32, 64, 128),
+                 embed_dim: int = 64, hidden_dim: int = 128, dropout: float = 0.3, coords: bool = True):
+        super().__init__(vocab_size, in_channels=in_channels, widths=widths, embed_dim=embed_dim,
+                         hidden_dim=hidden_dim, dropout=dropout, coords=coords)
+        d = self.encoder.dim
+        self.project = nn.Sequential(nn.Linear(d, d), nn.Tanh())
+
+    def context(self, state):
+        a = state["a"]
+        uniform = torch.full(a.shape[:2], 1.0 / a.shape[1], dtype=a.dtype, device=a.device)
+        return self.project(state["mean"]), uniform, {}
+
+
+class TransformerCaptioner(nn.Module):
+    """A Transformer decoder over the grid: causal self-attention over the words, cross-attention to the
+    annotations (projected to ``dim``, plus a learned embedding of each grid position), pre-norm
+    :class:`~qkv.layers.TransformerLayer` s. ``attention`` is the last layer's cross-attention averaged over heads.
+
+    ``max_len``: longest caption (positions of the learned word-position table); ``grid``: positions ``L`` of the
+    feature grid the position table is made for (``(image_size / 8) ** 2``).
+    """
+
+    def __init__(self, vocab_size: int, *, in_channels: int = 1, widths: Sequence[int] = (16, 32, 64, 128),
+                 dim: int = 128, num_heads: int = 4, ffn_dim: int | None = None, num_layers: int = 2,
+                 dropout: float = 0.1, score: str = "scaled_dot", coords: bool = True, max_len: int = 64,
+                 grid: int = 64):
+        super().__init__()
+        self.encoder = GridEncoder(in_channels, widths, coords=coords)
+        self.memory_proj = nn.Linear(self.encoder.dim, dim)
+        self.grid_pos = nn.Parameter(torch.randn(grid, dim) * 0.02)
+        self.embed = nn.Embedding(vocab_size, dim, padding_idx=0)
+        self.positions = PositionalEncoding(dim, max_len, "learned")
+        self.layers = nn.ModuleList(TransformerLayer(dim, num_heads, ffn_dim, dropout=dropout, cross_attention=True,
+                                                     score=score) for _ in range(num_layers))
+        self.norm = nn.LayerNorm(dim)
+        self.out = nn.Linear(dim, vocab_size)
+        self.dropout = nn.Dropout(dropout)
+        self.dim = dim
+
+    def encode(self, images: Tensor) -> dict:
+        """The decoding state: the memory ``(B, L, dim)`` and empty key/value caches."""
+        a, grid = self.encoder(images)
+        if a.shape[1] != self.grid_pos.shape[0]:
+            raise ValueError(f"images give a {grid[0]}x{grid[1]} grid ({a.shape[1]} positions) but the model was "
+                             f"built for {self.grid_pos.shape[0]}")
+        memory = self.memory_proj(a) + self.grid_pos
+        return {"memory": memory, "grid": grid, "self_cache": [KVCache() for _ in self.layers],
+                "cross_cache": [KVCache(static=True) for _ in self.layers]}
+
+    def _decode(self, tokens: Tensor, start: int, memory: Tensor, caches=None) -> tuple[Tensor, Tensor]:
+        y = self.dropout(self.positions(self.embed(tokens) * self.dim ** 0.5, start))
+        attn = None
+        for i, layer in enumerate(self.layers):
+            cache, cross = (None, None) if caches is None else (caches[0][i], caches[1][i])
+            y, attn = layer(y, is_causal=True, memory=memory, cache=cache, cross_cache=cross, return_weights=True)
+        return self.out(self.norm(y)), attn
+
+    def forward(self, images: Tensor, tgt_in: Tensor) -> CaptionOutput:
+        """Teacher forcing over the whole caption at once (causal mask)."""
+        state = self.encode(images)
+        logits, attn = self._decode(tgt_in, 0, state["memory"])
+        return CaptionOutput(logits, attn)
+
+    def decode_step(self, y_prev: Tensor, state: dict) -> tuple[Tensor, Tensor, dict]:
+        pos = len(state["self_cache"][0])
+        logits, attn = self._decode(y_prev[:, None], pos, state["memory"],
+                                    (state["self_cache"], state["cross_cache"]))
+        return logits[:, 0], attn[:, 0], state
+
 
 #: model name -> constructor taking keyword arguments (registered in :mod:`qkv.models.registry`)
-CAPTION_MODELS: dict[str, Callable[..., nn.Module]] = {}
+CAPTION_MODELS: dict[str, Callable[..., nn.Module]] = {
+    "caption-soft": SoftCaptioner, "caption-hard": HardCaptioner, "caption-fixed": FixedCaptioner,
+    "caption-transformer": TransformerCaptioner,
+}

@@ -1,0 +1,190 @@
+"""Captioning models: the doubly stochastic penalty and the REINFORCE terms on hand-computed cases, the gate beta,
+teacher forcing against step-by-step decoding, beam 1 against a greedy loop, hard attention's test modes."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from qkv.data.tokenize import BOS_ID, EOS_ID
+from qkv.models import create
+from qkv.models.captioning import (
+    FixedCaptioner,
+    HardCaptioner,
+    SoftCaptioner,
+    doubly_stochastic_penalty,
+    reinforce_loss,
+)
+from qkv.models.decoding import beam_search
+from qkv.tasks.caption_data import _ImageRows
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+TINY = {"vocab_size": 11, "widths": [4, 4, 6, 8], "dropout": 0.0}
+RNN = {**TINY, "embed_dim": 6, "hidden_dim": 10}
+MODELS = {"caption-soft": {**RNN, "attn_dim": 7}, "caption-hard": {**RNN, "attn_dim": 7}, "caption-fixed": RNN,
+          "caption-transformer": {**TINY, "dim": 8, "num_heads": 2, "num_layers": 2, "max_len": 12, "grid": 4}}
+
+
+def test_doubly_stochastic_penalty_hand_computed():
+    attn = torch.tensor([[[0.5, 0.3, 0.2], [0.1, 0.1, 0.8]]], dtype=torch.float64)
+    both = doubly_stochastic_penalty(attn, torch.tensor([[True, True]]))
+    assert float(both) == pytest.approx(0.4 ** 2 + 0.6 ** 2 + 0.0)  # sums over t: 0.6, 0.4, 1.0
+    first = doubly_stochastic_penalty(attn, torch.tensor([[True, False]]))  # the padded step does not count
+    assert float(first) == pytest.approx(0.5 ** 2 + 0.7 ** 2 + 0.8 ** 2)
+    two = doubly_stochastic_penalty(torch.cat([attn, attn]), torch.tensor([[True, True], [True, False]]))
+    assert float(two) == pytest.approx(float(both) + float(first))  # summed over the batch
+
+
+def test_reinforce_gradient_hand_computed():
+    z = torch.tensor([0.2, -0.5, 1.0], dtype=torch.float64, requires_grad=True)
+    alpha = z.softmax(-1)
+    log_alpha = alpha.log()
+    s, reward, baseline, lr, le = 1, -2.0, -3.0, 0.7, 0.05
+    entropy = -(alpha * log_alpha).sum()
+    loss = reinforce_loss(torch.tensor([reward], dtype=torch.float64), log_alpha[s].reshape(1, 1),
+                          entropy.reshape(1, 1), torch.tensor([[True]]), baseline, reward_weight=lr,
+                          entropy_weight=le)
+    loss.backward()
+    a = alpha.detach()
+    onehot = torch.nn.functional.one_hot(torch.tensor(s), 3).double()
+    h = float(-(a * a.log()).sum())
+    # d/dz [-lr (R - b) log a_s] = -lr (R - b) (onehot - a);  d/dz [-le H] = le a (log a + H)
+    expected = -lr * (reward - baseline) * (onehot - a) + le * a * (a.log() + h)
+    torch.testing.assert_close(z.grad, expected)
+
+
+def test_reinforce_estimator_is_unbiased_whatever_the_baseline():
+    z = torch.tensor([0.3, -1.0, 0.5, 0.0], dtype=torch.float64, requires_grad=True)
+    rewards = torch.tensor([1.0, -2.0, 0.5, 3.0], dtype=torch.float64)
+    exact = torch.autograd.grad((z.softmax(-1) * rewards).sum(), z)[0]  # d E[R] / dz
+    for baseline in (0.0, 2.5):
+        alpha = z.softmax(-1)
+        # the expectation over s of the estimator: sum_s alpha_s * grad of -loss(s)
+        total = torch.zeros_like(z)
+        for s in range(4):
+            loss = reinforce_loss(rewards[s:s + 1], alpha.log()[s].reshape(1, 1), torch.zeros(1, 1),
+                                  torch.tensor([[True]]), baseline)
+            total += alpha[s].detach() * -torch.autograd.grad(loss, z, retain_graph=True)[0]
+        torch.testing.assert_close(total, exact)
+
+
+def test_padding_steps_do_not_enter_reinforce():
+    lp = torch.tensor([[-1.0, -7.0]], requires_grad=True)
+    loss = reinforce_loss(torch.tensor([-1.0]), lp, torch.zeros(1, 2), torch.tensor([[True, False]]), 0.0)
+    loss.backward()
+    assert lp.grad[0, 1] == 0 and lp.grad[0, 0] != 0
+
+
+def _images(gen, n=3):
+    return torch.rand(n, 1, 16, 16, generator=gen)
+
+
+def test_beta_gates_the_context(gen):
+    torch.manual_seed(0)
+    model = SoftCaptioner(**MODELS["caption-soft"]).eval()
+    with torch.no_grad():
+        model.f_beta.weight.zero_()
+        model.f_beta.bias.fill_(math.log(0.25 / 0.75))  # beta = 0.25 whatever h
+    state = model.encode(_images(gen))
+    z, alpha, extras = model.context(state)
+    torch.testing.assert_close(extras["beta"], torch.full((3,), 0.25))
+    torch.testing.assert_close(alpha.sum(-1), torch.ones(3))
+    ungated = torch.einsum("bl,bld->bd", alpha.double(), state["a"].double())  # independent weighted sum
+    torch.testing.assert_close(z.double(), 0.25 * ungated, rtol=1e-5, atol=1e-6)
+    out = model(_images(gen), torch.full((3, 4), BOS_ID))
+    assert out.beta.shape == (3, 4) and torch.allclose(out.beta, torch.tensor(0.25))
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_teacher_forcing_equals_step_by_step(name, gen):
+    torch.manual_seed(1)
+    model = create(name, **MODELS[name]).eval()
+    x = _images(gen)
+    tgt = torch.randint(4, 11, (3, 5), generator=gen)
+    tgt[:, 0] = BOS_ID
+    with torch.no_grad():
+        out = model(x, tgt)
+        state = model.encode(x)
+        steps = []
+        for t in range(5):
+            logits, attn, state = model.decode_step(tgt[:, t], state)
+            steps.append((logits, attn))
+    assert out.logits.shape == (3, 5, 11) and out.attention.shape == (3, 5, 4)
+    torch.testing.assert_close(torch.stack([s[0] for s in steps], 1), out.logits, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(torch.stack([s[1] for s in steps], 1), out.attention, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(out.attention.sum(-1), torch.ones(3, 5))
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_beam_one_is_greedy(name, gen):
+    torch.manual_seed(2)
+    model = create(name, **MODELS[name]).eval()
+    x = _images(gen, 4)
+    rows = torch.zeros(4, 4, dtype=torch.long)
+    rows[:, 0] = torch.arange(4)
+    hyps = beam_search(_ImageRows(model, x), rows, torch.ones(4, 4, dtype=torch.bool), beam=1, max_len=8,
+                       length_penalty=0.0)
+    with torch.no_grad():  # a plain greedy loop
+        state = model.encode(x)
+        y = torch.full((4,), BOS_ID)
+        seqs = [[] for _ in range(4)]
+        done = torch.zeros(4, dtype=torch.bool)
+        for _ in range(8):
+            logits, _, state = model.decode_step(y, state)
+            y = logits.argmax(-1)
+            for i in range(4):
+                if not done[i]:
+                    seqs[i].append(int(y[i]))
+            done |= y == EOS_ID
+    for h, seq in zip(hyps, seqs, strict=True):
+        assert h.tokens == [t for t in seq if t != EOS_ID][:len(h.tokens)] and h.tokens == seq[:len(h.tokens)]
+        assert len(h.tokens) == (seq.index(EOS_ID) if EOS_ID in seq else len(seq))
+    wider = beam_search(_ImageRows(model, x), rows, torch.ones(4, 4, dtype=torch.bool), beam=3, max_len=8,
+                        length_penalty=0.0)
+    assert all(w.score >= h.score - 1e-5 for w, h in zip(wider, hyps, strict=True))  # a beam finds no worse
+
+
+def test_hard_attention_train_and_test_modes(gen):
+    torch.manual_seed(3)
+    hard = HardCaptioner(**MODELS["caption-hard"])
+    soft_like = hard.eval()
+    x, tgt = _images(gen), torch.full((3, 4), BOS_ID)
+    with torch.no_grad():
+        state = soft_like.encode(x)
+        z, alpha, _ = soft_like.context(state)
+        torch.testing.assert_close(z, torch.einsum("bl,bld->bd", alpha, state["a"]), rtol=1e-5, atol=1e-6)
+        soft_like.test_attention = "argmax"
+        z_max, one_hot, _ = soft_like.context(state)
+    assert torch.equal(one_hot.argmax(-1), alpha.argmax(-1)) and torch.equal(one_hot.sum(-1), torch.ones(3))
+    torch.testing.assert_close(z_max, state["a"][torch.arange(3), alpha.argmax(-1)])
+    hard.train()
+    out = hard(x, tgt)
+    assert out.sample_log_prob.shape == (3, 4) and (out.sample_log_prob <= 0).all()
+    assert (out.entropy >= 0).all() and (out.entropy <= math.log(4) + 1e-5).all()
+    hard.update_baseline(torch.tensor([-4.0, -2.0]))
+    assert float(hard.baseline) == -3.0  # the first call sets it
+    hard.update_baseline(torch.tensor([-1.0]), decay=0.9)
+    assert float(hard.baseline) == pytest.approx(-2.8)
+    assert "baseline" in hard.state_dict()  # checkpointed with the weights
+    with pytest.raises(ValueError, match="test_attention"):
+        HardCaptioner(**MODELS["caption-hard"], test_attention="mean")
+
+
+def test_fixed_model_attention_is_uniform_and_ignores_positions(gen):
+    model = FixedCaptioner(**MODELS["caption-fixed"]).eval()
+    out = model(_images(gen), torch.full((3, 2), BOS_ID))
+    torch.testing.assert_close(out.attention, torch.full((3, 2, 4), 0.25))
+    assert not hasattr(model, "attend")
+
+
+def test_scores_and_bad_sizes():
+    for score in ("general", "mlp", "additive"):
+        create("caption-soft", **{**MODELS["caption-soft"], "score": score})
+    with pytest.raises(ValueError, match="caption-soft"):
+        create("caption-soft", **{**MODELS["caption-soft"], "widths": [4, 4]})
+    with pytest.raises(ValueError, match="grid"):
+        model = create("caption-transformer", **MODELS["caption-transformer"])
+        model.encode(torch.zeros(1, 1, 32, 32))

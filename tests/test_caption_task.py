@@ -1,0 +1,168 @@
+"""The captioning application end to end through `qkv.cli.main`: train on scenes (every model) and on a
+Flickr8k-style folder, caption by index and by file with pictures, evaluate, resume, the predictor against the
+model run by hand, and bad inputs (one line, exit code 2)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+pytest.importorskip("matplotlib")
+
+from qkv.cli import main  # noqa: E402
+from qkv.tasks.caption import Captioner, CaptionOptions, CaptionTask, caption_images, model_spec  # noqa: E402
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+PNG = b"\x89PNG\r\n\x1a\n"
+SMALL = ["--widths", "4,4,4,8", "--dropout", "0", "--batch-size", "16", "--no-progress", "--eval-max", "8"]
+SCENES = ["--n-train", "48", "--n-valid", "8", "--n-test", "8"]
+RNN = ["--embed-dim", "8", "--hidden-dim", "16"]
+SIZES = {"soft": RNN + ["--attn-dim", "8"], "hard": RNN + ["--attn-dim", "8"], "fixed": RNN,
+         "transformer": ["--dim", "8", "--num-heads", "2", "--num-layers", "1"]}
+
+
+def events(out: Path) -> list[dict]:
+    return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+
+
+def train(out: Path, model: str, *extra: str) -> int:
+    return main(["train", "caption", "--model", model, *SCENES, *SIZES[model], *SMALL, "--out", str(out), *extra])
+
+
+@pytest.mark.parametrize("model", ["soft", "hard", "fixed", "transformer"])
+def test_train_and_caption_every_model(model, tmp_path, capsys):
+    out = tmp_path / model
+    assert train(out, model, "--max-steps", "2") == 0
+    final = {e["split"]: e["metrics"] for e in events(out) if e["event"] == "final"}
+    for key in ("bleu1", "bleu4", "exact_match", "grounding", "grounding_above", "exact_match_items4",
+                "layout_match"):
+        assert key in final["test"]
+    capsys.readouterr()
+    assert main(["caption", str(out), "--index", "0", "--index", "3", "--beam", "2", "--plot",
+                 str(tmp_path / "pics")]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("test0\t") and any(line.startswith("test3\t") for line in lines)
+    assert (tmp_path / "pics" / "test0.png").read_bytes()[:8] == PNG
+
+
+def test_evaluate_resume_and_the_predictor(tmp_path, capsys):
+    out = tmp_path / "soft"
+    assert train(out, "soft", "--max-steps", "3", "--epochs", "2") == 0
+    assert train(out, "soft", "--max-steps", "5", "--epochs", "2", "--resume") == 0
+    assert [e["event"] for e in events(out)].count("resume") == 1
+    assert max(e.get("global_step", 0) for e in events(out)) == 5
+    capsys.readouterr()
+    assert main(["caption", str(out), "--evaluate", "--beam", "1", "--json", str(tmp_path / "m.json")]) == 0
+    text = capsys.readouterr().out
+    assert "| BLEU-1 | BLEU-2 | BLEU-3 | BLEU-4 | exact match | grounding |" in text
+    assert "exact match by number of items: 1:" in text
+    figures = json.loads((tmp_path / "m.json").read_text())
+    assert figures["images"] == 8.0 and 0 <= figures["grounding"] <= 1
+    # the predictor equals the model run by hand (greedy, the first word's logits and map)
+    cap = Captioner.load(out)
+    images, refs = cap.test_images([1, 2])
+    results = cap.predict(images, beam=1)
+    by_hand = caption_images(cap.model, cap.tokenizer, images, beam=1, max_len=40)
+    assert [r.text for r in results] == [r.text for r in by_hand] and len(refs[0]) >= 1
+    with torch.no_grad():
+        state = cap.model.encode(images.float() / 255.0)
+        logits, attn, _ = cap.model.decode_step(torch.full((2,), 1), state)
+    for i, r in enumerate(results):
+        assert r.attention.shape == (len(r.words), 8, 8)
+        if r.words:
+            assert r.words[0] == cap.tokenizer.tokens_of_ids([int(logits[i].argmax())])[0]
+            torch.testing.assert_close(r.attention[0].flatten(), attn[i])
+    with pytest.raises(ValueError, match="images must be"):
+        cap.predict(torch.zeros(2, 3, 64, 64))
+    with pytest.raises(ValueError, match="hard_test"):
+        cap.predict(images, hard_test="argmax")
+
+
+def test_hard_test_modes_from_the_command_line(tmp_path, capsys):
+    out = tmp_path / "hard"
+    assert train(out, "hard", "--max-steps", "2", "--hard-test", "argmax") == 0
+    cap = Captioner.load(out)
+    assert cap.model.test_attention == "argmax" and cap.options.hard_test == "argmax"
+    results = cap.predict(cap.test_images([0])[0], beam=1)
+    assert all(float(m.max()) == 1.0 for m in results[0].attention)  # one location per word
+    capsys.readouterr()
+    assert main(["caption", str(out), "--index", "0", "--hard-test", "expectation"]) == 0
+
+
+def _flickr(root: Path, n: int = 24) -> Path:
+    from PIL import Image
+
+    root.mkdir()
+    lines = []
+    for i in range(n):
+        colour = "red" if i % 2 else "blue"
+        Image.new("RGB", (40, 30), (200, 0, 0) if i % 2 else (0, 0, 200)).save(root / f"im{i}.png")
+        lines += [f"im{i}.png#0\ta {colour} picture", f"im{i}.png#1\tthe picture is {colour}"]
+    (root / "captions.txt").write_text("\n".join(lines) + "\n")
+    return root
+
+
+def test_flickr_style_folder(tmp_path, capsys):
+    root = _flickr(tmp_path / "flickr")
+    out = tmp_path / "run"
+    args = ["train", "caption", "--data", str(root / "captions.txt"), "--image-size", "16", "--min-freq", "1",
+            "--valid", "0.2", "--test", "0.2", *RNN, "--attn-dim", "8", *SMALL, "--max-steps", "2", "--out", str(out)]
+    assert main(args) == 0
+    final = {e["split"]: e["metrics"] for e in events(out) if e["event"] == "final"}
+    assert "bleu4" in final["test"] and "grounding" not in final["test"]
+    assert json.loads((out / "best" / "config.json").read_text())["config"]["channels"] == 3 \
+        if (out / "best" / "config.json").is_file() else True
+    capsys.readouterr()
+    assert main(["caption", str(out), str(root / "im0.png"), str(root / "im1.png"), "--plot", str(tmp_path / "p")]) == 0
+    assert capsys.readouterr().out.startswith("im0\t")
+    assert (tmp_path / "p" / "im1.png").is_file()
+    # a malformed line: one line naming file:line, exit 2, nothing written
+    with open(root / "captions.txt", "a") as f:
+        f.write("im3.png\tno number\n")
+    bad = [a if a != str(out) else str(tmp_path / "bad") for a in args]
+    assert main(bad) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "captions.txt:49:" in err and not (tmp_path / "bad").exists()
+    assert main(bad + ["--on-error", "skip"]) == 0
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["train", "caption", "--images", "x"], "images"),
+    (["train", "caption", "--model", "fixed", "--attn-dim", "8"], "--attn-dim"),
+    (["train", "caption", "--model", "soft", "--num-heads", "3"], "--num-heads"),
+    (["train", "caption", "--widths", "4,4"], "widths"),
+    (["train", "caption", "--data", "/nonexistent/captions.txt"], "no such captions file"),
+])
+def test_bad_training_options(argv, message, tmp_path, capsys):
+    assert main(argv + ["--out", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("qkv: error:") and message in err and "\n" not in err
+    assert not (tmp_path / "run").exists()
+
+
+def test_bad_caption_inputs(tmp_path, capsys):
+    out = tmp_path / "run"
+    assert train(out, "fixed", "--max-steps", "1") == 0
+    (tmp_path / "junk.png").write_bytes(PNG + b"junk")
+    for argv, message in ((["--index", "99"], "out of range"), ([str(tmp_path / "none.png")], "no image file"),
+                          ([str(tmp_path / "junk.png")], "cannot read image"), ([], "give image files"),
+                          (["--index", "0", "--hard-test", "argmax"], "hard attention"),
+                          (["--index", "0", "--data", "x"], "--evaluate")):
+        capsys.readouterr()
+        assert main(["caption", str(out), *argv]) == 2, argv
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("qkv: error:") and message in err and "\n" not in err
+
+
+def test_model_spec_is_json_and_rebuilds():
+    from qkv.models import create
+
+    for model in ("soft", "hard", "fixed", "transformer"):
+        spec = model_spec(CaptionOptions(model=model), vocab_size=30, in_channels=1, image_size=64)
+        assert json.loads(json.dumps(spec)) == spec and spec["name"] == f"caption-{model}"
+        create(spec["name"], **spec["config"])
+    assert CaptionTask(CaptionOptions()).unit == "words"
