@@ -352,6 +352,9 @@ class Reader:
 
     def predict(self, context: str, question: str) -> Answer:
         """The answer to ``question`` in ``context``."""
+        for what, text in (("context", context), ("question", question)):
+            if not isinstance(text, str) or not text.strip():
+                raise ValueError(f"the {what} is empty")
         return self.predict_batch([(context, question)])[0]
 
     def evaluate(self, examples, *, chars: bool | None = None) -> dict[str, float]:

@@ -1,0 +1,192 @@
+"""Question answering end to end on tiny data: `qkv train qa` into tmp_path, `qkv answer` (terminal, HTML,
+--evaluate), resume, the library (options, model spec, `Reader` against the model run by hand), a SQuAD file, the
+"when" -> "who" test of seed 004 on a trained tiny model, and the errors a user meets first."""
+
+import contextlib
+import io
+import json
+from html.parser import HTMLParser
+
+import pytest
+import torch
+
+from qkv.cli import main
+from qkv.models.reading import decode_spans
+from qkv.tasks.qa import QAOptions, Reader, model_spec, train_defaults
+from qkv.tasks.qa_encode import collate_qa, encode_example
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+TINY = ["--n-train", "1500", "--n-eval", "100", "--embed-dim", "16", "--hidden-dim", "32", "--dropout", "0",
+        "--lr", "1e-2", "--warmup-steps", "0", "--no-progress"]
+CONTEXT = "The Kavo engine was invented by Mira Tel in 1905."
+
+
+def run(*argv):
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = main([str(a) for a in argv])
+        except SystemExit as e:
+            code = e.code
+    return code, out.getvalue(), err.getvalue()
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """A tiny Attentive Reader on English facts: 3 epochs of 47 steps (about ten seconds on one core)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    out = tmp_path_factory.mktemp("qa") / "run"
+    code, stdout, err = run("train", "qa", "--data", "facts", *TINY, "--out", out)
+    torch.set_num_threads(before)
+    assert code == 0, err
+    return out, stdout
+
+
+def test_train_prints_every_split(trained):
+    out, stdout = trained
+    for split in ("valid", "test", "test_phrasings"):
+        assert f"{split}: exact_match" in stdout
+    assert "stopped: epochs after 141 steps" in stdout
+    config = json.loads((out / "best" / "config.json").read_text())
+    assert config["config"]["model"]["name"] == "attentive-reader"
+
+
+def test_when_and_who_move_the_attention_peak(trained):
+    """Seed 004: asked *when*, the question attends to the year; asked *who*, to the person: only the question
+    changed. The held-out names are unknown words to this model: it points by reading."""
+    reader = Reader.load(trained[0])
+    when = reader.predict(CONTEXT, "When was the Kavo engine invented?")
+    who = reader.predict(CONTEXT, "Who invented the Kavo engine?")
+
+    def peak(a):
+        return a.tokens[max(range(len(a.tokens)), key=lambda i: a.attention[i])]
+
+    assert (when.answer, peak(when)) == ("1905", "1905")
+    assert who.answer == "Mira Tel" and peak(who) in ("Mira", "Tel")
+    assert when.start_token <= when.end_token and CONTEXT[when.start:when.end] == when.answer
+    assert sum(when.attention) == pytest.approx(1.0, abs=1e-5) and len(when.attention) == len(when.tokens)
+
+
+def test_reader_equals_the_model_run_by_hand(trained):
+    reader = Reader.load(trained[0])
+    q = "Who invented the Kavo engine?"
+    a = reader.predict(CONTEXT, q)
+    e = encode_example(CONTEXT, q, reader.tokenizer, max_context=400, max_question=64)
+    b = collate_qa([e])
+    with torch.no_grad():
+        out = reader.model(b["context"], b["context_mask"], b["question"], b["question_mask"], b["match"])
+    start, end, prob = decode_spans(out.start_logits, out.end_logits, b["context_mask"], 20)
+    assert (a.start_token, a.end_token) == (int(start), int(end))
+    assert a.probability == pytest.approx(float(prob))
+    assert a.attention == pytest.approx(out.attention[0].tolist())
+    # the question-word flag marks 'kavo' and 'engine' (lower-cased) but not 'mira'
+    assert [t for t, m in zip(a.tokens, e.match, strict=True) if m] == ["The", "Kavo", "engine", "invented"]
+
+
+def test_answer_command_terminal_and_html(trained, tmp_path):
+    page = tmp_path / "a.html"
+    ctx = CONTEXT + " <script>alert(1)</script>"
+    code, out, err = run("answer", trained[0], "--context", ctx, "--question", "When was the Kavo engine invented?",
+                         "--color", "never", "--html", page)
+    assert code == 0, err
+    assert out.startswith("answer: 1905\tprobability ")
+    assert "attention: The Kavo engine" in out and "[1905 " in out
+    html = page.read_text(encoding="utf-8")
+    assert "<script" not in html and ">&lt;</span>" in html and "title=\"0.98" in html
+    HTMLParser().feed(html)
+    code, out, _ = run("answer", trained[0], "--context", CONTEXT, "--question", "Who invented the Kavo engine?",
+                       "--color", "always")
+    assert code == 0 and "\x1b[" in out and "answer: Mira Tel" in out
+
+
+def test_evaluate_on_facts_and_a_file(trained, tmp_path):
+    code, out, err = run("answer", trained[0], "--evaluate", "--data", "facts")
+    assert code == 0, err
+    assert "| test | " in out and "| test_phrasings | " in out
+    tsv = tmp_path / "qa.tsv"
+    tsv.write_text(f"{CONTEXT}\tWhen was the Kavo engine invented?\t1905\n"
+                   f"{CONTEXT}\tWho invented the Kavo engine?\tMira Tel\n"
+                   f"{CONTEXT}\tWho?\tNobody\n", encoding="utf-8")
+    code, out, err = run("answer", trained[0], "--evaluate", "--data", tsv)
+    assert code == 2 and "qa.tsv:3: the answer 'Nobody' is not a span" in err and len(err.strip().splitlines()) == 1
+    js = tmp_path / "m.json"
+    code, out, err = run("answer", trained[0], "--evaluate", "--data", tsv, "--on-error", "skip", "--json", js)
+    assert code == 0, err
+    assert "skipped 1 question(s)" in out and "| qa.tsv | 1.0000 | 1.0000 | 2 |" in out
+    assert json.loads(js.read_text())["qa.tsv"]["exact_match"] == 1.0
+
+
+def test_resume_continues(trained, tmp_path):
+    out = tmp_path / "r"
+    args = ["train", "qa", "--data", "facts", *TINY, "--n-train", "300", "--out", out]
+    assert run(*args, "--max-steps", "3")[0] == 0
+    code, stdout, err = run(*args, "--max-steps", "6", "--resume")
+    assert code == 0, err
+    assert "after 6 steps" in stdout
+
+
+def test_squad_file_and_chinese_characters(tmp_path):
+    contexts = [f"{name}于{year}年在{city}提出了{thing}。" for name, year, city, thing in
+                [("王明", 1901, "北港", "光能定律"), ("李华", 1932, "南城", "电磁方程"),
+                 ("陈静", 1957, "西镇", "声波理论"), ("周涛", 1988, "东堡", "热力模型")]]
+    paragraphs = [{"context": c, "qas": [{"id": str(i), "question": "谁提出的?",
+                                          "answers": [{"text": c[:2], "answer_start": 0}]}]}
+                  for i, c in enumerate(contexts)]
+    path = tmp_path / "zh.json"
+    path.write_text(json.dumps({"data": [{"title": "t", "paragraphs": paragraphs}]}, ensure_ascii=False),
+                    encoding="utf-8")
+    out = tmp_path / "run"
+    code, stdout, err = run("train", "qa", "--data", path, "--model", "bidaf", "--embed-dim", "8", "--hidden-dim",
+                            "8", "--max-steps", "2", "--no-progress", "--out", out)
+    assert code == 0, err
+    assert "test: exact_match" in stdout and "test_phrasings" not in stdout
+    tok = json.loads((out / "best" / "assets" / "tokenizer" / "qkv_tokenizer.json").read_text())
+    assert tok["type"] == "char"
+    a = Reader.load(out).predict("王明于1901年提出。", "谁提出的?")
+    assert a.answer and a.answer in "王明于1901年提出。"
+
+
+@pytest.mark.parametrize("model", ["bidaf", "transformer"])
+def test_other_models_train_and_answer(model, tmp_path):
+    sizes = ["--embed-dim", "8", "--hidden-dim", "8"] if model == "bidaf" else \
+        ["--dim", "16", "--num-heads", "2", "--num-layers", "1"]
+    out = tmp_path / model
+    code, _, err = run("train", "qa", "--data", "facts", "--n-train", "200", "--n-eval", "20", "--model", model,
+                       *sizes, "--max-steps", "3", "--no-progress", "--out", out)
+    assert code == 0, err
+    code, stdout, err = run("answer", out, "--context", CONTEXT, "--question", "Who?", "--color", "never")
+    assert code == 0 and stdout.startswith("answer: "), err
+
+
+def test_options_and_spec():
+    o = QAOptions(model="transformer", dim=32, num_heads=4)
+    assert model_spec(o, vocab_size=50) == {"name": "transformer-reader", "config": {
+        "vocab_size": 50, "score": "scaled_dot", "dropout": 0.1, "match_feature": True, "num_layers": 3, "dim": 32,
+        "num_heads": 4, "ffn_dim": None, "max_len": 400}}
+    assert train_defaults(QAOptions(data="x.json")).final_splits == ("valid", "test")
+    with pytest.raises(ValueError, match="num_heads .* must divide dim"):
+        QAOptions(model="transformer", dim=30, num_heads=4)
+    with pytest.raises(ValueError, match="lang does not apply"):
+        QAOptions(data="x.json", lang="zh")
+
+
+def test_bad_input_is_one_line_exit_2(trained, tmp_path):
+    cases = [
+        (["train", "qa", "--data", tmp_path / "missing.json", "--out", tmp_path / "o"], "no such data file"),
+        (["train", "qa", "--model", "transformer", "--hidden-dim", "8"], "--hidden-dim"),
+        (["train", "qa", "--data", "x.tsv", "--lang", "zh"], "--lang"),
+        (["answer", trained[0], "--context", "  ", "--question", "Who?"], "the context is empty"),
+        (["answer", trained[0], "--context", CONTEXT], "give --context and --question"),
+        (["answer", trained[0], "--evaluate"], "--evaluate needs --data"),
+        (["answer", trained[0], "--context", CONTEXT, "--question", "Who?", "--data", "facts"], "go with --evaluate"),
+        (["answer", tmp_path, "--context", CONTEXT, "--question", "Who?"], None),
+    ]
+    for argv, message in cases:
+        code, out, err = run(*argv)
+        assert code == 2, (argv, out, err)
+        assert len(err.strip().splitlines()) == 1 and err.startswith("qkv: error:"), (argv, err)
+        if message:
+            assert message in err, (argv, err)
+    assert not (tmp_path / "o").exists()
