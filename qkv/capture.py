@@ -1,6 +1,7 @@
 """Record every attention of a forward pass: ``with qkv.capture_attention(model) as records: model(x)``.
 
-Every call of :func:`qkv.attention` made while a model runs inside :func:`capture_attention` is recorded under the
+Every call of :func:`qkv.attention` (and of :func:`qkv.weighted_sum`, for models that run the three stages
+themselves) made while a model runs inside :func:`capture_attention` is recorded under the
 name of the module that made it (a :class:`~qkv.MultiHeadAttention`, :class:`~qkv.Attention`,
 :class:`~qkv.SelfAttention`, :class:`~qkv.AttentionPooling`, a non-local block, or any module of the user's that
 calls the function), and so is every channel or spatial map of the vision blocks (SE, ECA, CBAM, SK, BiSeNet's
@@ -90,6 +91,7 @@ class _Recorder:
     records: list[AttentionRecord] = field(default_factory=list)
     stack: list[_Frame] = field(default_factory=list)
     busy: bool = False  # inside the extra call that computes weights: record nothing
+    root: str = "attention"  # the name of calls made outside any module's forward (e.g. a decode_step method)
 
     def frame(self) -> _Frame | None:
         return self.stack[-1] if self.stack else None
@@ -111,8 +113,8 @@ def _attention_frame(rec: _Recorder) -> _Frame | None:
     return rec.frame()
 
 
-def _kind(frame: _Frame | None, query: Tensor, key: Tensor) -> str:
-    """self / cross / pooling, from the module that called, else from the call's tensors."""
+def _kind(frame: _Frame | None, same: bool, tq: int, tk: int) -> str:
+    """self / cross / pooling, from the module that called, else from the call (``same``: queries are keys)."""
     from .layers import AttentionPooling, MultiHeadAttention, SelfAttention
     from .vision import NonLocal
 
@@ -125,10 +127,10 @@ def _kind(frame: _Frame | None, query: Tensor, key: Tensor) -> str:
         key_in = frame.kwargs.get("key", frame.inputs[1] if len(frame.inputs) > 1 else None)
         return "self" if key_in is None or key_in is frame.inputs[0] else "cross"
     # a function call in a module of the user's: self when the queries and keys are one sequence
-    if query is key:
+    if same:
         return "self"
     one_input = frame is not None and len(frame.inputs) == 1 and not frame.kwargs.get("memory")
-    return "self" if one_input and query.shape[-2] == key.shape[-2] else "cross"
+    return "self" if one_input and tq == tk else "cross"
 
 
 def _grid(frame: _Frame | None) -> tuple[tuple[int, int], tuple[int, int]] | None:
@@ -165,14 +167,25 @@ def record_call(fn: Callable[..., Any], query: Tensor, key: Tensor, value: Tenso
                 _, weights = fn(query, key, value, **{**kwargs, "return_weights": True, "dropout": 0.0})
     finally:
         rec.busy = False
+    _append(rec, weights, query is key, bool(kwargs.get("is_causal")))
+    return result
+
+
+def _append(rec: _Recorder, weights: Tensor, same: bool, is_causal: bool) -> None:
     frame = _attention_frame(rec)
-    name = frame.name if frame is not None else "attention"
+    name = frame.name if frame is not None else rec.root
     module = type(frame.module).__name__ if frame is not None else "function"
-    kind = _kind(frame, query, key)
-    causal = bool(kwargs.get("is_causal")) or bool(frame is not None and frame.kwargs.get("is_causal"))
+    kind = _kind(frame, same, weights.shape[-2], weights.shape[-1])
+    causal = is_causal or bool(frame is not None and frame.kwargs.get("is_causal"))
     rec.records.append(AttentionRecord(name, module, kind, _layer_of(name), _as_heads(weights), causal=causal,
                                        grid=_grid(frame)))
-    return result
+
+
+def record_weights(weights: Tensor) -> None:
+    """Record the weights given to :func:`qkv.functional.weighted_sum` by a model that runs the stages itself."""
+    rec = ACTIVE
+    if rec is not None and not rec.busy:
+        _append(rec, weights, False, False)
 
 
 def record_map(kind: str, weights: Tensor) -> None:
@@ -228,7 +241,7 @@ def capture_attention(model: nn.Module, *, join_steps: bool = True) -> Iterator[
         raise TypeError(f"capture_attention needs an nn.Module, got {type(model).__name__}")
     if ACTIVE is not None:
         raise RuntimeError("capture_attention is already active; captures do not nest")
-    rec = _Recorder()
+    rec = _Recorder(root=type(model).__name__)
     handles = []
 
     def enter(name: str):

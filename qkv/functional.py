@@ -94,6 +94,8 @@ def weighted_sum(weights: Tensor, value: Tensor) -> Tensor:
     if weights.shape[-1] != value.shape[-2]:
         raise ValueError(f"weights {tuple(weights.shape)} and value {tuple(value.shape)} disagree on Tk")
     _broadcast("weights", weights, "value", value)
+    if _capture.ACTIVE is not None:  # inside qkv.capture_attention: a model running the stages itself
+        _capture.record_weights(weights)
     return weights @ value
 
 

@@ -187,7 +187,7 @@ def test_plain_function_in_a_user_module(gen):
     with qkv.capture_attention(Mine()) as records:
         out = Mine()(x)  # not the captured instance: still recorded, under the innermost module known (none)
         Mine()(x)
-    assert len(records) == 1 and records[0].calls == 2 and records[0].name == "attention"
+    assert len(records) == 1 and records[0].calls == 2 and records[0].name == "Mine"  # outside any forward
     _, w = qkv.attention(x, x, x, score="cosine", return_weights=True)
     torch.testing.assert_close(records[0].weights[:, 0, :5], w)
     assert torch.equal(out, qkv.attention(x, x, x, score="cosine"))
@@ -218,3 +218,19 @@ def test_rollout(gen):
         qkv.attention_rollout([one, torch.rand(1, 5, 5)])
     with pytest.raises(ValueError, match="residual"):
         qkv.attention_rollout([one], residual=2)
+
+
+def test_a_model_running_the_three_stages_itself(gen):
+    class Stages(nn.Module):
+        def forward(self, q, k, v):
+            w = qkv.normalize_scores(qkv.compute_scores(q, k, "dot"))
+            return qkv.weighted_sum(w, v)
+
+    q, k = torch.randn(2, 3, 4, generator=gen), torch.randn(2, 5, 4, generator=gen)
+    v = torch.randn(2, 5, 6, generator=gen)
+    model = Stages()
+    with qkv.capture_attention(model) as records:
+        out = model(q, k, v)
+    (r,) = records
+    assert (r.name, r.kind) == ("Stages", "cross") and torch.equal(out, model(q, k, v))
+    torch.testing.assert_close(r.weights[:, 0], torch.softmax(q @ k.transpose(1, 2), -1))

@@ -38,6 +38,14 @@ def runs(tmp_path_factory):
     assert main(["train", "images", "--data", "digits", "--attn", "non_local", "--max-steps", "2", "--batch-size",
                  "32", "--no-progress", "--out", str(out["images"])]) == 0
     out["reviews"] = reviews
+    out["caption"] = root / "caption"
+    assert main(["train", "caption", "--model", "transformer", "--n-train", "32", "--n-valid", "8", "--n-test", "8",
+                 "--dim", "8", "--num-heads", "2", "--num-layers", "2", "--widths", "4,4,4,8", "--batch-size", "16",
+                 "--eval-max", "4", "--max-steps", "2", "--no-progress", "--out", str(out["caption"])]) == 0
+    out["qa"] = root / "qa"
+    assert main(["train", "qa", "--data", "facts", "--model", "bidaf", "--n-train", "200", "--n-eval", "20",
+                 "--embed-dim", "8", "--hidden-dim", "8", "--max-steps", "2", "--no-progress",
+                 "--out", str(out["qa"])]) == 0
     return out
 
 
@@ -129,3 +137,18 @@ def test_faithfulness_of_an_attention_that_explains(runs, capsys):
     assert out[0].startswith("k\tattention drop") and out[1].startswith("1\t")
     with pytest.raises(ValueError, match="more than k=50"):
         comprehensiveness(clf, ["short one"], k=50)
+
+
+def test_view_captioning_and_question_answering(runs, tmp_path):
+    page = tmp_path / "c.html"
+    assert main(["view", str(runs["caption"]), "--index", "1", "--out", str(page)]) == 0
+    data = page_data(page.read_text(encoding="utf-8"))
+    cross = [r for r in data["records"] if r["kind"] == "cross"]
+    assert len(cross) == 2 and data["image"] is not None
+    assert all(r["grid"][0] * r["grid"][1] == r["tk"] for r in cross)  # the words attend over the feature grid
+    assert all(r["qtok"] in ("target", "words") for r in cross)
+    view = inspect_run(runs["qa"], text="Marie Curie discovered radium in 1898 in Paris.", question="When was radium"
+                       " discovered?")
+    assert {r.kind for r in view.records} >= {"cross"} and view.tokens["target"][0].lower() == "when"
+    assert view.tokens["source"][:2] == ["Marie", "Curie"]
+    assert main(["view", str(runs["qa"]), "Marie Curie discovered radium.", "--out", str(tmp_path / "q.html")]) == 2

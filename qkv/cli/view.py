@@ -19,6 +19,7 @@ class ViewCommand:
                                      help="an image file (image applications; repeatable)")
     index: list[int] | None = option(None, repeat=True, parse=lambda xs: [int(x) for x in xs], metavar="N",
                                      help="an image of the run's test split (repeatable)")
+    question: str | None = option(None, help="the question (question-answering runs; the text is the context)")
     out: str = option("attention.html", help="the page to write (numbered NAME-0.html, NAME-1.html... for several)")
     rollout: bool = option(True, help="add attention rollout for stacks of self-attention")
     device: str = option("cpu", help="cpu, cuda, cuda:N or auto")
@@ -40,19 +41,11 @@ def view(args) -> int:
     from ..viz.page import save_attention_page
 
     o = options_from_args(args, ViewCommand)
-    inputs: list[tuple[str | None, object]] = [(None, path) for path in o.image or []]
-    if o.index:
-        from ..tasks.images import ImageClassifier
-
-        test_images = ImageClassifier.load(o.run, o.device).test_images()[0]
-        for i in o.index:
-            if not 0 <= i < len(test_images):
-                raise ValueError(f"--index {i} is out of range: the test split has {len(test_images)} images")
-            inputs.append((None, test_images[i].float() / 255))
+    inputs: list[dict] = [{"image": path} for path in o.image or []] + [{"index": i} for i in o.index or []]
     if o.text or o.file or not inputs:
-        inputs += [(t, None) for t in input_texts(o.text, o.file, "a text to look at (or --image FILE)")]
-    for path, (text, image) in zip(numbered_paths(o.out, len(inputs)), inputs, strict=True):
-        page = inspect_run(o.run, text=text, image=image, device=o.device)
+        inputs += [{"text": t} for t in input_texts(o.text, o.file, "a text to look at (or --image FILE)")]
+    for path, given in zip(numbered_paths(o.out, len(inputs)), inputs, strict=True):
+        page = inspect_run(o.run, question=o.question, device=o.device, **given)
         save_attention_page(path, page.records, rollout=o.rollout, **page.page_kwargs())
         print(f"wrote {path} ({len(page.records)} attention modules)")
     return 0

@@ -44,7 +44,7 @@ def _need_text(text: str | None, task: str) -> str:
     return text
 
 
-def _translate(run: str | os.PathLike, text: str | None, image: Any, device: str) -> PageInput:
+def _translate(run: str | os.PathLike, text: str | None, image: Any, device: str, **_) -> PageInput:
     from ..data import BOS_ID, EOS_ID, UNK_ID
     from ..models.decoding import greedy_decode
     from .translate import Translator
@@ -65,7 +65,7 @@ def _translate(run: str | os.PathLike, text: str | None, image: Any, device: str
                      notes=[f"{tr.options.model} translation model; target rows are the tokens it produced (greedy)"])
 
 
-def _sentiment(run: str | os.PathLike, text: str | None, image: Any, device: str) -> PageInput:
+def _sentiment(run: str | os.PathLike, text: str | None, image: Any, device: str, **_) -> PageInput:
     from ..data.text_classification import collate_texts
     from .sentiment import SentimentClassifier
 
@@ -84,12 +84,18 @@ def _sentiment(run: str | os.PathLike, text: str | None, image: Any, device: str
                      notes=[f"{clf.options.model} sentiment model"])
 
 
-def _images(run: str | os.PathLike, text: str | None, image: Any, device: str) -> PageInput:
+def _images(run: str | os.PathLike, text: str | None, image: Any, device: str, *, index: int | None = None,
+            **_) -> PageInput:
     from .images import ImageClassifier
 
     clf = ImageClassifier.load(run, device)
+    if index is not None:
+        test = clf.test_images()[0]
+        if not 0 <= index < len(test):
+            raise ValueError(f"--index {index} is out of range: the test split has {len(test)} images")
+        image = test[index].float() / 255
     if image is None:
-        raise ValueError("an images run needs --image FILE (or --index N of its test split)")
+        raise ValueError("an images run needs --image FILE or --index N (an image of its test split)")
     x = clf.read(image) if isinstance(image, (str, os.PathLike)) else image
     (pred,) = clf.predict(x[None])
     with torch.no_grad(), capture_attention(clf.model) as records:
@@ -98,21 +104,60 @@ def _images(run: str | os.PathLike, text: str | None, image: Any, device: str) -
                      notes=[f"{clf.options.arch} with attention {clf.options.attn}"])
 
 
+def _caption(run: str | os.PathLike, text: str | None, image: Any, device: str, *, index: int | None = None,
+             **_) -> PageInput:
+    from .caption import Captioner
+
+    cap = Captioner.load(run, device)
+    if index is not None:
+        image = cap.test_images([index])[0][0]
+    if image is None:
+        raise ValueError("a captioning run needs --image FILE or --index N (an image of its test split)")
+    x = cap.read(image) if isinstance(image, (str, os.PathLike)) else image
+    with torch.no_grad(), capture_attention(cap.model) as records:
+        (caption,) = cap.predict(x[None], beam=1)
+    words = list(caption.words)
+    return PageInput(records, {"target": [*words, "<eos>"], "words": words}, x.float() / 255,
+                     title=caption.text, notes=[f"{cap.options.model} captioning model, greedy decoding; pick a "
+                                                "word as the query of the image view"])
+
+
+def _qa(run: str | os.PathLike, text: str | None, image: Any, device: str, *, question: str | None = None,
+        **_) -> PageInput:
+    from .qa import Reader
+    from .qa_encode import collate_qa, encode_example
+
+    reader = Reader.load(run, device)
+    context = _need_text(text, "question-answering")
+    if not question or not question.strip():
+        raise ValueError("a question-answering run needs --question TEXT as well as the context")
+    answer = reader.predict(context, question)
+    o = reader.options
+    e = encode_example(context, question, reader.tokenizer, max_context=o.max_context, max_question=o.max_question)
+    b = {k: v.to(next(reader.model.parameters()).device) for k, v in collate_qa([e]).items()}
+    with torch.no_grad(), capture_attention(reader.model) as records:
+        reader.model(b["context"], b["context_mask"], b["question"], b["question_mask"], b["match"])
+    q_tokens = reader.tokenizer.tokens_of_ids(e.question)
+    return PageInput(records, {"source": answer.tokens, "target": q_tokens}, title=f"{question} → {answer.answer}",
+                     notes=[f"{o.model} reader; context: {context}", f"answer probability {answer.probability:.2f}"])
+
+
 #: task name -> ``fn(run, text, image, device) -> PageInput``; an application adds itself here
 INSPECTORS: dict[str, Callable[..., PageInput]] = {"translate": _translate, "sentiment": _sentiment,
-                                                   "images": _images}
+                                                   "images": _images, "caption": _caption, "qa": _qa}
 
 
-def inspect_run(run: str | os.PathLike, *, text: str | None = None, image: Any = None,
-                device: str = "cpu") -> PageInput:
-    """Every attention of ``run``'s model on one input: ``text`` (translation, sentiment...) or ``image`` (a path
-    or an ``(H, W)`` tensor in [0, 1]). Raises ``ValueError`` for a run of an application with no inspector."""
+def inspect_run(run: str | os.PathLike, *, text: str | None = None, image: Any = None, index: int | None = None,
+                question: str | None = None, device: str = "cpu") -> PageInput:
+    """Every attention of ``run``'s model on one input: ``text`` (translation, sentiment; the context of question
+    answering, with ``question``), or ``image`` (a path or a tensor, for image and captioning runs) or ``index``
+    (an image of the run's test split). Raises ``ValueError`` for an input the run cannot take."""
     from ..train.checkpoint import load_checkpoint
 
     task = load_checkpoint(run).task
     if task not in INSPECTORS:
         raise ValueError(f"{run} is a {task!r} run; qkv view knows {', '.join(sorted(INSPECTORS))}")
-    return INSPECTORS[task](run, text, image, device)
+    return INSPECTORS[task](run, text, image, device, index=index, question=question)
 
 
 @torch.no_grad()

@@ -165,7 +165,7 @@
   function drawImage(r, m) {
     const img = DATA.image, scale = Math.max(1, Math.floor(360 / Math.max(img.h, img.w)));
     const w = img.w * scale, h = img.h * scale;
-    clear(w + 20, h + 40);
+    clear(Math.max(w + 20, 640), h + 40);
     el("image", { href: img.src, x: 10, y: 10, width: w, height: h, preserveAspectRatio: "none",
                   style: "image-rendering: pixelated" }, svg);
     const i = Math.min(+selQuery.value || 0, r.tq - 1), gh = r.grid[0], gw = r.grid[1];
