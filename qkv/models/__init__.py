@@ -12,7 +12,7 @@ from .captioning import (
 from .classifiers import ClassifierOutput, RNNClassifier, TransformerClassifier, create_classifier, load_word_vectors
 from .decoding import Hypothesis, beam_search, greedy_decode
 from .legacy import upgrade_state_dict
-from .reading import QA_MODELS
+from .reading import QA_MODELS, AttentiveReader, BiDAFReader, ReaderOutput, TransformerReader, decode_spans
 from .registry import create, list_models
 from .resnet import ResNet, create_resnet, resnet18, resnet34, resnet50, resnet101, sknet50
 from .seq2seq import BahdanauSeq2Seq, EncoderDecoder, FixedContextSeq2Seq, LuongSeq2Seq, RNNConfig, reorder_state
@@ -33,5 +33,5 @@ __all__ = [
     "CAPTION_MODELS", "CaptionOutput", "GridEncoder", "SoftCaptioner", "HardCaptioner", "FixedCaptioner",
     "TransformerCaptioner",
     # question answering
-    "QA_MODELS",
+    "QA_MODELS", "AttentiveReader", "BiDAFReader", "TransformerReader", "ReaderOutput", "decode_spans",
 ]
