@@ -142,12 +142,13 @@ class AttentiveReader(nn.Module):
         u = self.question_rnn(self.embedder(question, question_mask, context=False), question_mask)
         q, _ = self.question_pool(u, question_mask)  # (B, H)
         keep = context_mask[:, None, :]
-        start = compute_scores(q[:, None], h, self.start_attn.score, scale=self.start_attn.scale)  # (B, 1, Tc)
-        a_start = normalize_scores(start, keep)
-        read = weighted_sum(a_start, h)  # (B, 1, H): what the start attention read
-        q_end = self.end_query(torch.cat([q[:, None], read], -1))
+        # the question attends over the context: the start pointer, and what it read (B, 1, H)
+        read, a_start = self.start_attn(q[:, None], h, mask=keep, return_weights=True)
+        q_end = self.end_query(torch.cat([q[:, None], read], -1))  # the end's query knows where the start looked
+        _, a_end = self.end_attn(q_end, h, mask=keep, return_weights=True)
+        # the same scores as logits, for the loss and the span decoder (B, 1, Tc)
+        start = compute_scores(q[:, None], h, self.start_attn.score, scale=self.start_attn.scale)
         end = compute_scores(q_end, h, self.end_attn.score, scale=self.end_attn.scale)
-        a_end = normalize_scores(end, keep)
         attention = 0.5 * (a_start + a_end)[:, 0]
         return ReaderOutput(_masked(start[:, 0], context_mask), _masked(end[:, 0], context_mask), attention)
 
@@ -179,7 +180,7 @@ class BiDAFReader(nn.Module):
         u = self.dropout(self.question_rnn(self.embedder(question, question_mask, context=False),
                                                  question_mask))
         s = compute_scores(h, u, self.similarity.score, scale=self.similarity.scale)  # (B, Tc, Tq)
-        c2q = weighted_sum(normalize_scores(s, question_mask[:, None, :]), u)  # (B, Tc, H)
+        c2q = self.similarity(h, u, mask=question_mask[:, None, :])  # context-to-question (B, Tc, H)
         best = s.masked_fill(~question_mask[:, None, :], float("-inf")).amax(-1)  # (B, Tc)
         b = normalize_scores(best[:, None, :], context_mask[:, None, :])  # (B, 1, Tc)
         q2c = weighted_sum(b, h)  # (B, 1, H)
