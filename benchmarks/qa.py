@@ -30,10 +30,17 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from qkv.tasks.qa import QAOptions, QATask, train_defaults  # noqa: E402
+from qkv.data.facts import QUESTION_KINDS  # noqa: E402
+from qkv.tasks.qa import QAOptions, QATask, Reader, train_defaults  # noqa: E402
 from qkv.train import train  # noqa: E402
 
 MODELS = ("reader", "bidaf", "transformer")
+
+
+def per_kind(reader, examples, chars: bool) -> dict[str, float]:
+    """Exact match of each question kind (who/when/where/what)."""
+    return {k: reader.evaluate([e for e in examples if e.kind == k], chars=chars)["exact_match"]
+            for k in QUESTION_KINDS}
 
 
 def bench(lang: str, model: str, minutes: float, quick: bool, seed: int) -> dict:
@@ -45,10 +52,12 @@ def bench(lang: str, model: str, minutes: float, quick: bool, seed: int) -> dict
         task = QATask(options)
         result = train(task, config)
         params = sum(p.numel() for p in task.build_model().parameters())
+        kinds = per_kind(Reader.load(out), task.corpus.split("test_phrasings"), lang == "zh")
     m = result.metrics
     return {"lang": lang, "model": model, "params": params, "seconds": result.state.elapsed,
-            "steps": result.state.global_step, "stopped": result.stopped,
-            **{f"{s}_{k}": m[s][k] for s in ("test", "test_phrasings") for k in ("exact_match", "f1", "attention_mass")}}
+            "steps": result.state.global_step, "stopped": result.stopped, "kinds": kinds,
+            **{f"{s}_{k}": m[s][k] for s in ("test", "test_phrasings")
+               for k in ("exact_match", "f1", "attention_mass")}}
 
 
 def main(argv=None) -> None:
@@ -72,13 +81,20 @@ def main(argv=None) -> None:
     print("| lang | model | params | train time | steps | test EM | test F1 | held-out phrasings EM | "
           "held-out phrasings F1 | attention mass on the answer |")
     print("|---|---|---|---|---|---|---|---|---|---|")
+    rows = []
     for lang in langs:
         for model in models:
             r = bench(lang, model, args.minutes, args.quick, args.seed)
+            rows.append(r)
             print(f"| {lang} | {model} | {r['params'] / 1e3:.0f}k | {r['seconds']:.0f} s ({r['stopped']}) | "
                   f"{r['steps']} | {100 * r['test_exact_match']:.1f} | {100 * r['test_f1']:.1f} | "
                   f"{100 * r['test_phrasings_exact_match']:.1f} | {100 * r['test_phrasings_f1']:.1f} | "
                   f"{r['test_attention_mass']:.3f} |", flush=True)
+    print("\nHeld-out phrasings, exact match by question kind:\n")
+    print("| lang | model | " + " | ".join(QUESTION_KINDS) + " |\n|---|---|" + "---|" * len(QUESTION_KINDS))
+    for r in rows:
+        print(f"| {r['lang']} | {r['model']} | " + " | ".join(f"{100 * r['kinds'][k]:.1f}" for k in QUESTION_KINDS)
+              + " |")
 
 
 if __name__ == "__main__":
