@@ -190,3 +190,30 @@ def test_bad_input_is_one_line_exit_2(trained, tmp_path):
         if message:
             assert message in err, (argv, err)
     assert not (tmp_path / "o").exists()
+
+
+def test_encoding_offsets_spans_and_word_dropout():
+    import random
+
+    from qkv.data.tokenize import CharTokenizer, WordTokenizer
+
+    words = WordTokenizer.train(["The engine was built by Mira Tel in 1905."], min_freq=1)
+    ctx = "The Kavo engine, built by Mira Tel in 1905."
+    e = encode_example(ctx, "Who built the Kavo engine?", words, max_context=400, max_question=64,
+                       answer=(ctx.index("Mira"), ctx.index(" in")))
+    assert [ctx[a:b] for a, b in e.offsets] == ["The", "Kavo", "engine", ",", "built", "by", "Mira", "Tel", "in",
+                                                "1905", "."]
+    assert (e.start, e.end) == (6, 7) and e.context[1] == words.unk_id  # 'Kavo' is unknown, still flagged
+    assert e.match == [1, 1, 1, 0, 1, 0, 0, 0, 0, 0, 0]
+    # characters: white space is no token, offsets stay those of the text
+    chars = CharTokenizer.train(["于 1905 年"])
+    e = encode_example("于 1905 年", "何时", chars, max_context=3, max_question=8, answer=(2, 6))
+    assert e.offsets == [(0, 1), (2, 3), (3, 4)] and (e.start, e.end) == (1, 2)  # truncated at 3 tokens
+    # word dropout drops a word everywhere in its example (question and context alike), never the padding
+    e = encode_example(ctx, "Who built the Kavo engine?", words, max_context=400, max_question=64)
+    b = collate_qa([e, e], word_dropout=0.5, rng=random.Random(1))
+    for i in range(2):
+        dropped = {t for t, u in zip(e.context, b["context"][i].tolist(), strict=True) if u == words.unk_id}
+        kept_q = {t for t, u in zip(e.question, b["question"][i].tolist(), strict=True) if u != words.unk_id}
+        assert not dropped & kept_q
+    assert b["context_mask"].all() and (b["start"] == -1).all()
