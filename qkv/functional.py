@@ -113,6 +113,9 @@ def attention(
     return_weights: bool = False,
     key_prepared: bool = False,
     impl: Literal["auto", "reference"] = "auto",
+    score_mod: Callable | None = None,
+    mask_mod: Callable | None = None,
+    q_offset: int = 0,
 ) -> Tensor | tuple[Tensor, Tensor]:
     """Attention of ``query`` over ``key``/``value``: similarity -> normalisation -> weighted sum.
 
@@ -132,6 +135,13 @@ def attention(
         key_prepared: ``key`` is already ``score.prepare_key(key)``: its key-only part (e.g. Bahdanau's
             ``W_k k``), computed once for keys that many queries attend to, such as a decoder's source.
         impl: ``auto`` takes the fastest correct path; ``reference`` the readable three stages.
+        score_mod: ``score_mod(score, b, h, q_idx, kv_idx) -> score`` applied to the scaled scores (see
+            :mod:`qkv.mods`: ALiBi, T5 bias, soft-capping...); FlexAttention's signature and semantics.
+        mask_mod: ``mask_mod(b, h, q_idx, kv_idx) -> bool``, True where attention is allowed (causal, sliding
+            window, documents, prefix LM...), combined with ``mask`` and ``is_causal``. With either modifier,
+            inputs are ``(T, D)``, ``(B, T, D)`` or ``(B, H, T, D)``, and the dot family runs fused in
+            FlexAttention where it can (:mod:`qkv.flex`).
+        q_offset: the queries' first position for the modifiers (e.g. after ``q_offset`` cached keys).
 
     Returns:
         ``output (..., Tq, Dv)``, or ``(output, weights)`` when ``return_weights``.
@@ -144,7 +154,8 @@ def attention(
     if _capture.ACTIVE is not None and not _capture.ACTIVE.busy:  # inside qkv.capture_attention
         return _capture.record_call(attention, query, key, value, dict(
             score=score, mask=mask, normalize=normalize, dropout=dropout, scale=scale, is_causal=is_causal,
-            return_weights=return_weights, key_prepared=key_prepared, impl=impl))
+            return_weights=return_weights, key_prepared=key_prepared, impl=impl, score_mod=score_mod,
+            mask_mod=mask_mod, q_offset=q_offset))
     sc = get_score(score)
     query, key, value = _autocast_inputs(query, key, value)
     batch = _check_qkv(query, key, value, sc, key_prepared)
@@ -158,6 +169,13 @@ def attention(
     work = _work_dtype(query)
     if bias is not None:
         bias = bias.to(work)
+    if score_mod is not None or mask_mod is not None:
+        from .flex import attention_with_mods
+
+        return attention_with_mods(query, key, value, sc=sc, score_mod=score_mod, mask_mod=mask_mod,
+                                   q_offset=q_offset, allowed=allowed, bias=bias, normalizer=normalizer,
+                                   dropout=dropout, scale=scale, is_causal=is_causal, return_weights=return_weights,
+                                   key_prepared=key_prepared, impl=impl)
     fast = impl == "auto" and normalizer is softmax and tq > 0 and tk > 0
     # SDPA's own causal kernel; with Tk <= Tq every key is seen by some query, so there is nothing to zero
     if fast and not return_weights and is_causal and mask is None and tk <= tq:

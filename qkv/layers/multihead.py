@@ -66,6 +66,9 @@ class MultiHeadAttention(nn.Module):
             ``additive``, ``mlp``; parametric ones are built with size ``D`` and shared by the heads), a
             :class:`qkv.scores.Score` or a callable ``(q, k) -> scores``.
         normalize: ``softmax``, ``sparsemax`` or a callable.
+        score_mod, mask_mod: modifiers of every call (:mod:`qkv.mods`: ALiBi, T5 bias, soft-capping, sliding
+            windows...); a score modifier that is a module (learned, e.g. T5's bias) becomes a submodule. With a
+            cache, query positions continue after the cached keys.
 
     Example:
         >>> mha = MultiHeadAttention(64, 8)
@@ -76,7 +79,7 @@ class MultiHeadAttention(nn.Module):
     def __init__(self, dim: int, num_heads: int, *, kv_heads: int | None = None, kdim: int | None = None,
                  vdim: int | None = None, bias: bool = True, dropout: float = 0.0,
                  score: str | Score | Callable = "scaled_dot", normalize: str | Callable = "softmax",
-                 device=None, dtype=None):
+                 score_mod: Callable | None = None, mask_mod: Callable | None = None, device=None, dtype=None):
         super().__init__()
         kv_heads = num_heads if kv_heads is None else kv_heads
         if dim <= 0 or num_heads <= 0 or dim % num_heads:
@@ -97,6 +100,7 @@ class MultiHeadAttention(nn.Module):
         self.v_proj = nn.Linear(self.vdim, kv_heads * self.head_dim, bias=bias, **fk)
         self.out_proj = nn.Linear(dim, dim, bias=bias, **fk)
         self.score = create_score(score, self.head_dim, self.head_dim, **fk)
+        self.score_mod, self.mask_mod = score_mod, mask_mod  # a module score_mod registers as a submodule
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -117,6 +121,8 @@ class MultiHeadAttention(nn.Module):
         return_weights: bool = False,
         average_weights: bool = True,
         cache: KVCache | None = None,
+        score_mod: Callable | None = None,
+        mask_mod: Callable | None = None,
     ):
         """Attend from ``query`` to ``key``/``value`` (self-attention when ``key`` is None).
 
@@ -129,6 +135,7 @@ class MultiHeadAttention(nn.Module):
             return_weights: also return the weights, ``(B, Tq, Tk)`` averaged over heads or
                 ``(B, H, Tq, Tk)`` when ``average_weights=False``.
             cache: a :class:`KVCache` updated in place with this call's keys and values.
+            score_mod, mask_mod: modifiers of this call, applied after (and combined with) the layer's own.
 
         Returns:
             ``(B, Tq, E)``, or ``(output, weights)`` when ``return_weights``.
@@ -139,6 +146,7 @@ class MultiHeadAttention(nn.Module):
         h, g, d = self.num_heads, self.kv_heads, self.head_dim
         q = self.q_proj(query).view(b, tq, h, d).transpose(1, 2)
 
+        cached = 0 if cache is None or cache.static else len(cache)  # positions before this call's queries
         if cache is not None and cache.static and cache.key is not None:
             k, v = cache.key, cache.value
         else:
@@ -163,14 +171,21 @@ class MultiHeadAttention(nn.Module):
         lower_right = is_causal and tk != tq
         if lower_right:
             full_mask = combine_masks(full_mask, causal_mask(tq, tk, lower_right=True, device=query.device))
+        smod = _chain(self.score_mod, score_mod, scores=True)
+        mmod = _chain(self.mask_mod, mask_mod, scores=False)
+        mods = {} if smod is None and mmod is None else {"score_mod": smod, "mask_mod": mmod, "q_offset": cached}
         result = attention(q, k, v, score=self.score, mask=full_mask, normalize=self.normalize,
                            dropout=self.dropout if self.training else 0.0, is_causal=is_causal and not lower_right,
-                           return_weights=return_weights)
+                           return_weights=return_weights, **mods)
         out, weights = result if return_weights else (result, None)
         out = self.out_proj(out.transpose(1, 2).reshape(b, tq, self.dim))
         if not return_weights:
             return out
         return out, (weights.mean(dim=1) if average_weights else weights)
+
+    def _mods_repr(self) -> str:
+        return "".join(f", {n}={getattr(f, '__name__', type(f).__name__)}" for n, f in
+                       (("score_mod", self.score_mod), ("mask_mod", self.mask_mod)) if f is not None)
 
     @staticmethod
     def _mask(mask: Tensor | None, key_mask: Tensor | None, b: int, tq: int, tk: int) -> Tensor | None:
@@ -213,4 +228,13 @@ class MultiHeadAttention(nn.Module):
 
     def extra_repr(self) -> str:
         return (f"dim={self.dim}, num_heads={self.num_heads}, kv_heads={self.kv_heads}, "
-                f"score={self.score!r}, dropout={self.dropout}")
+                f"score={self.score!r}, dropout={self.dropout}{self._mods_repr()}")
+
+
+def _chain(own: Callable | None, extra: Callable | None, *, scores: bool) -> Callable | None:
+    """The layer's modifier and the call's, one after the other (scores) or both required (masks)."""
+    from ..mods import and_masks, chain
+
+    if own is None or extra is None:
+        return own if extra is None else extra
+    return chain(own, extra) if scores else and_masks(own, extra)

@@ -129,6 +129,7 @@ class TransformerLayer(nn.Module):
         cross_attention: add cross-attention over a ``memory`` (a decoder layer).
         kv_heads: key/value heads (grouped-query attention); default ``num_heads``.
         score: the score of every attention (see :class:`qkv.MultiHeadAttention`).
+        score_mod, mask_mod: modifiers of the self-attention (:mod:`qkv.mods`), e.g. ALiBi.
 
     Submodules: ``attn_norm``, ``self_attn``, (``cross_norm``, ``cross_attn``), ``ffn_norm``, ``ffn``, ``dropout``.
 
@@ -141,7 +142,8 @@ class TransformerLayer(nn.Module):
 
     def __init__(self, dim: int, num_heads: int, ffn_dim: int | None = None, *, dropout: float = 0.0,
                  activation: str = "relu", cross_attention: bool = False, kv_heads: int | None = None,
-                 score: str | Score | Callable = "scaled_dot"):
+                 score: str | Score | Callable = "scaled_dot", score_mod: Callable | None = None,
+                 mask_mod: Callable | None = None):
         super().__init__()
         if dim < 1 or num_heads < 1 or dim % num_heads:
             raise ValueError(f"dim ({dim}) must be a positive multiple of num_heads ({num_heads})")
@@ -154,7 +156,8 @@ class TransformerLayer(nn.Module):
             raise ValueError(f"ffn_dim must be positive, got {ffn_dim}")
         self.dim, self.cross_attention = dim, cross_attention
         self.attn_norm = nn.LayerNorm(dim)
-        self.self_attn = MultiHeadAttention(dim, num_heads, kv_heads=kv_heads, dropout=dropout, score=score)
+        self.self_attn = MultiHeadAttention(dim, num_heads, kv_heads=kv_heads, dropout=dropout, score=score,
+                                            score_mod=score_mod, mask_mod=mask_mod)
         if cross_attention:
             self.cross_norm = nn.LayerNorm(dim)
             self.cross_attn = MultiHeadAttention(dim, num_heads, kv_heads=kv_heads, dropout=dropout, score=score)
@@ -164,7 +167,8 @@ class TransformerLayer(nn.Module):
 
     def forward(self, x: Tensor, *, key_mask: Tensor | None = None, is_causal: bool = False,
                 context: Tensor | None = None, memory: Tensor | None = None, memory_mask: Tensor | None = None,
-                cache: KVCache | None = None, cross_cache: KVCache | None = None, return_weights: bool = False):
+                cache: KVCache | None = None, cross_cache: KVCache | None = None, return_weights: bool = False,
+                score_mod: Callable | None = None, mask_mod: Callable | None = None):
         """One layer.
 
         Args:
@@ -176,6 +180,8 @@ class TransformerLayer(nn.Module):
             memory: ``(B, S, E)``, the encoder's output for the cross-attention.  memory_mask: ``(B, S)`` bool.
             cache: :class:`~qkv.layers.KVCache` of the self-attention (token-by-token decoding).
             cross_cache: a static :class:`~qkv.layers.KVCache` of the cross-attention's keys and values.
+            score_mod, mask_mod: modifiers of this call's self-attention (after the layer's own), e.g. a bias
+                module shared by the layers of a stack, or the documents of packed sequences.
             return_weights: also return the attention weights averaged over heads: the cross-attention's
                 ``(B, T, S)`` when the layer has one, else the self-attention's ``(B, T, Tc)``.
 
@@ -194,7 +200,8 @@ class TransformerLayer(nn.Module):
         want_self = return_weights and not self.cross_attention
         h = self.attn_norm(x)
         kv = h if context is None else self.attn_norm(context)
-        out = self.self_attn(h, kv, key_mask=key_mask, is_causal=is_causal, cache=cache, return_weights=want_self)
+        out = self.self_attn(h, kv, key_mask=key_mask, is_causal=is_causal, cache=cache, return_weights=want_self,
+                             score_mod=score_mod, mask_mod=mask_mod)
         out, weights = out if want_self else (out, None)
         x = x + self.dropout(out)
         if self.cross_attention:

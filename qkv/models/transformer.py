@@ -11,7 +11,10 @@ What differs here:
   https://arxiv.org/abs/2002.04745): ``x + Dropout(Sublayer(LayerNorm(x)))`` with a final LayerNorm after the
   last encoder and decoder layer, instead of the paper's post-norm ``LayerNorm(x + Dropout(Sublayer(x)))``;
   it trains without a long warm-up. The layer is :class:`qkv.layers.TransformerLayer`.
-- Optional learned positions (``positions="learned"``, one table for each side) instead of the sinusoids.
+- Optional learned positions (``positions="learned"``, one table for each side) instead of the sinusoids, or
+  no position embedding but a bias on the self-attention scores (:mod:`qkv.mods`): ``positions="alibi"`` (ALiBi,
+  symmetric in the encoder, causal in the decoder; it extrapolates beyond ``max_len``) or ``positions="relative"``
+  (T5's learned bias per distance bucket, one for each stack, shared by its layers).
 - Sharing of the source and target embeddings and tying of the output projection to the target embedding
   (Press & Wolf, 2017, https://arxiv.org/abs/1608.05859) are options; the paper shares all three. Embeddings
   are initialised ``N(0, dim^-0.5)`` so that the scaled embeddings have unit variance.
@@ -39,10 +42,15 @@ import torch
 from torch import Tensor, nn
 
 from ..layers import KVCache, PositionalEncoding, TransformerLayer
+from ..mods import alibi, relative_position_bias
 from ..scores import score_names
 from .seq2seq import EncoderDecoder
 
 __all__ = ["TransformerConfig", "TransformerSeq2Seq"]
+
+
+#: position encodings: added to the embeddings (sinusoidal, learned) or biasing the self-attention's scores
+POSITIONS = ("sinusoidal", "learned", "alibi", "relative")
 
 
 @dataclass
@@ -58,7 +66,7 @@ class TransformerConfig:
     num_layers: int = 3  # encoder layers (and decoder layers unless num_decoder_layers is given)
     num_decoder_layers: int | None = None  # None = num_layers
     dropout: float = 0.1  # on embeddings, attention weights, sub-layer outputs and the FFN hidden layer
-    positions: str = "sinusoidal"  # "sinusoidal" or "learned"
+    positions: str = "sinusoidal"  # "sinusoidal", "learned", or a score bias: "alibi" or "relative" (T5)
     max_len: int = 256  # longest source or target sequence (size of the position table)
     share_embeddings: bool = False  # one embedding for source and target (needs src_vocab == tgt_vocab)
     tie_output: bool = True  # output projection weight = target embedding weight
@@ -80,8 +88,8 @@ class TransformerConfig:
             raise ValueError(f"sinusoidal positions need an even dim, got {self.dim}")
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
-        if self.positions not in ("sinusoidal", "learned"):
-            raise ValueError(f"positions must be 'sinusoidal' or 'learned', got {self.positions!r}")
+        if self.positions not in POSITIONS:
+            raise ValueError(f"positions must be one of {', '.join(POSITIONS)}, got {self.positions!r}")
         if self.activation not in ("relu", "gelu"):
             raise ValueError(f"activation must be 'relu' or 'gelu', got {self.activation!r}")
         if self.share_embeddings and self.src_vocab != self.tgt_vocab:
@@ -122,9 +130,17 @@ class TransformerSeq2Seq(EncoderDecoder):
         self.src_embed = nn.Embedding(cfg.src_vocab, e, padding_idx=cfg.pad_id)
         self.tgt_embed = self.src_embed if cfg.share_embeddings else nn.Embedding(cfg.tgt_vocab, e,
                                                                                   padding_idx=cfg.pad_id)
-        # learned positions: one table per side; the sinusoids are one buffer for both
-        self.src_pos = PositionalEncoding(e, cfg.max_len, cfg.positions)
+        # learned positions: one table per side; the sinusoids are one buffer for both; score biases: none
+        added = cfg.positions in ("sinusoidal", "learned")
+        self.src_pos = PositionalEncoding(e, cfg.max_len, cfg.positions) if added else None
         self.tgt_pos = PositionalEncoding(e, cfg.max_len, "learned") if cfg.positions == "learned" else self.src_pos
+        # score biases: one per stack, given to each of its layers' self-attention
+        self.src_bias = self.tgt_bias = None
+        if cfg.positions == "alibi":
+            self.src_bias, self.tgt_bias = alibi(cfg.num_heads, symmetric=True), alibi(cfg.num_heads)
+        elif cfg.positions == "relative":
+            self.src_bias = relative_position_bias(num_heads=cfg.num_heads, bidirectional=True)
+            self.tgt_bias = relative_position_bias(num_heads=cfg.num_heads, bidirectional=False)
         self.dropout = nn.Dropout(cfg.dropout)
         layer = dict(dropout=cfg.dropout, activation=cfg.activation, kv_heads=cfg.kv_heads, score=cfg.score)
         self.encoder = nn.ModuleList(TransformerLayer(e, cfg.num_heads, cfg.ffn_dim, **layer)
@@ -143,7 +159,7 @@ class TransformerSeq2Seq(EncoderDecoder):
             nn.init.normal_(emb.weight, std=self.cfg.dim ** -0.5)
             with torch.no_grad():
                 emb.weight[self.cfg.pad_id].zero_()
-        for pos in {self.src_pos, self.tgt_pos}:
+        for pos in {self.src_pos, self.tgt_pos} - {None}:
             pos.reset_parameters()
         if self.cfg.tie_output:
             self.out.weight = self.tgt_embed.weight
@@ -154,7 +170,8 @@ class TransformerSeq2Seq(EncoderDecoder):
     def _embed(self, tokens: Tensor, start: int, side: str) -> Tensor:
         """``tokens (B, L)`` at positions ``start .. start + L - 1`` -> ``(B, L, E)``."""
         embed, pos = (self.src_embed, self.src_pos) if side == "source" else (self.tgt_embed, self.tgt_pos)
-        return self.dropout(pos(embed(tokens) * math.sqrt(self.cfg.dim), start))
+        x = embed(tokens) * math.sqrt(self.cfg.dim)
+        return self.dropout(x if pos is None else pos(x, start))
 
     # --- encoder ------------------------------------------------------------------------------------------
     def _encode(self, src: Tensor, src_mask: Tensor) -> Tensor:
@@ -163,7 +180,7 @@ class TransformerSeq2Seq(EncoderDecoder):
                              f"{tuple(src.shape)} and {tuple(src_mask.shape)} {src_mask.dtype}")
         x = self._embed(src, 0, "source")
         for layer in self.encoder:
-            x = layer(x, key_mask=src_mask)
+            x = layer(x, key_mask=src_mask, score_mod=self.src_bias)
         return self.encoder_norm(x)
 
     def encode(self, src: Tensor, src_mask: Tensor) -> dict[str, Any]:
@@ -182,7 +199,7 @@ class TransformerSeq2Seq(EncoderDecoder):
             cache, cross_cache = (None, None) if caches is None else (caches[0][i], caches[1][i])
             want = return_attention and i == last
             y = layer(y, is_causal=True, memory=memory, memory_mask=src_mask, cache=cache, cross_cache=cross_cache,
-                      return_weights=want)
+                      return_weights=want, score_mod=self.tgt_bias)
             y, attn = y if want else (y, attn)
         return self.out(self.decoder_norm(y)), attn
 

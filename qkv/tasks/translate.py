@@ -73,8 +73,9 @@ class TranslateOptions:
     num_heads: int = option(4, low=1, applies=_TRANSFORMER, help="transformer: attention heads")
     ffn_dim: int | None = option(None, low=1, applies=_TRANSFORMER, help="transformer: feed-forward width "
                                  "(default: 4 x dim)")
-    positions: str = option("sinusoidal", choices=("sinusoidal", "learned"), applies=_TRANSFORMER,
-                            help="transformer: position encoding")
+    positions: str = option("sinusoidal", choices=("sinusoidal", "learned", "alibi", "relative"),
+                            applies=_TRANSFORMER, help="transformer: position encoding: added to the embeddings "
+                            "(sinusoidal, learned) or a bias on the self-attention scores (alibi, relative = T5's)")
     num_layers: int = option(1, low=1, help="RNN layers, or transformer layers in each stack")
     dropout: float = option(0.1, low=0, high=0.99, help="dropout")
     # loss and evaluation
