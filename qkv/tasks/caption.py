@@ -92,7 +92,7 @@ class CaptionOptions:
     num_layers: int = option(2, low=1, applies=_TRANSFORMER, help="transformer: decoder layers")
     dropout: float = option(0.2, low=0, high=0.99, help="dropout")
     # loss and evaluation
-    doubly_stochastic: float = option(1.0, low=0, applies={"model": ("soft",)},
+    doubly_stochastic: float = option(0.1, low=0, applies={"model": ("soft",)},
                                       help="lambda of the penalty sum_i (1 - sum_t alpha_ti)^2")
     reward_weight: float = option(1.0, low=0, applies={"model": ("hard",)}, help="hard: lambda_r of REINFORCE")
     entropy_weight: float = option(0.01, low=0, applies={"model": ("hard",)}, help="hard: lambda_e, the entropy "
@@ -101,7 +101,7 @@ class CaptionOptions:
                                    help="hard: the baseline's moving-average decay")
     hard_test: str = option("expectation", choices=("expectation", "argmax"), applies={"model": ("hard",)},
                             help="hard: at test time the expected context or the most likely location")
-    label_smoothing: float = option(0.0, low=0, high=0.99, help="label smoothing of the cross-entropy")
+    label_smoothing: float = option(0.1, low=0, high=0.99, help="label smoothing of the cross-entropy")
     eval_beam: int = option(1, low=1, help="beam of the evaluations during training (1 = greedy)")
     eval_max: int = option(1000, low=1, help="images captioned per evaluation")
     max_decode_len: int = option(40, low=1, help="longest caption decoded, in words")
