@@ -8,7 +8,7 @@ hold parameters and call them.
 
 __version__ = "0.1.0"
 
-from . import masks, normalize, scores
+from . import masks, mods, normalize, scores
 from .capture import AttentionRecord, attention_rollout, capture_attention
 from .functional import attention, compute_scores, normalize_scores, weighted_sum
 from .layers import Attention, AttentionPooling, KVCache, MultiHeadAttention, SelfAttention
@@ -28,6 +28,7 @@ __all__ = [
     "AttentionRecord",
     "attention_rollout",
     "masks",
+    "mods",
     "normalize",
     "scores",
 ]

@@ -11,53 +11,42 @@
   softmax, weighted sum. Every score, every normaliser, dropout, weights and gradients.
 
 When ``torch.compile`` cannot build the kernel (no C++ compiler, an unsupported device) the reference path is used
-and the reason is logged once. Fully masked rows give zero weights and a zero output on both paths.
+and the reason is logged once (:mod:`qkv.compiled`; ``QKV_NO_COMPILE=1`` turns it off). Fully masked rows give zero
+weights and a zero output on both paths.
 """
 
 from __future__ import annotations
 
-import logging
-import os
 from collections import OrderedDict
 from collections.abc import Callable
 
 import torch
 from torch import Tensor
 
+from . import compiled
 from .mods import MaskMod, ScoreMod, and_masks, offset
-
-logger = logging.getLogger(__name__)
 
 __all__ = ["attention_with_mods", "fused_available", "FUSED_MIN_SIZE"]
 
 #: the fused path is taken from ``Tq * Tk`` of this size up (smaller ones are cheaper explicit than compiled)
 FUSED_MIN_SIZE = 128 * 128
 
-_compiled: Callable | None = None
-_broken: str | None = None  # why the fused path is off, once it failed
 _block_masks: OrderedDict = OrderedDict()
 
 
 def fused_available(device: torch.device | str = "cpu") -> bool:
-    """Whether the fused path may be tried (``QKV_NO_FLEX=1`` turns it off; a failure to compile too)."""
-    if _broken is not None or os.environ.get("QKV_NO_FLEX"):
-        return False
+    """Whether the fused path may be tried (compiled kernels on, FlexAttention in this torch, CPU or CUDA)."""
     try:
         import torch.nn.attention.flex_attention  # noqa: F401
     except ImportError:
         return False
-    return torch.device(device).type in ("cpu", "cuda")
+    return compiled.available(device)
 
 
 def _flex() -> Callable:
-    global _compiled
     from torch.nn.attention.flex_attention import flex_attention
 
-    if torch.compiler.is_compiling():  # inside the caller's torch.compile: it compiles this call too
-        return flex_attention
-    if _compiled is None:
-        _compiled = torch.compile(flex_attention, dynamic=False)
-    return _compiled
+    return compiled.kernel(flex_attention, dynamic=False)
 
 
 def _block_mask(mask_mod: MaskMod | None, b: int, h: int, tq: int, tk: int, device: torch.device,
@@ -178,7 +167,6 @@ def _causal(b, h, q_idx, kv_idx):
 
 
 def _fused(pair, v4, b, h, tq, tk, smod, mmod, padding, sc, query, key, scale, cache_key):
-    global _broken
     q, k = _as_4d(pair[0]), _as_4d(pair[1])
     q, k, v = (t.expand(b, h, *t.shape[-2:]).contiguous() if t.shape[:2] != (b, h) else t for t in (q, k, v4))
     factor = sc.default_scale(query, key) if scale is None else scale
@@ -192,30 +180,8 @@ def _fused(pair, v4, b, h, tq, tk, smod, mmod, padding, sc, query, key, scale, c
         cache_key = None  # a mask of this batch's padding: built anew every call
     try:
         block_mask = _block_mask(mmod, b, h, tq, tk, q.device, cache_key)
-        with _recompiles():
+        with compiled.recompiles():
             return _flex()(q, k, v, score_mod=smod, block_mask=block_mask, scale=factor)
     except Exception as e:  # noqa: BLE001 - any failure to compile or run: the reference path, said once
-        if torch.compiler.is_compiling():
-            raise
-        _broken = f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
-        logger.warning("qkv: the fused FlexAttention path is off (%s); score_mod/mask_mod use the reference path",
-                       _broken)
+        compiled.failed(e, "attention with score_mod/mask_mod")
         return None
-
-
-class _recompiles:
-    """Allow more recompilations of the compiled kernel than dynamo's default (one per shape and modifier)."""
-
-    def __enter__(self):
-        import torch._dynamo
-
-        cfg = torch._dynamo.config
-        self.name = "recompile_limit" if hasattr(cfg, "recompile_limit") else "cache_size_limit"
-        self.before = getattr(cfg, self.name)
-        setattr(cfg, self.name, max(self.before, 256))
-
-    def __exit__(self, *exc):
-        import torch._dynamo
-
-        setattr(torch._dynamo.config, self.name, self.before)
-        return False

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import qkv
-from qkv import flex, mods
+from qkv import compiled, flex, mods
 from qkv.models import TransformerConfig, TransformerSeq2Seq
 
 B, H, T, D = 2, 4, 8, 8
@@ -222,7 +222,7 @@ def test_fused_equals_reference(gen, case, monkeypatch):
     with torch.no_grad():
         out = qkv.attention(q, k, v, mask=mask, **kw)
         ref = qkv.attention(q, k, v, mask=mask, impl="reference", **kw)
-    assert calls == [1] and flex._broken is None  # the fused path ran, once (not for impl="reference")
+    assert calls == [1] and compiled.reason() is None  # the fused path ran, once (not for impl="reference")
     torch.testing.assert_close(out, ref, atol=2e-5, rtol=1e-4)
 
 
@@ -230,12 +230,12 @@ def test_fused_equals_reference(gen, case, monkeypatch):
 def test_fused_path_falls_back_when_it_cannot_compile(gen, monkeypatch, caplog):
     q, k, v = qkv_(gen, b=1, h=2, tq=128, tk=128, d=16, dtype=torch.float32)
     monkeypatch.setattr(flex, "_flex", lambda: (_ for _ in ()).throw(RuntimeError("no C++ compiler")))
-    monkeypatch.setattr(flex, "_broken", None)
-    with caplog.at_level(logging.WARNING, logger="qkv.flex"), torch.no_grad():
+    monkeypatch.setattr(compiled, "_broken", None)
+    with caplog.at_level(logging.WARNING, logger="qkv.compiled"), torch.no_grad():
         out = qkv.attention(q, k, v, score_mod=mods.alibi(2), mask_mod=mods.causal)
         again = qkv.attention(q, k, v, score_mod=mods.alibi(2), mask_mod=mods.causal)
-    assert [r.getMessage() for r in caplog.records if "fused" in r.getMessage()][0].count("no C++ compiler") == 1
-    assert len([r for r in caplog.records if "fused" in r.getMessage()]) == 1  # said once
+    said = [r.getMessage() for r in caplog.records if "compiled kernels are off" in r.getMessage()]
+    assert len(said) == 1 and "no C++ compiler" in said[0] and "score_mod" in said[0]  # said once
     torch.testing.assert_close(out, qkv.attention(q, k, v, score_mod=mods.alibi(2), mask_mod=mods.causal,
                                                   impl="reference"))
     assert torch.equal(out, again) and not flex.fused_available()
