@@ -239,3 +239,19 @@ def test_fused_path_falls_back_when_it_cannot_compile(gen, monkeypatch, caplog):
     torch.testing.assert_close(out, qkv.attention(q, k, v, score_mod=mods.alibi(2), mask_mod=mods.causal,
                                                   impl="reference"))
     assert torch.equal(out, again) and not flex.fused_available()
+
+
+@pytest.mark.parametrize("positions", ["alibi", "relative"])
+def test_translate_with_a_position_bias(tmp_path, positions, capsys, one_thread):
+    """`qkv train translate --model transformer --positions alibi|relative`: trains, saves, reloads, translates."""
+    from qkv.cli import main
+    from qkv.tasks.translate import Translator
+
+    out = tmp_path / positions
+    assert main(["train", "translate", "--data", "dates", "--model", "transformer", "--positions", positions,
+                 "--dim", "16", "--num-heads", "2", "--n-train", "200", "--n-eval", "20", "--eval-max", "10",
+                 "--batch-size", "32", "--max-steps", "2", "--no-progress", "--out", str(out)]) == 0
+    translator = Translator.load(out)
+    assert translator.model.cfg.positions == positions and translator.model.src_pos is None
+    assert main(["translate", str(out), "7 mars 2019", "--beam", "2", "--max-len", "12"]) == 0
+    assert capsys.readouterr().out.strip()
