@@ -134,7 +134,7 @@ def attention_with_mods(query: Tensor, key: Tensor, value: Tensor, *, sc, score_
 
     # reference: explicit scores, modifiers on broadcast indices
     scores = _scores(sc, query, key, scale, key_prepared)
-    s4 = _as_4d(scores)
+    s4 = base = _as_4d(scores)
     bi, hi, qi, ki = _indices(s4.shape[0], s4.shape[1], tq, tk, scores.device)
     if smod is not None:
         s4 = smod(s4, bi, hi, qi, ki)
@@ -146,7 +146,9 @@ def attention_with_mods(query: Tensor, key: Tensor, value: Tensor, *, sc, score_
         if not isinstance(m, Tensor) or m.dtype != torch.bool:
             raise ValueError("mask_mod must return a boolean tensor (True = may attend)")
         keep = m if keep is None else keep & m
-    weights = _normalize(s4, keep, None if bias is None else _as_4d(bias), normalizer, inplace=False)
+    # the scores are ours to overwrite when the core made them (dot family) or a modifier returned new ones
+    own = pair is not None if s4 is base else (s4.shape == base.shape and s4._base is None)
+    weights = _normalize(s4, keep, None if bias is None else _as_4d(bias), normalizer, inplace=own)
     result = _finish(weights.to(query.dtype), v4, dropout, return_weights)
     if return_weights:
         return _from_4d(result[0], ndim), _from_4d(result[1], ndim)
