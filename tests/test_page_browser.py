@@ -94,6 +94,18 @@ def image_page(tmp_path):
     return save_attention_page(tmp_path / "image.html", records, image=image, title="image")
 
 
+def caption_page(tmp_path):
+    torch.manual_seed(0)
+    model = create("caption-soft", vocab_size=20, widths=[4, 4, 4, 8], embed_dim=8, hidden_dim=16, attn_dim=8).eval()
+    image = torch.zeros(1, 1, 32, 32)
+    image[..., 4:14, 18:30] = 1.0
+    words = ["a", "bag", "at", "the", "top", "right"]
+    with torch.no_grad(), qkv.capture_attention(model) as records:
+        model(image, torch.randint(4, 20, (1, len(words))))
+    return save_attention_page(tmp_path / "caption.html", records, tokens={"target": words}, image=image[0, 0],
+                               title="a bag at the top right")
+
+
 def user_model_page(tmp_path):
     class Tiny(nn.Module):
         def __init__(self):
@@ -114,7 +126,7 @@ def user_model_page(tmp_path):
     return save_attention_page(tmp_path / "mine.html", records, tokens=list("abcdef"), title="my model")
 
 
-@pytest.mark.parametrize("make", [translation_page, sentiment_page, image_page, user_model_page])
+@pytest.mark.parametrize("make", [translation_page, sentiment_page, image_page, caption_page, user_model_page])
 def test_page_loads_offline_and_draws(browser, tmp_path, make):
     opened = Opened(browser, make(tmp_path))
     try:
@@ -164,6 +176,20 @@ def test_heads_hover_and_save(browser, tmp_path):
             page.click("#save-png")
         png = Path(png_download.value.path()).read_bytes()
         assert png[:8] == b"\x89PNG\r\n\x1a\n" and not_blank(png)
+        opened.check_clean()
+    finally:
+        opened.close()
+
+
+def test_caption_words_over_the_image(browser, tmp_path):
+    opened = Opened(browser, caption_page(tmp_path))
+    page = opened.page
+    try:
+        assert page.input_value("#view-kind") == "image" and page.locator("#view image").count() == 1
+        assert page.locator("#query option").all_inner_texts() == ["a", "bag", "at", "the", "top", "right"]
+        first = opened.drawn()
+        page.select_option("#query", "1")  # another word: another map over the image
+        assert opened.drawn() != first
         opened.check_clean()
     finally:
         opened.close()
