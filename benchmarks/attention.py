@@ -4,13 +4,15 @@
     python benchmarks/attention.py --write BENCHMARKS.md  # and replace its section in BENCHMARKS.md
     python benchmarks/attention.py --quick               # small sizes, a smoke test
     python benchmarks/attention.py --dot-only --seq 512  # only the scaled-dot-product rows (default allocator)
+    python benchmarks/attention.py --additive-only       # only the additive-score rows
 
 Rows:
 1. qkv's scaled_dot fast path vs ``F.scaled_dot_product_attention`` (target: >= 0.95x its speed);
 2. qkv with weights vs without (target: <= 1.5x the time), beside ``nn.MultiheadAttention``'s own ratio;
-3. the additive score, tiled (online softmax in inference; checkpointed tiles in training) vs the
-   textbook formula that materialises ``(B, Tq, Tk, hidden)``: time and peak memory (target: <= 1/8 of
-   the naive peak, at least as fast).
+3. the additive score, tiled (online softmax in inference; in training, checkpointed eager tiles or compiled
+   fused tiles) vs the textbook formula that materialises ``(B, Tq, Tk, hidden)``: time and peak memory (target:
+   <= 1/8 of the naive peak, at least as fast); the compiled fused tiles (``qkv.compiled``) vs the eager tiles
+   (``QKV_NO_COMPILE=1``) at the same tile bound (target: >= 2x in inference).
 
 Times are medians of interleaved repetitions. Peak memory on CPU is the growth of the resident set
 (sampled every millisecond) while one variant runs alone in a fresh subprocess; on CUDA, the growth of
@@ -160,9 +162,14 @@ def run_one(variant: str, cfg: dict, device_name: str) -> dict:
                 out.square().sum().backward()
         return out
 
-    tiny = dict(cfg, batch=1, seq=16)  # warm-up: first-call costs are not what is measured
-    score, q, k, v = _additive_inputs(tiny, device)
+    if variant == "eager":  # the tiles without the compiled kernel
+        os.environ["QKV_NO_COMPILE"] = "1"
+    # warm-up: first-call costs are not what is measured; the compiled kernel compiles at the full size
+    warm = cfg if variant == "tiled" else dict(cfg, batch=1, seq=16)
+    score, q, k, v = _additive_inputs(warm, device)
+    t0 = time.perf_counter()
     step(score, *(t.requires_grad_(train) for t in (q, k, v)))
+    first = time.perf_counter() - t0
     score, q, k, v = _additive_inputs(cfg, device)
     q, k, v = (t.requires_grad_(train) for t in (q, k, v))
     sync(device)
@@ -175,19 +182,20 @@ def run_one(variant: str, cfg: dict, device_name: str) -> dict:
         sync(device)
     seconds = time.perf_counter() - t0
     peak = torch.cuda.max_memory_allocated() - base if device.type == "cuda" else rss.bytes
-    return {"seconds": seconds, "peak_bytes": max(peak, 0)}
+    return {"seconds": seconds, "peak_bytes": max(peak, 0), "compile": max(first - seconds, 0.0)}
 
 
 def additive_rows(cfg: dict, device: str, reps: int) -> dict:
     """Each variant in its own subprocess (so peaks don't mix), repeated, interleaved."""
-    results = {"naive": [], "tiled": []}
+    results = {"naive": [], "eager": [], "tiled": []}
     for _ in range(reps):
         for variant in results:
             out = subprocess.run([sys.executable, __file__, "--child", variant, json.dumps(cfg), device],
                                  capture_output=True, text=True, check=True)
             results[variant].append(json.loads(out.stdout.strip().splitlines()[-1]))
     return {v: {"seconds": statistics.median(r["seconds"] for r in rs),
-                "peak_bytes": statistics.median(r["peak_bytes"] for r in rs)} for v, rs in results.items()}
+                "peak_bytes": statistics.median(r["peak_bytes"] for r in rs),
+                "compile": statistics.median(r["compile"] for r in rs)} for v, rs in results.items()}
 
 
 def allocator_table(r: dict) -> list[str]:
@@ -208,6 +216,28 @@ def allocator_table(r: dict) -> list[str]:
         f"| `qkv.MultiHeadAttention` with vs without weights | "
         f"{r['qkv_mha_weights'] * 1e3:.1f} vs {r['qkv_mha'] * 1e3:.1f} ms | "
         f"{r['qkv_mha_weights'] / r['qkv_mha']:.2f}x | <= 1.5x |",
+        "",
+    ]
+
+
+def additive_table(title: str, cfg: dict, res: dict) -> list[str]:
+    """The additive-score rows: textbook formula, eager tiles, compiled fused tiles."""
+    n, e, t = res["naive"], res["eager"], res["tiled"]
+    return [
+        f"Additive score, {title}: B={cfg['batch']}, Tq=Tk={cfg['seq']}, D={cfg['dim']}, "
+        f"hidden={cfg['hidden']}, float32:",
+        "",
+        "| what | time | peak memory |",
+        "|---|---|---|",
+        f"| textbook formula, `(B, Tq, Tk, hidden)` materialised | {n['seconds']:.2f} s | {gib(n['peak_bytes'])} |",
+        f"| `qkv.attention(score=Additive(...))`, eager tiles (`QKV_NO_COMPILE=1`) | {e['seconds']:.2f} s | "
+        f"{gib(e['peak_bytes'])} |",
+        f"| `qkv.attention(score=Additive(...))`, compiled fused tiles (compiled once: {t['compile']:.0f} s) | "
+        f"{t['seconds']:.2f} s | {gib(t['peak_bytes'])} |",
+        f"| compiled / eager tiles | speed {e['seconds'] / t['seconds']:.2f}x (target >= 2x in inference) | "
+        f"{t['peak_bytes'] / max(e['peak_bytes'], 1):.2f}x the memory |",
+        f"| compiled tiles / textbook | speed {n['seconds'] / t['seconds']:.2f}x (target >= 1x) | "
+        f"{t['peak_bytes'] / max(n['peak_bytes'], 1):.3f}x the memory (target <= 0.125x) |",
         "",
     ]
 
@@ -234,6 +264,7 @@ def main():
     ap.add_argument("--quick", action="store_true", help="small sizes: checks the script, not the targets")
     ap.add_argument("--dot-only", action="store_true",
                     help="only the scaled dot product rows, default allocator: a quick check of the fast path's ratio")
+    ap.add_argument("--additive-only", action="store_true", help="only the additive-score rows")
     ap.add_argument("--write", metavar="MD", help="replace this script's section of a markdown file")
     ap.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
     ap.add_argument("--dot-child", action="store_true", help=argparse.SUPPRESS)
@@ -257,6 +288,12 @@ def main():
         add_infer = {"batch": 2, "seq": 128, "dim": 16, "hidden": 32, "train": False}
         add_train = {"batch": 2, "seq": 64, "dim": 16, "hidden": 32, "train": True}
 
+    if args.additive_only:
+        reps = 1 if args.quick else 3
+        print(f"{machine(device)}. Command: `python benchmarks/attention.py {' '.join(sys.argv[1:])}`\n")
+        for title, cfg in (("inference", add_infer), ("training", add_train)):
+            print("\n".join(additive_table(title, cfg, additive_rows(cfg, args.device, reps))))
+        return
     dot = dot_rows_in_child(args, huge_pages=False)
     if args.dot_only:
         print(f"B={args.batch}, H={args.heads}, T={args.seq}, D={args.head_dim}, float32, {machine(device)}")
@@ -312,20 +349,8 @@ def main():
         if res is not None:
             lines += [intro, ""] + allocator_table(res)
     for title, cfg, res in (("inference (online softmax over key tiles)", add_infer, infer),
-                            ("training, forward + backward (checkpointed tiles)", add_train, train)):
-        n, t = res["naive"], res["tiled"]
-        lines += [
-            f"Additive score, {title}: B={cfg['batch']}, Tq=Tk={cfg['seq']}, D={cfg['dim']}, "
-            f"hidden={cfg['hidden']}, float32:",
-            "",
-            "| what | time | peak memory |",
-            "|---|---|---|",
-            f"| textbook formula, `(B, Tq, Tk, hidden)` materialised | {n['seconds']:.2f} s | {gib(n['peak_bytes'])} |",
-            f"| `qkv.attention(score=Additive(...))` | {t['seconds']:.2f} s | {gib(t['peak_bytes'])} |",
-            f"| ratio qkv / textbook | {t['seconds'] / n['seconds']:.2f}x the time | "
-            f"{t['peak_bytes'] / max(n['peak_bytes'], 1):.3f}x the memory (target <= 0.125x) |",
-            "",
-        ]
+                            ("training, forward + backward", add_train, train)):
+        lines += additive_table(title, cfg, res)
     lines.append(END)
     section = "\n".join(lines)
     print(section)
