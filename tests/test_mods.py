@@ -180,6 +180,18 @@ def test_kv_cache_decoding_equals_the_parallel_pass(gen, positions):
     assert model.src_pos is None and (positions != "relative" or "tgt_bias.bias" in model.state_dict())
 
 
+def test_prefix_lm_with_a_prefilled_cache(gen):
+    """The prefix in one chunk (it sees itself whole), then one token at a time: the same as the parallel pass."""
+    torch.manual_seed(0)
+    mha = qkv.MultiHeadAttention(16, 4, mask_mod=mods.prefix_lm(3)).eval()
+    x = torch.randn(2, 7, 16, generator=gen)
+    with torch.no_grad():
+        parallel = mha(x)
+        cache = qkv.KVCache()
+        steps = [mha(x[:, :3], cache=cache)] + [mha(x[:, t:t + 1], cache=cache) for t in range(3, 7)]
+    torch.testing.assert_close(torch.cat(steps, 1), parallel, atol=1e-5, rtol=1e-4)
+
+
 @pytest.mark.parametrize("name", ["sliding", "softcap", "document"])
 def test_multihead_cache_with_layer_modifiers(gen, name):
     torch.manual_seed(0)
@@ -202,7 +214,7 @@ fused = pytest.mark.skipif(not flex.fused_available(), reason="FlexAttention is 
 
 
 @fused
-@pytest.mark.parametrize("case", ["alibi+causal", "softcap+window+padding", "t5+document", "prefix"])
+@pytest.mark.parametrize("case", ["alibi+causal", "softcap+window+padding", "t5+document", "prefix", "empty rows"])
 def test_fused_equals_reference(gen, case, monkeypatch):
     q, k, v = qkv_(gen, b=2, h=2, tq=128, tk=128, d=16, dtype=torch.float32)
     ids = torch.arange(128).div(40, rounding_mode="floor").expand(2, 128)
@@ -215,6 +227,7 @@ def test_fused_equals_reference(gen, case, monkeypatch):
                                    (torch.arange(128) < torch.tensor([128, 100])[:, None])[:, None, None]),
         "t5+document": ({"score_mod": t5, "mask_mod": mods.document(ids)}, None),
         "prefix": ({"mask_mod": mods.prefix_lm(20)}, None),
+        "empty rows": ({"mask_mod": lambda b, h, q_idx, kv_idx: (q_idx % 7 != 3) & (kv_idx <= q_idx)}, None),
     }[case]
     calls = []
     real = flex._fused
@@ -224,6 +237,15 @@ def test_fused_equals_reference(gen, case, monkeypatch):
         ref = qkv.attention(q, k, v, mask=mask, impl="reference", **kw)
     assert calls == [1] and compiled.reason() is None  # the fused path ran, once (not for impl="reference")
     torch.testing.assert_close(out, ref, atol=2e-5, rtol=1e-4)
+    if case == "empty rows":
+        assert torch.equal(out[:, :, 3::7], torch.zeros_like(out[:, :, 3::7]))  # rows with no key: zeros
+    if case == "alibi+causal":  # a second call of the same signature compiles nothing
+        from torch._dynamo.utils import counters
+
+        before = counters["stats"]["unique_graphs"]
+        with torch.no_grad():
+            qkv.attention(q * 2, k, v, mask=mask, **kw)
+        assert counters["stats"]["unique_graphs"] == before
 
 
 @fused
