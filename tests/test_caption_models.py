@@ -15,6 +15,7 @@ from qkv.models.captioning import (
     HardCaptioner,
     SoftCaptioner,
     doubly_stochastic_penalty,
+    grid_coords,
     reinforce_loss,
 )
 from qkv.models.decoding import beam_search
@@ -89,7 +90,7 @@ def test_beta_gates_the_context(gen):
         model.f_beta.weight.zero_()
         model.f_beta.bias.fill_(math.log(0.25 / 0.75))  # beta = 0.25 whatever h
     state = model.encode(_images(gen))
-    z, alpha, extras = model.context(state)
+    z, alpha, _, extras = model.context(state)
     torch.testing.assert_close(extras["beta"], torch.full((3,), 0.25))
     torch.testing.assert_close(alpha.sum(-1), torch.ones(3))
     ungated = torch.einsum("bl,bld->bd", alpha.double(), state["a"].double())  # independent weighted sum
@@ -154,10 +155,10 @@ def test_hard_attention_train_and_test_modes(gen):
     x, tgt = _images(gen), torch.full((3, 4), BOS_ID)
     with torch.no_grad():
         state = soft_like.encode(x)
-        z, alpha, _ = soft_like.context(state)
+        z, alpha, _, _ = soft_like.context(state)
         torch.testing.assert_close(z, torch.einsum("bl,bld->bd", alpha, state["a"]), rtol=1e-5, atol=1e-6)
         soft_like.test_attention = "argmax"
-        z_max, one_hot, _ = soft_like.context(state)
+        z_max, one_hot, _, _ = soft_like.context(state)
     assert torch.equal(one_hot.argmax(-1), alpha.argmax(-1)) and torch.equal(one_hot.sum(-1), torch.ones(3))
     torch.testing.assert_close(z_max, state["a"][torch.arange(3), alpha.argmax(-1)])
     hard.train()
@@ -188,3 +189,76 @@ def test_scores_and_bad_sizes():
     with pytest.raises(ValueError, match="grid"):
         model = create("caption-transformer", **MODELS["caption-transformer"])
         model.encode(torch.zeros(1, 1, 32, 32))
+
+
+WHERE = {"caption-soft": {**MODELS["caption-soft"], "coords": False, "where": True},
+         "caption-hard": {**MODELS["caption-hard"], "coords": False, "where": True, "deep_output": "context",
+                          "content_ids": [5, 7]},
+         "caption-soft ": {**MODELS["caption-soft"], "where": True, "deep_output": "context", "content_ids": [4]}}
+
+
+@pytest.mark.parametrize("name", list(WHERE))
+def test_where_and_context_output_teacher_forcing_equals_step_by_step(name, gen):
+    torch.manual_seed(2)
+    model = create(name.strip(), **WHERE[name]).eval()
+    x, tgt = torch.rand(3, 1, 24, 24, generator=gen), torch.randint(4, 11, (3, 6), generator=gen)
+    tgt[:, 0] = BOS_ID
+    with torch.no_grad():
+        out, state, steps = model(x, tgt), model.encode(x), []
+        for t in range(6):
+            logits, _, state = model.decode_step(tgt[:, t], state)
+            steps.append(logits)
+    torch.testing.assert_close(torch.stack(steps, 1), out.logits, rtol=1e-4, atol=1e-5)
+
+
+def test_where_location_is_the_alpha_weighted_grid(gen):
+    torch.manual_seed(3)
+    model = SoftCaptioner(**{**MODELS["caption-soft"], "coords": False, "where": True}).eval()
+    state = model.encode(torch.rand(2, 1, 24, 24, generator=gen))  # a 3x3 grid
+    assert state["grid"] == (3, 3)
+    by_hand = torch.tensor([[y, x] for y in (-1.0, 0.0, 1.0) for x in (-1.0, 0.0, 1.0)], dtype=torch.float64)
+    torch.testing.assert_close(grid_coords(3, 3).double(), by_hand)
+    with torch.no_grad():
+        z, alpha, loc, extras = model.context(state)
+        expected = sum(alpha[:, i, None].double() * by_hand[i] for i in range(9))
+        torch.testing.assert_close(loc.double(), expected, rtol=1e-5, atol=1e-6)
+        ungated = torch.einsum("bl,bld->bd", alpha.double(), state["a"].double())  # z stays the image's context
+        torch.testing.assert_close(z.double(), extras["beta"][:, None].double() * ungated, rtol=1e-5, atol=1e-6)
+        _, _, _, step_extras = model.step(torch.full((2,), BOS_ID), state)
+        torch.testing.assert_close(step_extras["loc"], loc)
+    hard = HardCaptioner(**{**MODELS["caption-hard"], "where": True}).eval()
+    hard.test_attention = "argmax"
+    state = hard.encode(torch.rand(2, 1, 16, 16, generator=gen))
+    _, one_hot, loc, _ = hard.context(state)
+    torch.testing.assert_close(loc, grid_coords(2, 2)[one_hot.argmax(-1)])  # the chosen cell's (y, x)
+
+
+def test_context_output_predicts_items_without_the_decoder_state(gen):
+    torch.manual_seed(4)
+    model = SoftCaptioner(**{**MODELS["caption-soft"], "where": True, "deep_output": "context",
+                             "content_ids": [5, 7]}).eval()
+    state = model.encode(_images(gen))
+    y = torch.tensor([BOS_ID, 6, 9])
+    with torch.no_grad():
+        z, _, loc, _ = model.context(state)
+        logits, _, _, _ = model.step(y, state)
+        e = model.embed(y)
+        items = model.out(e + model.out_z(z))
+        others = model.out(e + model.out_z(z) + model.out_loc(loc) + model.out_h(model.cell(
+            torch.cat([e, z, loc], -1), (state["h"], state["c"]))[0]))
+    torch.testing.assert_close(logits[:, [5, 7]], items[:, [5, 7]])
+    rest = [i for i in range(11) if i not in (5, 7)]
+    torch.testing.assert_close(logits[:, rest], others[:, rest])
+
+
+def test_configs_without_the_new_options_build_the_old_model():
+    model = create("caption-soft", **MODELS["caption-soft"])  # a config saved before where/deep_output
+    assert model.encoder.coords and not model.where and model.deep_output == "full"
+    assert model.cell.input_size == 6 + 8 and not hasattr(model, "out_loc")
+    assert "content" not in model.state_dict()
+    with pytest.raises(ValueError, match="content_ids"):
+        SoftCaptioner(**{**MODELS["caption-soft"], "deep_output": "context"})
+    with pytest.raises(ValueError, match="deep_output"):
+        SoftCaptioner(**{**MODELS["caption-soft"], "deep_output": "items"})
+    with pytest.raises(ValueError, match="content_ids"):
+        SoftCaptioner(**{**MODELS["caption-soft"], "deep_output": "context", "content_ids": [11]})

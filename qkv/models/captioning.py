@@ -37,7 +37,7 @@ from ..functional import attention
 from ..layers import Attention, KVCache, PositionalEncoding, TransformerLayer
 
 __all__ = ["CAPTION_MODELS", "CaptionOutput", "GridEncoder", "SoftCaptioner", "HardCaptioner", "FixedCaptioner",
-           "TransformerCaptioner", "doubly_stochastic_penalty", "reinforce_loss"]
+           "TransformerCaptioner", "doubly_stochastic_penalty", "reinforce_loss", "grid_coords"]
 
 
 @dataclass
@@ -75,6 +75,13 @@ def reinforce_loss(log_likelihood: Tensor, sample_log_prob: Tensor, entropy: Ten
     m = mask.to(sample_log_prob.dtype)
     advantage = (log_likelihood.detach() - baseline).to(sample_log_prob.dtype)
     return -reward_weight * (advantage * (sample_log_prob * m).sum(1)).sum() - entropy_weight * (entropy * m).sum()
+
+
+def grid_coords(h: int, w: int, *, device=None, dtype=None) -> Tensor:
+    """``(h * w, 2)``: the ``(y, x)`` of each grid position in [-1, 1], row-major (the order of ``L``)."""
+    ys = torch.linspace(-1, 1, h, device=device, dtype=dtype) if h > 1 else torch.zeros(1, device=device, dtype=dtype)
+    xs = torch.linspace(-1, 1, w, device=device, dtype=dtype) if w > 1 else torch.zeros(1, device=device, dtype=dtype)
+    return torch.stack(torch.meshgrid(ys, xs, indexing="ij"), -1).reshape(h * w, 2)
 
 
 def _conv(cin: int, cout: int) -> nn.Sequential:
@@ -127,19 +134,35 @@ class _LSTMCaptioner(nn.Module):
 
     def __init__(self, vocab_size: int, *, in_channels: int = 1, widths: Sequence[int] = (16, 32, 64, 128),
                  embed_dim: int = 64, hidden_dim: int = 128, attn_dim: int = 128, score: str = "additive",
-                 dropout: float = 0.3, coords: bool = True):
+                 dropout: float = 0.3, coords: bool = True, where: bool = False, deep_output: str = "full",
+                 content_ids: Sequence[int] = ()):
         super().__init__()
         if vocab_size < 4 or embed_dim < 1 or hidden_dim < 1 or attn_dim < 1:
             raise ValueError(f"vocab_size (>= 4), embed_dim, hidden_dim and attn_dim must be positive, got "
                              f"{vocab_size}, {embed_dim}, {hidden_dim}, {attn_dim}")
         if not 0.0 <= dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {dropout}")
+        if deep_output not in ("full", "context"):
+            raise ValueError(f"deep_output must be 'full' or 'context', got {deep_output!r}")
+        content_ids = [int(i) for i in content_ids]
+        if deep_output == "context" and not content_ids:
+            raise ValueError("deep_output='context' needs content_ids (the token ids of the item words)")
+        if any(not 0 <= i < vocab_size for i in content_ids):
+            raise ValueError(f"content_ids must be token ids in [0, {vocab_size}), got {content_ids}")
+        if where and not self.looks:
+            raise ValueError("where=True needs a model that attends")
         self.encoder = GridEncoder(in_channels, widths, coords=coords)
         d = self.encoder.dim
+        self.where, self.deep_output = where, deep_output
         self.embed = nn.Embedding(vocab_size, embed_dim, padding_idx=0)
         self.init_h, self.init_c = nn.Linear(d, hidden_dim), nn.Linear(d, hidden_dim)
-        self.cell = nn.LSTMCell(embed_dim + d, hidden_dim)
+        self.cell = nn.LSTMCell(embed_dim + d + (2 if where else 0), hidden_dim)
         self.out_h, self.out_z = nn.Linear(hidden_dim, embed_dim), nn.Linear(d, embed_dim, bias=False)
+        if where:
+            self.out_loc = nn.Linear(2, embed_dim, bias=False)
+        content = torch.zeros(vocab_size, dtype=torch.bool)
+        content[content_ids] = True
+        self.register_buffer("content", content, persistent=False)
         self.out = nn.Linear(embed_dim, vocab_size)
         self.dropout = nn.Dropout(dropout)
         if self.looks:
@@ -150,27 +173,42 @@ class _LSTMCaptioner(nn.Module):
         a, grid = self.encoder(images)
         mean = a.mean(dim=1)
         state = {"a": a, "mean": mean, "h": torch.tanh(self.init_h(mean)), "c": torch.tanh(self.init_c(mean)),
-                 "grid": grid}
+                 "grid": grid, "coords": grid_coords(*grid, device=a.device, dtype=a.dtype).expand(a.shape[0], -1, -1)}
         if self.looks:
             state["keys"] = self.attend.score.prepare_key(a)
+            # where=True: the grid coordinates ride along as two more value channels, so one attention gives
+            # the context z and the expected location sum_l alpha_l (y_l, x_l)
+            state["values"] = torch.cat([a, state["coords"]], -1) if self.where else a
         return state
 
-    def _look(self, state: dict) -> tuple[Tensor, Tensor]:
-        """``(soft context (B, D), alpha (B, L))`` from ``h_{t-1}``."""
-        z, w = attention(state["h"][:, None], state["keys"], state["a"], score=self.attend.score,
+    def _look(self, state: dict) -> tuple[Tensor, Tensor, Tensor]:
+        """``(soft context (B, D), alpha (B, L), expected location (B, 2) (y, x) in [-1, 1])`` from ``h_{t-1}``
+        (the location is zeros when ``where`` is off)."""
+        z, w = attention(state["h"][:, None], state["keys"], state["values"], score=self.attend.score,
                          return_weights=True, key_prepared=True)
-        return z[:, 0], w[:, 0]
+        z, d = z[:, 0], state["a"].shape[-1]
+        loc = z[:, d:] if self.where else z.new_zeros(z.shape[0], 2)
+        return z[:, :d], w[:, 0], loc
 
-    def context(self, state: dict) -> tuple[Tensor, Tensor, dict]:
-        """``(z (B, D), attention (B, L), extras)`` of one step; ``extras`` hold ``beta``/``log_prob``/``entropy``."""
+    def context(self, state: dict) -> tuple[Tensor, Tensor, Tensor, dict]:
+        """``(z (B, D), attention (B, L), location (B, 2), extras)`` of one step; ``extras`` hold
+        ``beta``/``log_prob``/``entropy``."""
         raise NotImplementedError
 
     def step(self, y_prev: Tensor, state: dict) -> tuple[Tensor, Tensor, dict, dict]:
-        """One word: ``(logits (B, V), attention (B, L), new state, extras)``."""
-        z, attn, extras = self.context(state)
+        """One word: ``(logits (B, V), attention (B, L), new state, extras)``; ``extras["loc"]`` is the location
+        the word looked at (``where`` models)."""
+        z, attn, loc, extras = self.context(state)
         e = self.dropout(self.embed(y_prev))
-        h, c = self.cell(torch.cat([e, z], dim=-1), (state["h"], state["c"]))
-        logits = self.out(self.dropout(e + self.out_h(self.dropout(h)) + self.out_z(z)))
+        inputs = [e, z, loc] if self.where else [e, z]
+        h, c = self.cell(torch.cat(inputs, dim=-1), (state["h"], state["c"]))
+        what = e + self.out_z(z)
+        if self.where:
+            what = what + self.out_loc(loc)
+            extras = {**extras, "loc": loc}
+        logits = self.out(self.dropout(what + self.out_h(self.dropout(h))))
+        if self.deep_output == "context":  # item words from what was seen (e, z) only: no h, no location
+            logits = torch.where(self.content, self.out(self.dropout(e + self.out_z(z))), logits)
         return logits, attn, {**state, "h": h, "c": c}, extras
 
     def decode_step(self, y_prev: Tensor, state: dict) -> tuple[Tensor, Tensor, dict]:
@@ -196,15 +234,17 @@ class SoftCaptioner(_LSTMCaptioner):
 
     def __init__(self, vocab_size: int, *, in_channels: int = 1, widths: Sequence[int] = (16, 32, 64, 128),
                  embed_dim: int = 64, hidden_dim: int = 128, attn_dim: int = 128, score: str = "additive",
-                 dropout: float = 0.3, coords: bool = True):
+                 dropout: float = 0.3, coords: bool = True, where: bool = False, deep_output: str = "full",
+                 content_ids: Sequence[int] = ()):
         super().__init__(vocab_size, in_channels=in_channels, widths=widths, embed_dim=embed_dim,
-                         hidden_dim=hidden_dim, attn_dim=attn_dim, score=score, dropout=dropout, coords=coords)
+                         hidden_dim=hidden_dim, attn_dim=attn_dim, score=score, dropout=dropout, coords=coords,
+                         where=where, deep_output=deep_output, content_ids=content_ids)
         self.f_beta = nn.Linear(hidden_dim, 1)
 
     def context(self, state):
-        z, alpha = self._look(state)
+        z, alpha, loc = self._look(state)
         beta = torch.sigmoid(self.f_beta(state["h"]))  # (B, 1)
-        return beta * z, alpha, {"beta": beta[:, 0]}
+        return beta * z, alpha, loc, {"beta": beta[:, 0]}
 
 
 class HardCaptioner(_LSTMCaptioner):
@@ -216,9 +256,11 @@ class HardCaptioner(_LSTMCaptioner):
 
     def __init__(self, vocab_size: int, *, in_channels: int = 1, widths: Sequence[int] = (16, 32, 64, 128),
                  embed_dim: int = 64, hidden_dim: int = 128, attn_dim: int = 128, score: str = "additive",
-                 dropout: float = 0.3, coords: bool = True, test_attention: str = "expectation"):
+                 dropout: float = 0.3, coords: bool = True, where: bool = False, deep_output: str = "full",
+                 content_ids: Sequence[int] = (), test_attention: str = "expectation"):
         super().__init__(vocab_size, in_channels=in_channels, widths=widths, embed_dim=embed_dim,
-                         hidden_dim=hidden_dim, attn_dim=attn_dim, score=score, dropout=dropout, coords=coords)
+                         hidden_dim=hidden_dim, attn_dim=attn_dim, score=score, dropout=dropout, coords=coords,
+                         where=where, deep_output=deep_output, content_ids=content_ids)
         if test_attention not in ("expectation", "argmax"):
             raise ValueError(f"test_attention must be 'expectation' or 'argmax', got {test_attention!r}")
         self.test_attention = test_attention
@@ -237,17 +279,22 @@ class HardCaptioner(_LSTMCaptioner):
             self.baseline.mul_(decay).add_((1 - decay) * mean)
 
     def context(self, state):
-        z, alpha = self._look(state)
+        z, alpha, loc = self._look(state)
         rows = torch.arange(alpha.shape[0], device=alpha.device)
         if self.training:
             s = torch.multinomial(alpha.detach().float(), 1)[:, 0]
             log_alpha = torch.log(alpha.clamp_min(torch.finfo(alpha.dtype).tiny))
             extras = {"log_prob": log_alpha[rows, s], "entropy": -(alpha * log_alpha).sum(-1)}
-            return state["a"][rows, s], alpha, extras
+            return state["a"][rows, s], alpha, self._where_at(state, s, loc), extras
         if self.test_attention == "argmax":
             s = alpha.argmax(-1)
-            return state["a"][rows, s], torch.nn.functional.one_hot(s, alpha.shape[-1]).to(alpha.dtype), {}
-        return z, alpha, {}
+            one_hot = torch.nn.functional.one_hot(s, alpha.shape[-1]).to(alpha.dtype)
+            return state["a"][rows, s], one_hot, self._where_at(state, s, loc), {}
+        return z, alpha, loc, {}
+
+    def _where_at(self, state: dict, s: Tensor, loc: Tensor) -> Tensor:
+        """The location of the chosen positions ``s (B,)`` (zeros ``loc`` when ``where`` is off)."""
+        return state["coords"][torch.arange(len(s), device=s.device), s] if self.where else loc
 
 
 class FixedCaptioner(_LSTMCaptioner):
@@ -265,7 +312,7 @@ class FixedCaptioner(_LSTMCaptioner):
     def context(self, state):
         a = state["a"]
         uniform = torch.full(a.shape[:2], 1.0 / a.shape[1], dtype=a.dtype, device=a.device)
-        return self.project(state["mean"]), uniform, {}
+        return self.project(state["mean"]), uniform, a.new_zeros(a.shape[0], 2), {}
 
 
 class TransformerCaptioner(nn.Module):

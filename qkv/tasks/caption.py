@@ -82,6 +82,13 @@ class CaptionOptions:
                                     "scaled_dot for the transformer)")
     widths: tuple[int, ...] = option((16, 32, 64, 128), low=1, help="channels of the CNN's stages (4 or more; "
                                      "the last is the features' size D)")
+    coords: bool = option(False, help="append the pixels' (y, x) to the CNN's input (CoordConv): features then "
+                          "code what and where jointly")
+    where: bool = option(True, applies=_ATTENDING_RNN, help="soft/hard: give the decoder the attended location "
+                         "(the alpha-weighted grid (y, x)) apart from the context")
+    deep_output: str = option("full", choices=("full", "context"), applies=_ATTENDING_RNN,
+                              help="soft/hard: item words from e + L_z z + L_h h (+ location) ('full') or from "
+                                   "e + L_z z alone ('context': no decoder-state or position prior on items)")
     embed_dim: int = option(64, low=1, applies=_RNN, help="LSTMs: word embedding size")
     hidden_dim: int = option(128, low=1, applies=_RNN, help="LSTMs: decoder state size")
     attn_dim: int = option(128, low=1, applies=_ATTENDING_RNN, help="hidden size of the additive/MLP score")
@@ -137,18 +144,24 @@ def load_data(options: CaptionOptions) -> CaptionData:
                              scenes_root=o.scenes_root, seed=o.data_seed)
 
 
-def model_spec(options: CaptionOptions, *, vocab_size: int, in_channels: int, image_size: int) -> dict[str, Any]:
-    """``{"name", "config"}`` for :func:`qkv.models.create`."""
+def model_spec(options: CaptionOptions, *, vocab_size: int, in_channels: int, image_size: int,
+               content_ids: list[int] | None = None) -> dict[str, Any]:
+    """``{"name", "config"}`` for :func:`qkv.models.create`; ``content_ids``: token ids of the item words
+    (``deep_output="context"``)."""
     o = options
     config: dict[str, Any] = {"vocab_size": vocab_size, "in_channels": in_channels, "widths": list(o.widths),
-                              "dropout": o.dropout}
+                              "dropout": o.dropout, "coords": o.coords}
     if o.model == "transformer":
         config.update(dim=o.dim, num_heads=o.num_heads, ffn_dim=o.ffn_dim, num_layers=o.num_layers,
                       score=o.score_name, max_len=o.max_decode_len + 2, grid=(image_size // 8) ** 2)
     else:
         config.update(embed_dim=o.embed_dim, hidden_dim=o.hidden_dim)
         if o.model != "fixed":
-            config.update(attn_dim=o.attn_dim, score=o.score_name)
+            config.update(attn_dim=o.attn_dim, score=o.score_name, where=o.where, deep_output=o.deep_output)
+            if o.deep_output == "context":
+                if not content_ids:
+                    raise ValueError("deep_output 'context' needs the item words' ids (captions data with items)")
+                config["content_ids"] = list(content_ids)
         if o.model == "hard":
             config["test_attention"] = o.hard_test
     return {"name": f"caption-{o.model}", "config": config}
@@ -206,9 +219,10 @@ class CaptionTask(Task):
 
         self.tokenizer = load_tokenizer(directory / "tokenizer")
 
-    def _sizes(self) -> dict[str, int]:
+    def _sizes(self) -> dict[str, Any]:
+        ids = [self.tokenizer.encode(w) for w in self.data.item_words]
         return {"vocab_size": self.tokenizer.vocab_size, "in_channels": self.data.channels,
-                "image_size": self.data.image_size}
+                "image_size": self.data.image_size, "content_ids": sorted({i[0] for i in ids if len(i) == 1})}
 
     def config(self) -> dict[str, Any]:
         return {"model": model_spec(self.options, **self._sizes()), "options": dataclasses.asdict(self.options),
