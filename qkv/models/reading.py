@@ -217,6 +217,9 @@ class TransformerReader(nn.Module):
         self.norm = nn.LayerNorm(dim)
         self.head = nn.Linear(dim, 2)
         self.dropout = nn.Dropout(dropout)
+        nn.init.normal_(self.embed.weight, std=dim ** -0.5)  # times sqrt(dim) in forward: unit variance
+        with torch.no_grad():
+            self.embed.weight[0].zero_()
 
     def forward(self, context: Tensor, context_mask: Tensor, question: Tensor, question_mask: Tensor,
                 match: Tensor | None = None) -> ReaderOutput:
