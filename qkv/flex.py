@@ -121,11 +121,11 @@ def attention_with_mods(query: Tensor, key: Tensor, value: Tensor, *, sc, score_
 
     pair = sc.dot_form(query, key, key_prepared=key_prepared)
     padding = _key_padding(allowed, b, tk) if allowed is not None else None
-    needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (query, key, value))
+    cpu = query.device.type == "cpu"
     fused = (impl == "auto" and pair is not None and normalizer is softmax and dropout == 0.0 and not return_weights
              and bias is None and (allowed is None or padding is not None) and tq * tk >= FUSED_MIN_SIZE
-             and query.dtype in (torch.float32, torch.bfloat16, torch.float16)
-             and not (needs_grad and query.device.type == "cpu") and fused_available(query.device))
+             and query.dtype in ((torch.float32,) if cpu else (torch.float32, torch.bfloat16, torch.float16))
+             and not (cpu and _needs_grad(query, key, value, score_mod, mask_mod)) and fused_available(query.device))
     if fused:
         result = _fused(pair, v4, b, h, tq, tk, smod, mmod, padding, sc, query, key, scale, (score_mod, mask_mod,
                                                                                             q_offset, is_causal))
@@ -164,13 +164,28 @@ def _from_4d(t: Tensor, ndim: int) -> Tensor:
     return t
 
 
+def _needs_grad(*things) -> bool:
+    """Whether a backward pass may go through this call (FlexAttention has none on the CPU): inputs, or learned
+    modifiers (a module such as T5's bias), that require gradients."""
+    if not torch.is_grad_enabled():
+        return False
+    for t in things:
+        if isinstance(t, Tensor) and t.requires_grad:
+            return True
+        if isinstance(t, torch.nn.Module) and any(p.requires_grad for p in t.parameters()):
+            return True
+    return False
+
+
 def _causal(b, h, q_idx, kv_idx):
     return q_idx >= kv_idx
 
 
 def _fused(pair, v4, b, h, tq, tk, smod, mmod, padding, sc, query, key, scale, cache_key):
     q, k = _as_4d(pair[0]), _as_4d(pair[1])
-    q, k, v = (t.expand(b, h, *t.shape[-2:]).contiguous() if t.shape[:2] != (b, h) else t for t in (q, k, v4))
+    # contiguous (B, H, T, D): inductor's CPU template reads the layout of its inputs (a view fails inside a
+    # caller's torch.compile)
+    q, k, v = (t.expand(b, h, *t.shape[-2:]).contiguous() for t in (q, k, v4))
     factor = sc.default_scale(query, key) if scale is None else scale
     if padding is not None:
         pad = padding.contiguous()

@@ -140,6 +140,11 @@ def test_gradients_of_the_reference_path(gen):
     assert torch.autograd.gradcheck(f, (q, k, v, t5.bias.detach().clone().requires_grad_()))
     out = qkv.attention(q, k, v, score_mod=t5)
     out.sum().backward()
+    big = torch.randn(1, 2, 128, 8, dtype=torch.float32)  # a size the fused path takes in inference, but learned
+    t5 = t5.float()  # modifiers need the reference path's backward on the CPU
+    t5.bias.grad = None
+    qkv.attention(big, big, big, score_mod=t5).sum().backward()
+    assert t5.bias.grad is not None and t5.bias.grad.abs().sum() > 0
     assert t5.bias.grad is not None and t5.bias.grad.abs().sum() > 0  # the learned bias trains
 
 
