@@ -170,4 +170,19 @@ def test_model_spec_is_json_and_rebuilds():
         spec = model_spec(CaptionOptions(model=model), vocab_size=30, in_channels=1, image_size=64)
         assert json.loads(json.dumps(spec)) == spec and spec["name"] == f"caption-{model}"
         create(spec["name"], **spec["config"])
+    spec = model_spec(CaptionOptions(deep_output="context"), vocab_size=30, in_channels=1, image_size=64,
+                      content_ids=[7, 9])
+    assert spec["config"]["content_ids"] == [7, 9] and spec["config"]["where"] and not spec["config"]["coords"]
+    assert create(spec["name"], **spec["config"]).content.nonzero().flatten().tolist() == [7, 9]
+    with pytest.raises(ValueError, match="item words"):
+        model_spec(CaptionOptions(deep_output="context"), vocab_size=30, in_channels=1, image_size=64)
     assert CaptionTask(CaptionOptions()).unit == "words"
+
+
+def test_context_output_gets_the_item_words(tmp_path):
+    out = tmp_path / "ctx"
+    assert train(out, "soft", "--max-steps", "1", "--deep-output", "context", "--coords") == 0
+    cap = Captioner.load(out)
+    ids = cap.model.content.nonzero().flatten().tolist()
+    assert sorted(cap.tokenizer.tokens_of_ids(ids)) == sorted(cap.item_words) and len(ids) == 6
+    assert cap.model.encoder.coords and cap.model.where

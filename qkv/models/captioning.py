@@ -6,8 +6,17 @@ positions, ``D`` feature channels, ``H`` decoder state, ``E`` word embedding, ``
 
 - :class:`GridEncoder`: a small conv stack (stride 8) from ``(B, C, H, W)`` to the annotation vectors
   ``a (B, L, D)``, trained end to end. Differs from the paper (a frozen VGG on 224x224 images): small images,
-  two coordinate channels appended to the input (CoordConv, Liu et al., 2018) so that the features say where
-  they are.
+  optionally (``coords=True``, the models' default for old configurations; ``qkv train caption`` now builds
+  ``coords=False``) two coordinate channels appended to the input (CoordConv, Liu et al., 2018). Without them
+  the features are (nearly) translation-equivariant: an item looks the same in every cell, which is what lets
+  the decoder name an item at a place it never saw it in training.
+- ``where=True`` (soft/hard): the decoder is also told *where* it looked, apart from *what* it saw: the expected
+  location ``loc_t = sum_l alpha_tl (y_l, x_l)`` in [-1, 1] (the sampled cell's for hard attention in training),
+  an input of the LSTM (``[E y_{t-1}, z_t, loc_t]``) and of the deep output (``+ L_loc loc_t``). Computed by the
+  same attention call, the grid coordinates riding along as two more value channels.
+- ``deep_output="context"`` (soft/hard): the item words (``content_ids``) are predicted from
+  ``L_o(E y_{t-1} + L_z z_t)`` alone, without the decoder state or the location (Xu et al.'s deep output minus
+  ``L_h h_t``), so no "item k never at cell c" prior can reach them; the other words keep the full output.
 - :class:`SoftCaptioner` (``caption-soft``): LSTM decoder, ``alpha_t = softmax(score(h_{t-1}, a))`` through
   :func:`qkv.functional.attention` with any qkv score (the paper's is ``additive``), the gate
   ``beta_t = sigmoid(f_beta(h_{t-1}))`` on the context ``z_t = beta_t sum_i alpha_ti a_i``, initial ``h_0, c_0``
