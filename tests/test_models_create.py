@@ -27,7 +27,9 @@ from qkv.models import (
     sknet50,
     upgrade_state_dict,
 )
+from qkv.models.captioning import FixedCaptioner, HardCaptioner, SoftCaptioner, TransformerCaptioner
 from qkv.models.legacy import RENAMES
+from qkv.models.reading import AttentiveReader, BiDAFReader, TransformerReader
 
 V1 = Path(__file__).parent / "data" / "v1"
 
@@ -47,13 +49,24 @@ CASES = {
     "transformer-classifier": ({**CLASSIFIER, "dim": 16, "num_heads": 2, "pooling": "attention"},
                                lambda: TransformerClassifier(30, 3, embed_dim=8, dim=16, num_heads=2,
                                                              pooling="attention")),
-    "small-cnn": ({"widths": [4, 8], "convs": [1, 1], "attn": "cbam", "attn_kwargs": {"reduction": 2}},
+    "small-cnn": ({"widths": [4, 4, 4, 8], "convs": [1, 1], "attn": "cbam", "attn_kwargs": {"reduction": 2}},
                   lambda: SmallCNN(widths=(4, 8), convs=(1, 1), attn="cbam", attn_kwargs={"reduction": 2})),
     **{name: ({"num_classes": 5, "in_channels": 1, "attn": "cbam", "stem": "cifar"},
               lambda name=name: create_resnet(name, num_classes=5, in_channels=1, attn="cbam", stem="cifar"))
        for name in ("resnet18", "resnet34", "resnet50", "resnet101")},
     "sknet50": ({"num_classes": 5, "attn_kwargs": {"reduction": 8}},
                 lambda: sknet50(num_classes=5, attn_kwargs={"reduction": 8})),
+    **{name: (cfg, lambda cls=cls, cfg=cfg: cls(**cfg)) for name, cls, cfg in (
+        ("caption-soft", SoftCaptioner, {"vocab_size": 20, "widths": [4, 4, 4, 8], "embed_dim": 8, "hidden_dim": 12}),
+        ("caption-hard", HardCaptioner, {"vocab_size": 20, "widths": [4, 4, 4, 8], "attn_dim": 6,
+                                         "test_attention": "argmax"}),
+        ("caption-fixed", FixedCaptioner, {"vocab_size": 20, "in_channels": 3, "widths": [4, 4, 4, 8]}),
+        ("caption-transformer", TransformerCaptioner, {"vocab_size": 20, "widths": [4, 4, 4, 8], "dim": 16,
+                                                       "num_heads": 2, "num_layers": 1}),
+        ("attentive-reader", AttentiveReader, {"vocab_size": 30, "embed_dim": 8, "hidden_dim": 12}),
+        ("bidaf-reader", BiDAFReader, {"vocab_size": 30, "embed_dim": 8, "hidden_dim": 12, "score": "additive"}),
+        ("transformer-reader", TransformerReader, {"vocab_size": 30, "dim": 16, "num_heads": 2, "num_layers": 1}),
+    )},
 }
 
 
