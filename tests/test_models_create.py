@@ -49,7 +49,7 @@ CASES = {
     "transformer-classifier": ({**CLASSIFIER, "dim": 16, "num_heads": 2, "pooling": "attention"},
                                lambda: TransformerClassifier(30, 3, embed_dim=8, dim=16, num_heads=2,
                                                              pooling="attention")),
-    "small-cnn": ({"widths": [4, 4, 4, 8], "convs": [1, 1], "attn": "cbam", "attn_kwargs": {"reduction": 2}},
+    "small-cnn": ({"widths": [4, 8], "convs": [1, 1], "attn": "cbam", "attn_kwargs": {"reduction": 2}},
                   lambda: SmallCNN(widths=(4, 8), convs=(1, 1), attn="cbam", attn_kwargs={"reduction": 2})),
     **{name: ({"num_classes": 5, "in_channels": 1, "attn": "cbam", "stem": "cifar"},
               lambda name=name: create_resnet(name, num_classes=5, in_channels=1, attn="cbam", stem="cifar"))
