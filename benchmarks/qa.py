@@ -37,7 +37,7 @@ from qkv.train import train  # noqa: E402
 
 MODELS = ("reader", "bidaf", "transformer")
 # options other than the `qkv train qa` defaults (the Transformer overfits the training names without more <unk>s)
-PRESETS = {"transformer": {"dropout": 0.0, "word_dropout": 0.3}}
+PRESETS = {"transformer": {"dim": 64, "dropout": 0.0, "word_dropout": 0.3}}
 
 
 def per_kind(reader, examples, chars: bool) -> dict[str, float]:

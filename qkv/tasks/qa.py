@@ -80,7 +80,7 @@ class QAOptions:
                                           "readers, scaled_dot for the transformer)")
     embed_dim: int = option(64, low=1, applies=_RNN, help="RNN readers: token embedding size")
     hidden_dim: int = option(128, low=2, applies=_RNN, help="RNN readers: BiGRU output, both directions together")
-    dim: int = option(64, low=2, applies=_TRANSFORMER, help="transformer: model width")
+    dim: int = option(128, low=2, applies=_TRANSFORMER, help="transformer: model width")
     num_heads: int = option(4, low=1, applies=_TRANSFORMER, help="transformer: attention heads")
     ffn_dim: int | None = option(None, low=1, applies=_TRANSFORMER, help="transformer: feed-forward width "
                                  "(default: 4 x dim)")
