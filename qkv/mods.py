@@ -177,32 +177,27 @@ def prefix_lm(prefix_len: int | Tensor) -> MaskMod:
     return prefix_mod
 
 
-def and_masks(*mods: MaskMod) -> MaskMod:
-    """Allowed where every one of ``mods`` allows."""
+def _combine(mods: tuple[MaskMod, ...], op: Callable[[Tensor, Tensor], Tensor], name: str) -> MaskMod:
     if not mods:
-        raise ValueError("and_masks needs at least one mask modifier")
+        raise ValueError(f"{name} needs at least one mask modifier")
 
-    def and_mod(b, h, q_idx, kv_idx):
+    def combined(b, h, q_idx, kv_idx):
         out = mods[0](b, h, q_idx, kv_idx)
         for m in mods[1:]:
-            out = out & m(b, h, q_idx, kv_idx)
+            out = op(out, m(b, h, q_idx, kv_idx))
         return out
 
-    return and_mod
+    return combined
+
+
+def and_masks(*mods: MaskMod) -> MaskMod:
+    """Allowed where every one of ``mods`` allows."""
+    return _combine(mods, torch.logical_and, "and_masks")
 
 
 def or_masks(*mods: MaskMod) -> MaskMod:
     """Allowed where any one of ``mods`` allows."""
-    if not mods:
-        raise ValueError("or_masks needs at least one mask modifier")
-
-    def or_mod(b, h, q_idx, kv_idx):
-        out = mods[0](b, h, q_idx, kv_idx)
-        for m in mods[1:]:
-            out = out | m(b, h, q_idx, kv_idx)
-        return out
-
-    return or_mod
+    return _combine(mods, torch.logical_or, "or_masks")
 
 
 def chain(*mods: ScoreMod) -> ScoreMod:
