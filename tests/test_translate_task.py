@@ -49,6 +49,21 @@ def test_train_writes_a_loadable_checkpoint(dates_runs, capsys):
     assert torch.equal(model(src, mask, tgt), again(src, mask, tgt))
 
 
+def test_a_stored_option_that_does_not_apply_is_reset(dates_runs, tmp_path):
+    """A run stores every option; one that does not apply to its model (here a Transformer width in a Bahdanau
+    run, as a release with another default would have stored it) is reset on load, not refused."""
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(dates_runs["bahdanau"], run)
+    for config_path in run.glob("*/config.json"):
+        config = json.loads(config_path.read_text())
+        config["config"]["options"]["dim"] = 999
+        config_path.write_text(json.dumps(config))
+    translator = Translator.load(run)
+    assert translator.options.dim == TranslateOptions().dim and translator.options.model == "bahdanau"
+
+
 def test_translate_command_with_plot_and_files(dates_runs, tmp_path, capsys):
     out = dates_runs["bahdanau"]
     png = tmp_path / "align.png"

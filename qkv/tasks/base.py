@@ -101,8 +101,9 @@ def load_run(path: str | os.PathLike, task: str, upgrade: Callable[[dict[str, An
             raise ValueError(f"{where}: not a valid format-version-{ckpt.version} {task} configuration ({e})") from None
     if not isinstance(config, Mapping) or not isinstance(config.get("options"), Mapping):
         raise ValueError(f"{where}: the configuration has no 'options' mapping")
-    try:
-        options = options_cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in config["options"].items()})
+    try:  # an option that does not apply to this run's settings is reset to its default: its stored value may be
+        # a default of an older release, which would now read as set
+        options = upgrade_options(options_cls, config["options"])
     except (TypeError, ValueError) as e:
         raise ValueError(f"{where}: options do not match this qkv's {options_cls.__name__} ({e})") from None
     model = model_from_spec(config.get("model"), state_dict, where)
