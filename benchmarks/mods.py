@@ -52,7 +52,25 @@ def variants(b, h, t, d, device):
     alibi_bias = (-slopes * dist).masked_fill(dist < 0, float("-inf"))  # (H, T, T): what SDPA needs
     window_mask = (dist >= 0) & (dist < WINDOW)
     alibi, window = mods.alibi(h), mods.sliding_window(WINDOW)
-    return {
+    t5 = mods.relative_position_bias(num_heads=h).to(device)
+    with torch.no_grad():
+        t5.bias.normal_(generator=torch.Generator(device="cpu").manual_seed(1))
+        t5_bias = t5.bias[t5.bucket(-dist)].permute(2, 0, 1)  # (H, T, T)
+    docs = (i * 4 // t)  # four packed sequences
+    doc_mask = (docs[:, None] == docs[None]) & (dist >= 0)
+    prefix_mask = (i[None] < t // 4) | (dist >= 0)
+    document, prefix, cap = mods.document(docs), mods.prefix_lm(t // 4), mods.softcap(20.0)
+    more = {
+        "t5_qkv": lambda: qkv.attention(q, k, v, score_mod=t5),
+        "t5_sdpa": lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=t5_bias),
+        "softcap_qkv": lambda: qkv.attention(q, k, v, score_mod=cap, mask_mod=mods.causal),
+        "softcap_ref": lambda: qkv.attention(q, k, v, score_mod=cap, mask_mod=mods.causal, impl="reference"),
+        "document_qkv": lambda: qkv.attention(q, k, v, mask_mod=mods.and_masks(mods.causal, document)),
+        "document_sdpa": lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=doc_mask),
+        "prefix_qkv": lambda: qkv.attention(q, k, v, mask_mod=prefix),
+        "prefix_sdpa": lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=prefix_mask),
+    }
+    return {**more, **{
         "alibi_qkv": lambda: qkv.attention(q, k, v, score_mod=alibi, mask_mod=mods.causal),
         "alibi_sdpa": lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=alibi_bias),
         "alibi_weights": lambda: qkv.attention(q, k, v, score_mod=alibi, mask_mod=mods.causal, return_weights=True),
@@ -61,7 +79,7 @@ def variants(b, h, t, d, device):
         "plain_qkv": lambda: qkv.attention(q, k, v),
         "plain_sdpa": lambda: F.scaled_dot_product_attention(q, k, v),
         "plain_weights": lambda: qkv.attention(q, k, v, return_weights=True),
-    }
+    }}
 
 
 def child(name: str, b, h, t, d, device_name: str) -> dict:
@@ -106,6 +124,8 @@ def main() -> int:
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--quick", action="store_true", help="2 repetitions and no memory rows: a smoke test")
+    ap.add_argument("--more", action="store_true", help="only the rows of the other modifiers (T5 bias, soft-capping,"
+                    " documents, prefix LM), times only")
     ap.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.threads:
@@ -124,6 +144,16 @@ def main() -> int:
     print("|---|---|---|---|---|---|---|---|")
     for t in args.seq:
         fns = variants(b, h, t, d, device)
+        if args.more:
+            fns = {n: f for n, f in fns.items() if n.split("_")[0] in ("t5", "softcap", "document", "prefix")}
+            with torch.no_grad():
+                times = timeit(fns, device, args.reps)
+            row(t, times, {}, "T5 bias (bidirectional) vs SDPA + (H, T, T) bias", "t5_qkv", "t5_sdpa")
+            row(t, times, {}, "soft-capping + causal vs qkv's reference path (SDPA cannot)", "softcap_qkv",
+                "softcap_ref")
+            row(t, times, {}, "4 packed documents, causal, vs SDPA + (T, T) mask", "document_qkv", "document_sdpa")
+            row(t, times, {}, "prefix LM (prefix T/4) vs SDPA + (T, T) mask", "prefix_qkv", "prefix_sdpa")
+            continue
         with torch.no_grad():
             times = timeit(fns, device, 2 if args.quick else args.reps)
         mem = {}
