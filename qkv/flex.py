@@ -24,7 +24,7 @@ import torch
 from torch import Tensor
 
 from . import compiled
-from .mods import MaskMod, ScoreMod, and_masks, offset
+from .mods import MaskMod, ScoreMod, and_masks, causal, offset, uses
 
 __all__ = ["attention_with_mods", "fused_available", "FUSED_MIN_SIZE"]
 
@@ -55,6 +55,8 @@ def _block_mask(mask_mod: MaskMod | None, b: int, h: int, tq: int, tk: int, devi
 
     if mask_mod is None:
         return None
+    axes = uses(mask_mod)  # built once for the axes the modifier ignores (broadcast by FlexAttention)
+    b, h = (b if "b" in axes else 1), (h if "h" in axes else 1)
     if key is None:
         return create_block_mask(mask_mod, b, h, tq, tk, device=device)
     cache_key = (*key, b, h, tq, tk, str(device))
@@ -116,8 +118,8 @@ def attention_with_mods(query: Tensor, key: Tensor, value: Tensor, *, sc, score_
     smod = offset(score_mod, q_offset, score=True) if score_mod is not None else None
     mmod = offset(mask_mod, q_offset, score=False) if mask_mod is not None else None
     if is_causal:  # top-left aligned as in SDPA, shifted by the offset like the modifiers
-        mmod = and_masks(mmod, offset(_causal, q_offset, score=False)) if mmod else offset(_causal, q_offset,
-                                                                                            score=False)
+        shifted = offset(causal, q_offset, score=False)
+        mmod = and_masks(mmod, shifted) if mmod else shifted
 
     pair = sc.dot_form(query, key, key_prepared=key_prepared)
     padding = _key_padding(allowed, b, tk) if allowed is not None else None
@@ -177,10 +179,6 @@ def _needs_grad(*things) -> bool:
     return False
 
 
-def _causal(b, h, q_idx, kv_idx):
-    return q_idx >= kv_idx
-
-
 def _fused(pair, v4, b, h, tq, tk, smod, mmod, padding, sc, query, key, scale, cache_key):
     q, k = _as_4d(pair[0]), _as_4d(pair[1])
     # contiguous (B, H, T, D): inductor's CPU template reads the layout of its inputs (a view fails inside a
@@ -193,6 +191,7 @@ def _fused(pair, v4, b, h, tq, tk, smod, mmod, padding, sc, query, key, scale, c
         def padding_mod(bb, hh, q_idx, kv_idx):
             return pad[bb, kv_idx]
 
+        padding_mod.qkv_uses = frozenset({"b"})
         mmod = and_masks(mmod, padding_mod) if mmod is not None else padding_mod
         cache_key = None  # a mask of this batch's padding: built anew every call
     try:

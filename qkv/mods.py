@@ -30,12 +30,23 @@ from collections.abc import Callable
 import torch
 from torch import Tensor, nn
 
-__all__ = ["ScoreMod", "MaskMod", "alibi", "alibi_slopes", "RelativePositionBias", "relative_position_bias",
+__all__ = ["ScoreMod", "MaskMod", "uses", "alibi", "alibi_slopes", "RelativePositionBias", "relative_position_bias",
            "softcap", "causal", "sliding_window", "document", "prefix_lm", "and_masks", "or_masks", "chain",
            "offset"]
 
 ScoreMod = Callable[[Tensor, Tensor, Tensor, Tensor, Tensor], Tensor]
 MaskMod = Callable[[Tensor, Tensor, Tensor, Tensor], Tensor]
+
+
+def uses(mod: Callable) -> frozenset[str]:
+    """Which of the batch and head indices (``"b"``, ``"h"``) a mask modifier depends on: qkv's modifiers say so;
+    any other function is taken to use both. A block mask is built once for the axes a modifier ignores."""
+    return getattr(mod, "qkv_uses", frozenset({"b", "h"}))
+
+
+def _uses(mod: Callable, *axes: str) -> Callable:
+    mod.qkv_uses = frozenset(axes)
+    return mod
 
 
 def alibi_slopes(num_heads: int) -> Tensor:
@@ -128,6 +139,7 @@ def softcap(cap: float) -> ScoreMod:
     return softcap_mod
 
 
+@_uses
 def causal(b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
     """A query sees the keys up to its own position."""
     return q_idx >= kv_idx
@@ -142,7 +154,7 @@ def sliding_window(window: int, *, causal: bool = True) -> MaskMod:
         dist = q_idx - kv_idx
         return ((dist >= 0) & (dist < window)) if causal else (dist.abs() < window)
 
-    return sliding_window_mod
+    return _uses(sliding_window_mod)
 
 
 def document(ids: Tensor) -> MaskMod:
@@ -155,7 +167,7 @@ def document(ids: Tensor) -> MaskMod:
         rows = b if ids.shape[0] > 1 else torch.zeros_like(b)
         return ids[rows, q_idx] == ids[rows, kv_idx]
 
-    return document_mod
+    return _uses(document_mod, *(("b",) if ids.shape[0] > 1 else ()))
 
 
 def prefix_lm(prefix_len: int | Tensor) -> MaskMod:
@@ -174,7 +186,7 @@ def prefix_lm(prefix_len: int | Tensor) -> MaskMod:
         def prefix_mod(b, h, q_idx, kv_idx):
             return (kv_idx < prefix_len) | (q_idx >= kv_idx)
 
-    return prefix_mod
+    return _uses(prefix_mod, *(("b",) if isinstance(prefix_len, Tensor) else ()))
 
 
 def _combine(mods: tuple[MaskMod, ...], op: Callable[[Tensor, Tensor], Tensor], name: str) -> MaskMod:
@@ -187,7 +199,7 @@ def _combine(mods: tuple[MaskMod, ...], op: Callable[[Tensor, Tensor], Tensor], 
             out = op(out, m(b, h, q_idx, kv_idx))
         return out
 
-    return combined
+    return _uses(combined, *frozenset().union(*(uses(m) for m in mods)))
 
 
 def and_masks(*mods: MaskMod) -> MaskMod:
@@ -225,4 +237,4 @@ def offset(mod: Callable, by: int | Tensor, *, score: bool) -> Callable:
 
     def shifted_mask(b, h, q_idx, kv_idx):
         return mod(b, h, q_idx + by_t.to(q_idx.device), kv_idx)
-    return shifted_mask
+    return _uses(shifted_mask, *uses(mod))

@@ -282,3 +282,13 @@ def test_translate_with_a_position_bias(tmp_path, positions, capsys, one_thread)
     assert translator.model.cfg.positions == positions and translator.model.src_pos is None
     assert main(["translate", str(out), "7 mars 2019", "--beam", "2", "--max-len", "12"]) == 0
     assert capsys.readouterr().out.strip()
+
+
+def test_which_axes_a_mask_uses():
+    assert mods.uses(mods.causal) == frozenset() and mods.uses(mods.sliding_window(4)) == frozenset()
+    assert mods.uses(mods.document(torch.zeros(8, dtype=torch.long))) == frozenset()
+    assert mods.uses(mods.document(torch.zeros(2, 8, dtype=torch.long))) == {"b"}
+    assert mods.uses(mods.prefix_lm(torch.tensor([1, 2]))) == {"b"}
+    assert mods.uses(lambda b, h, q_idx, kv_idx: h > 0) == {"b", "h"}  # a function of the user's: both, to be safe
+    assert mods.uses(mods.and_masks(mods.causal, mods.prefix_lm(torch.tensor([1, 2])))) == {"b"}
+    assert mods.uses(mods.offset(mods.causal, 3, score=False)) == frozenset()
