@@ -123,9 +123,10 @@ def _kind(frame: _Frame | None, same: bool, tq: int, tk: int) -> str:
         return "pooling"
     if isinstance(module, (SelfAttention, NonLocal)):
         return "self"
-    if isinstance(module, MultiHeadAttention):
+    if isinstance(module, MultiHeadAttention):  # called as mha(query, key=None, ...), positionally or by name
+        query_in = frame.kwargs.get("query", frame.inputs[0] if frame.inputs else None)
         key_in = frame.kwargs.get("key", frame.inputs[1] if len(frame.inputs) > 1 else None)
-        return "self" if key_in is None or key_in is frame.inputs[0] else "cross"
+        return "self" if key_in is None or key_in is query_in else "cross"
     # a function call in a module of the user's: self when the queries and keys are one sequence
     if same:
         return "self"

@@ -234,3 +234,12 @@ def test_a_model_running_the_three_stages_itself(gen):
     (r,) = records
     assert (r.name, r.kind) == ("Stages", "cross") and torch.equal(out, model(q, k, v))
     torch.testing.assert_close(r.weights[:, 0], torch.softmax(q @ k.transpose(1, 2), -1))
+
+
+def test_layers_called_by_keyword(gen):
+    mha = qkv.MultiHeadAttention(8, 2).eval()
+    x, mem = torch.randn(1, 4, 8, generator=gen), torch.randn(1, 6, 8, generator=gen)
+    with qkv.capture_attention(mha) as records:
+        mha(query=x)
+        mha(query=x, key=mem)
+    assert [(r.kind, tuple(r.weights.shape)) for r in records] == [("self", (1, 2, 4, 4)), ("cross", (1, 2, 4, 6))]
