@@ -1,6 +1,7 @@
 """The ``qkv`` command line: thin subcommands whose flags are generated from options dataclasses.
 
-One module per command group (:mod:`.explain`, :mod:`.translate`, :mod:`.sentiment`, :mod:`.images`), each with
+One module per command group (:mod:`.explain`, :mod:`.translate`, :mod:`.sentiment`, :mod:`.images`,
+:mod:`.caption`, :mod:`.qa`, :mod:`.view`), each with
 ``register(commands, train_commands)``. Every failure a user can cause ends in one line on stderr,
 ``qkv: error: ...``, with exit code 2 (130 after Ctrl-C); ``-v`` adds the traceback.
 """
