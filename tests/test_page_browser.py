@@ -52,8 +52,12 @@ class Opened:
         assert self.errors == []
         assert [u for u in self.requests if u != self.url and not u.startswith(("data:", "blob:"))] == []
 
-    def close(self):
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
         self.page.close()
+        return False
 
 
 def not_blank(png: bytes) -> bool:
@@ -128,8 +132,7 @@ def user_model_page(tmp_path):
 
 @pytest.mark.parametrize("make", [translation_page, sentiment_page, image_page, caption_page, user_model_page])
 def test_page_loads_offline_and_draws(browser, tmp_path, make):
-    opened = Opened(browser, make(tmp_path))
-    try:
+    with Opened(browser, make(tmp_path)) as opened:
         opened.check_clean()
         assert opened.page.locator("#view *").count() > 5
         assert not_blank(opened.page.locator("#view").screenshot())
@@ -145,14 +148,11 @@ def test_page_loads_offline_and_draws(browser, tmp_path, make):
             drawings.add(opened.drawn())
         assert len(drawings) == opened.page.locator("#view-kind option").count()  # each view draws its own
         opened.check_clean()
-    finally:
-        opened.close()
 
 
 def test_heads_hover_and_save(browser, tmp_path):
-    opened = Opened(browser, translation_page(tmp_path))
-    page = opened.page
-    try:
+    with Opened(browser, translation_page(tmp_path)) as opened:
+        page = opened.page
         page.select_option("#attention", index=3)  # decoder.0.cross_attn
         assert "cross" in page.inner_text("#info") and page.locator("#head option").count() == 5
         page.select_option("#view-kind", "lines")
@@ -177,28 +177,22 @@ def test_heads_hover_and_save(browser, tmp_path):
         png = Path(png_download.value.path()).read_bytes()
         assert png[:8] == b"\x89PNG\r\n\x1a\n" and not_blank(png)
         opened.check_clean()
-    finally:
-        opened.close()
 
 
 def test_caption_words_over_the_image(browser, tmp_path):
-    opened = Opened(browser, caption_page(tmp_path))
-    page = opened.page
-    try:
+    with Opened(browser, caption_page(tmp_path)) as opened:
+        page = opened.page
         assert page.input_value("#view-kind") == "image" and page.locator("#view image").count() == 1
         assert page.locator("#query option").all_inner_texts() == ["a", "bag", "at", "the", "top", "right"]
         first = opened.drawn()
         page.select_option("#query", "1")  # another word: another map over the image
         assert opened.drawn() != first
         opened.check_clean()
-    finally:
-        opened.close()
 
 
 def test_image_view_follows_the_query(browser, tmp_path):
-    opened = Opened(browser, image_page(tmp_path))
-    page = opened.page
-    try:
+    with Opened(browser, image_page(tmp_path)) as opened:
+        page = opened.page
         names = page.locator("#attention option").all_inner_texts()
         page.select_option("#attention", index=next(i for i, n in enumerate(names) if n.startswith("2 ")))
         assert page.input_value("#view-kind") == "image" and page.locator("#view image").count() == 1
@@ -209,5 +203,3 @@ def test_image_view_follows_the_query(browser, tmp_path):
         page.select_option("#attention", index=spatial)
         assert page.locator("#view image").count() == 1
         opened.check_clean()
-    finally:
-        opened.close()

@@ -66,16 +66,12 @@ def _translate(run: str | os.PathLike, text: str | None, image: Any, device: str
 
 
 def _sentiment(run: str | os.PathLike, text: str | None, image: Any, device: str, **_) -> PageInput:
-    from ..data.text_classification import collate_texts
     from .sentiment import SentimentClassifier
 
     clf = SentimentClassifier.load(run, device)
     text = _need_text(text, "sentiment")
-    (pred,) = clf.predict([text])
-    ids = clf.tokenizer.encode_batch([text])[0][: clf.max_len]
-    batch = collate_texts([(ids, 0)])
-    with torch.no_grad(), capture_attention(clf.model) as records:
-        clf.model(batch["ids"].to(clf.device), batch["mask"].to(clf.device))
+    with capture_attention(clf.model) as records:  # the prediction's own forward pass, recorded
+        (pred,) = clf.predict([text])
     label = f"{pred.value:+.2f}" if clf.regression else f"{pred.label} ({pred.probability:.2f})"
     tokens: dict[str, list[str]] | list[str] = pred.tokens
     if getattr(clf.model, "pooling", None) == "cls":  # a [CLS] query in front of the tokens, attending over them
@@ -97,9 +93,8 @@ def _images(run: str | os.PathLike, text: str | None, image: Any, device: str, *
     if image is None:
         raise ValueError("an images run needs --image FILE or --index N (an image of its test split)")
     x = clf.read(image) if isinstance(image, (str, os.PathLike)) else image
-    (pred,) = clf.predict(x[None])
-    with torch.no_grad(), capture_attention(clf.model) as records:
-        clf.model(clf._inputs(x[None]))
+    with capture_attention(clf.model) as records:
+        (pred,) = clf.predict(x[None])
     return PageInput(records, None, x, title=f"{pred.label} ({pred.probability:.2f})",
                      notes=[f"{clf.options.arch} with attention {clf.options.attn}"])
 
@@ -125,19 +120,16 @@ def _caption(run: str | os.PathLike, text: str | None, image: Any, device: str, 
 def _qa(run: str | os.PathLike, text: str | None, image: Any, device: str, *, question: str | None = None,
         **_) -> PageInput:
     from .qa import Reader
-    from .qa_encode import collate_qa, encode_example
+    from .qa_encode import encode_text
 
     reader = Reader.load(run, device)
     context = _need_text(text, "question-answering")
     if not question or not question.strip():
         raise ValueError("a question-answering run needs --question TEXT as well as the context")
-    answer = reader.predict(context, question)
+    with capture_attention(reader.model) as records:
+        answer = reader.predict(context, question)
     o = reader.options
-    e = encode_example(context, question, reader.tokenizer, max_context=o.max_context, max_question=o.max_question)
-    b = {k: v.to(next(reader.model.parameters()).device) for k, v in collate_qa([e]).items()}
-    with torch.no_grad(), capture_attention(reader.model) as records:
-        reader.model(b["context"], b["context_mask"], b["question"], b["question_mask"], b["match"])
-    q_tokens = reader.tokenizer.tokens_of_ids(e.question)
+    q_tokens = reader.tokenizer.tokens_of_ids(encode_text(question, reader.tokenizer, o.max_question)[0])
     return PageInput(records, {"source": answer.tokens, "target": q_tokens}, title=f"{question} → {answer.answer}",
                      notes=[f"{o.model} reader; context: {context}", f"answer probability {answer.probability:.2f}"])
 
