@@ -12,6 +12,7 @@ from qkv.data.tokenize import BOS_ID, EOS_ID
 from qkv.models import create
 from qkv.models.captioning import (
     FixedCaptioner,
+    GridEncoder,
     HardCaptioner,
     SoftCaptioner,
     doubly_stochastic_penalty,
@@ -194,7 +195,9 @@ def test_scores_and_bad_sizes():
 WHERE = {"caption-soft": {**MODELS["caption-soft"], "coords": False, "where": True},
          "caption-hard": {**MODELS["caption-hard"], "coords": False, "where": True, "deep_output": "context",
                           "content_ids": [5, 7]},
-         "caption-soft ": {**MODELS["caption-soft"], "where": True, "deep_output": "context", "content_ids": [4]}}
+         "caption-soft ": {**MODELS["caption-soft"], "where": True, "deep_output": "context", "content_ids": [4]},
+         "caption-hard ": {**MODELS["caption-hard"], "coords": False, "where": True, "padding": "circular",
+                           "keys": "both"}}
 
 
 @pytest.mark.parametrize("name", list(WHERE))
@@ -262,3 +265,37 @@ def test_configs_without_the_new_options_build_the_old_model():
         SoftCaptioner(**{**MODELS["caption-soft"], "deep_output": "items"})
     with pytest.raises(ValueError, match="content_ids"):
         SoftCaptioner(**{**MODELS["caption-soft"], "deep_output": "context", "content_ids": [11]})
+
+
+def test_circular_padding_makes_the_encoder_equivariant_to_cell_shifts(gen):
+    """With circular padding an item gives the same features in every cell: shifting a 32x32 image by 8 pixels
+    (one grid cell) shifts the 4x4 feature grid by one position, exactly; zero padding does not."""
+    torch.manual_seed(5)
+    x = torch.rand(2, 1, 32, 32, generator=gen, dtype=torch.float64)
+    for padding, equivariant in (("circular", True), ("zeros", False)):
+        enc = GridEncoder(1, (4, 4, 6, 8), coords=False, padding=padding).double().eval()
+        with torch.no_grad():
+            a, grid = enc(x)
+            shifted, _ = enc(torch.roll(x, shifts=(8, 16), dims=(2, 3)))
+        expected = torch.roll(a.reshape(2, *grid, -1), shifts=(1, 2), dims=(1, 2)).reshape_as(a)
+        assert torch.allclose(shifted, expected, atol=1e-10) is equivariant
+    with pytest.raises(ValueError, match="padding"):
+        GridEncoder(1, (4, 4, 6, 8), padding="mirror")
+
+
+def test_key_positions_go_into_the_keys_not_the_values(gen):
+    torch.manual_seed(6)
+    model = SoftCaptioner(**{**MODELS["caption-soft"], "coords": False, "padding": "circular", "where": True,
+                             "keys": "both"}).eval()
+    images = torch.rand(2, 1, 24, 24, generator=gen)
+    with torch.no_grad():
+        state = model.encode(images)
+        coords = grid_coords(3, 3)
+        keys = model.attend.score.prepare_key(state["a"] + model.key_pos(coords))
+        torch.testing.assert_close(state["keys"], keys)
+        torch.testing.assert_close(state["values"], torch.cat([state["a"], coords.expand(2, -1, -1)], -1))
+        z, alpha, _, extras = model.context(state)
+        by_hand = extras["beta"][:, None] * torch.einsum("bl,bld->bd", alpha, state["a"])
+        torch.testing.assert_close(z, by_hand)
+        # the keys depend on where a feature is: the same features at other positions score differently
+        assert not torch.allclose(state["keys"], model.attend.score.prepare_key(state["a"]))

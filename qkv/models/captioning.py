@@ -93,8 +93,13 @@ def grid_coords(h: int, w: int, *, device=None, dtype=None) -> Tensor:
     return torch.stack(torch.meshgrid(ys, xs, indexing="ij"), -1).reshape(h * w, 2)
 
 
-def _conv(cin: int, cout: int) -> nn.Sequential:
-    return nn.Sequential(nn.Conv2d(cin, cout, 3, padding=1, bias=False), nn.BatchNorm2d(cout), nn.ReLU(inplace=True))
+PADDINGS = ("zeros", "circular", "replicate", "reflect")
+KEYS = ("features", "both", "positions")
+
+
+def _conv(cin: int, cout: int, padding: str = "zeros") -> nn.Sequential:
+    return nn.Sequential(nn.Conv2d(cin, cout, 3, padding=1, bias=False, padding_mode=padding), nn.BatchNorm2d(cout),
+                         nn.ReLU(inplace=True))
 
 
 class GridEncoder(nn.Module):
@@ -103,24 +108,29 @@ class GridEncoder(nn.Module):
 
     Args:
         in_channels: image channels.  widths: channels of the stages (at least 4).  coords: append the
-            pixels' ``y, x`` in [-1, 1] as two input channels.
+            pixels' ``y, x`` in [-1, 1] as two input channels.  padding: the convolutions' padding mode
+            (``zeros``, ``circular``, ``replicate``, ``reflect``); ``circular`` makes the stack exactly
+            equivariant to circular shifts by multiples of 8 pixels (no border tells a cell from another).
     """
 
-    def __init__(self, in_channels: int = 1, widths: Sequence[int] = (16, 32, 64, 128), *, coords: bool = True):
+    def __init__(self, in_channels: int = 1, widths: Sequence[int] = (16, 32, 64, 128), *, coords: bool = True,
+                 padding: str = "zeros"):
         super().__init__()
         widths = tuple(widths)
         if len(widths) < 4 or any(w < 1 for w in widths) or in_channels < 1:
             raise ValueError(f"widths must be at least 4 positive channel counts and in_channels positive, got "
                              f"{widths} and {in_channels}")
-        self.coords = coords
+        if padding not in PADDINGS:
+            raise ValueError(f"padding must be one of {', '.join(PADDINGS)}, got {padding!r}")
+        self.coords, self.padding = coords, padding
         layers: list[nn.Module] = []
         cin = in_channels + (2 if coords else 0)
         for i, w in enumerate(widths):
-            layers.append(_conv(cin, w))
+            layers.append(_conv(cin, w, padding))
             if i < 3:
                 layers.append(nn.MaxPool2d(2))
             cin = w
-        layers.append(_conv(cin, cin))
+        layers.append(_conv(cin, cin, padding))
         self.net = nn.Sequential(*layers)
         self.dim = cin
 
@@ -144,7 +154,7 @@ class _LSTMCaptioner(nn.Module):
     def __init__(self, vocab_size: int, *, in_channels: int = 1, widths: Sequence[int] = (16, 32, 64, 128),
                  embed_dim: int = 64, hidden_dim: int = 128, attn_dim: int = 128, score: str = "additive",
                  dropout: float = 0.3, coords: bool = True, where: bool = False, deep_output: str = "full",
-                 content_ids: Sequence[int] = ()):
+                 content_ids: Sequence[int] = (), padding: str = "zeros", keys: str = "features"):
         super().__init__()
         if vocab_size < 4 or embed_dim < 1 or hidden_dim < 1 or attn_dim < 1:
             raise ValueError(f"vocab_size (>= 4), embed_dim, hidden_dim and attn_dim must be positive, got "
@@ -158,11 +168,13 @@ class _LSTMCaptioner(nn.Module):
             raise ValueError("deep_output='context' needs content_ids (the token ids of the item words)")
         if any(not 0 <= i < vocab_size for i in content_ids):
             raise ValueError(f"content_ids must be token ids in [0, {vocab_size}), got {content_ids}")
-        if where and not self.looks:
-            raise ValueError("where=True needs a model that attends")
-        self.encoder = GridEncoder(in_channels, widths, coords=coords)
+        if keys not in KEYS:
+            raise ValueError(f"keys must be one of {', '.join(KEYS)}, got {keys!r}")
+        if (where or keys != "features") and not self.looks:
+            raise ValueError(f"where=True and keys={keys!r} need a model that attends")
+        self.encoder = GridEncoder(in_channels, widths, coords=coords, padding=padding)
         d = self.encoder.dim
-        self.where, self.deep_output = where, deep_output
+        self.where, self.deep_output, self.hidden_dim = where, deep_output, hidden_dim
         self.embed = nn.Embedding(vocab_size, embed_dim, padding_idx=0)
         self.init_h, self.init_c = nn.Linear(d, hidden_dim), nn.Linear(d, hidden_dim)
         self.cell = nn.LSTMCell(embed_dim + d + (2 if where else 0), hidden_dim)
@@ -176,6 +188,11 @@ class _LSTMCaptioner(nn.Module):
         self.dropout = nn.Dropout(dropout)
         if self.looks:
             self.attend = Attention(score, query_dim=hidden_dim, key_dim=d, hidden_dim=attn_dim)
+        self.keys = keys
+        if keys != "features":  # an embedding of each grid position's (y, x), for the keys only
+            self.key_pos = nn.Sequential(nn.Linear(2, d), nn.ReLU(), nn.Linear(d, d))
+        if keys == "positions":  # what is worth looking at, from the features alone (no query, no position)
+            self.salience = nn.Sequential(nn.Linear(d, attn_dim), nn.ReLU(), nn.Linear(attn_dim, 1))
 
     def encode(self, images: Tensor) -> dict:
         """The decoding state of ``images (B, C, H, W)``: annotations, prepared keys, ``h``, ``c``."""
@@ -184,7 +201,11 @@ class _LSTMCaptioner(nn.Module):
         state = {"a": a, "mean": mean, "h": torch.tanh(self.init_h(mean)), "c": torch.tanh(self.init_c(mean)),
                  "grid": grid, "coords": grid_coords(*grid, device=a.device, dtype=a.dtype).expand(a.shape[0], -1, -1)}
         if self.looks:
-            state["keys"] = self.attend.score.prepare_key(a)
+            keys = {"features": lambda: a, "both": lambda: a + self.key_pos(state["coords"]),
+                    "positions": lambda: self.key_pos(state["coords"])}[self.keys]()
+            state["keys"] = self.attend.score.prepare_key(keys)
+            if self.keys == "positions":
+                state["salience"] = self.salience(a).transpose(1, 2)  # (B, 1, L): an additive bias of the scores
             # where=True: the grid coordinates ride along as two more value channels, so one attention gives
             # the context z and the expected location sum_l alpha_l (y_l, x_l)
             state["values"] = torch.cat([a, state["coords"]], -1) if self.where else a
@@ -194,7 +215,7 @@ class _LSTMCaptioner(nn.Module):
         """``(soft context (B, D), alpha (B, L), expected location (B, 2) (y, x) in [-1, 1])`` from ``h_{t-1}``
         (the location is zeros when ``where`` is off)."""
         z, w = attention(state["h"][:, None], state["keys"], state["values"], score=self.attend.score,
-                         return_weights=True, key_prepared=True)
+                         mask=state.get("salience"), return_weights=True, key_prepared=True)
         z, d = z[:, 0], state["a"].shape[-1]
         loc = z[:, d:] if self.where else z.new_zeros(z.shape[0], 2)
         return z[:, :d], w[:, 0], loc
@@ -244,11 +265,12 @@ class SoftCaptioner(_LSTMCaptioner):
     def __init__(self, vocab_size: int, *, in_channels: int = 1, widths: Sequence[int] = (16, 32, 64, 128),
                  embed_dim: int = 64, hidden_dim: int = 128, attn_dim: int = 128, score: str = "additive",
                  dropout: float = 0.3, coords: bool = True, where: bool = False, deep_output: str = "full",
-                 content_ids: Sequence[int] = ()):
+                 content_ids: Sequence[int] = (), padding: str = "zeros", keys: str = "features"):
         super().__init__(vocab_size, in_channels=in_channels, widths=widths, embed_dim=embed_dim,
                          hidden_dim=hidden_dim, attn_dim=attn_dim, score=score, dropout=dropout, coords=coords,
-                         where=where, deep_output=deep_output, content_ids=content_ids)
-        self.f_beta = nn.Linear(hidden_dim, 1)
+                         where=where, deep_output=deep_output, content_ids=content_ids, padding=padding,
+                         keys=keys)
+        self.f_beta = nn.Linear(self.hidden_dim, 1)
 
     def context(self, state):
         z, alpha, loc = self._look(state)
@@ -266,10 +288,12 @@ class HardCaptioner(_LSTMCaptioner):
     def __init__(self, vocab_size: int, *, in_channels: int = 1, widths: Sequence[int] = (16, 32, 64, 128),
                  embed_dim: int = 64, hidden_dim: int = 128, attn_dim: int = 128, score: str = "additive",
                  dropout: float = 0.3, coords: bool = True, where: bool = False, deep_output: str = "full",
-                 content_ids: Sequence[int] = (), test_attention: str = "expectation"):
+                 content_ids: Sequence[int] = (), padding: str = "zeros", keys: str = "features",
+                 test_attention: str = "expectation"):
         super().__init__(vocab_size, in_channels=in_channels, widths=widths, embed_dim=embed_dim,
                          hidden_dim=hidden_dim, attn_dim=attn_dim, score=score, dropout=dropout, coords=coords,
-                         where=where, deep_output=deep_output, content_ids=content_ids)
+                         where=where, deep_output=deep_output, content_ids=content_ids, padding=padding,
+                         keys=keys)
         if test_attention not in ("expectation", "argmax"):
             raise ValueError(f"test_attention must be 'expectation' or 'argmax', got {test_attention!r}")
         self.test_attention = test_attention
@@ -312,9 +336,10 @@ class FixedCaptioner(_LSTMCaptioner):
     looks = False
 
     def __init__(self, vocab_size: int, *, in_channels: int = 1, widths: Sequence[int] = (16, 32, 64, 128),
-                 embed_dim: int = 64, hidden_dim: int = 128, dropout: float = 0.3, coords: bool = True):
+                 embed_dim: int = 64, hidden_dim: int = 128, dropout: float = 0.3, coords: bool = True,
+                 padding: str = "zeros"):
         super().__init__(vocab_size, in_channels=in_channels, widths=widths, embed_dim=embed_dim,
-                         hidden_dim=hidden_dim, dropout=dropout, coords=coords)
+                         hidden_dim=hidden_dim, dropout=dropout, coords=coords, padding=padding)
         d = self.encoder.dim
         self.project = nn.Sequential(nn.Linear(d, d), nn.Tanh())
 
@@ -336,9 +361,9 @@ class TransformerCaptioner(nn.Module):
     def __init__(self, vocab_size: int, *, in_channels: int = 1, widths: Sequence[int] = (16, 32, 64, 128),
                  dim: int = 128, num_heads: int = 4, ffn_dim: int | None = None, num_layers: int = 2,
                  dropout: float = 0.1, score: str = "scaled_dot", coords: bool = True, max_len: int = 64,
-                 grid: int = 64):
+                 grid: int = 64, padding: str = "zeros"):
         super().__init__()
-        self.encoder = GridEncoder(in_channels, widths, coords=coords)
+        self.encoder = GridEncoder(in_channels, widths, coords=coords, padding=padding)
         self.memory_proj = nn.Linear(self.encoder.dim, dim)
         self.grid_pos = nn.Parameter(torch.randn(grid, dim) * 0.02)
         self.embed = nn.Embedding(vocab_size, dim, padding_idx=0)

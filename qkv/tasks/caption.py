@@ -84,6 +84,13 @@ class CaptionOptions:
                                      "the last is the features' size D)")
     coords: bool = option(False, help="append the pixels' (y, x) to the CNN's input (CoordConv): features then "
                           "code what and where jointly")
+    padding: str = option("zeros", choices=("zeros", "circular", "replicate", "reflect"),
+                          help="the CNN's padding mode; 'circular': an item gives the same features in every cell "
+                               "(exactly, for shifts by multiples of 8 pixels)")
+    keys: str = option("features", choices=("features", "both", "positions"), applies=_ATTENDING_RNN,
+                       help="soft/hard: the attention's keys: the features (the paper), the features plus an "
+                            "embedding of their grid position ('both'), or the positions alone scored with the "
+                            "query, plus a salience of the features that no query or position changes")
     where: bool = option(True, applies=_ATTENDING_RNN, help="soft/hard: give the decoder the attended location "
                          "(the alpha-weighted grid (y, x)) apart from the context")
     deep_output: str = option("full", choices=("full", "context"), applies=_ATTENDING_RNN,
@@ -150,14 +157,15 @@ def model_spec(options: CaptionOptions, *, vocab_size: int, in_channels: int, im
     (``deep_output="context"``)."""
     o = options
     config: dict[str, Any] = {"vocab_size": vocab_size, "in_channels": in_channels, "widths": list(o.widths),
-                              "dropout": o.dropout, "coords": o.coords}
+                              "dropout": o.dropout, "coords": o.coords, "padding": o.padding}
     if o.model == "transformer":
         config.update(dim=o.dim, num_heads=o.num_heads, ffn_dim=o.ffn_dim, num_layers=o.num_layers,
                       score=o.score_name, max_len=o.max_decode_len + 2, grid=(image_size // 8) ** 2)
     else:
         config.update(embed_dim=o.embed_dim, hidden_dim=o.hidden_dim)
         if o.model != "fixed":
-            config.update(attn_dim=o.attn_dim, score=o.score_name, where=o.where, deep_output=o.deep_output)
+            config.update(attn_dim=o.attn_dim, score=o.score_name, where=o.where, deep_output=o.deep_output,
+                          keys=o.keys)
             if o.deep_output == "context":
                 if not content_ids:
                     raise ValueError("deep_output 'context' needs the item words' ids (captions data with items)")
