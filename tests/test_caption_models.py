@@ -197,7 +197,10 @@ WHERE = {"caption-soft": {**MODELS["caption-soft"], "coords": False, "where": Tr
                           "content_ids": [5, 7]},
          "caption-soft ": {**MODELS["caption-soft"], "where": True, "deep_output": "context", "content_ids": [4]},
          "caption-hard ": {**MODELS["caption-hard"], "coords": False, "where": True, "padding": "circular",
-                           "keys": "both"}}
+                           "keys": "both"},
+         "caption-soft  ": {**MODELS["caption-soft"], "coords": False, "where": True, "padding": "circular",
+                            "keys": "positions", "deep_output": "grounded", "content_ids": [5, 7],
+                            "init_state": "learned"}}
 
 
 @pytest.mark.parametrize("name", list(WHERE))
@@ -299,3 +302,68 @@ def test_key_positions_go_into_the_keys_not_the_values(gen):
         torch.testing.assert_close(z, by_hand)
         # the keys depend on where a feature is: the same features at other positions score differently
         assert not torch.allclose(state["keys"], model.attend.score.prepare_key(state["a"]))
+
+
+def test_position_keys_score_the_query_against_positions_plus_a_salience_of_the_features(gen):
+    """keys='positions': alpha = softmax(v . tanh(W_q h + W_k p_l) + s(a_l)); the salience s sees the features
+    only, so with circular padding it moves with an item from cell to cell, exactly."""
+    torch.manual_seed(7)
+    model = SoftCaptioner(**{**MODELS["caption-soft"], "coords": False, "padding": "circular", "where": True,
+                             "keys": "positions"}).double().eval()
+    images = torch.rand(2, 1, 32, 32, generator=gen, dtype=torch.float64)
+    with torch.no_grad():
+        state = model.encode(images)
+        p = model.key_pos(grid_coords(4, 4, dtype=torch.float64))
+        s = model.attend.score
+        raw = torch.tanh(s.query_proj(state["h"])[:, None] + s.key_proj(p)) @ s.v.weight[0]  # (B, L)
+        expected = (raw + model.salience(state["a"])[..., 0]).softmax(-1)
+        _, alpha, _, _ = model.context(state)
+        torch.testing.assert_close(alpha, expected)
+        moved = model.encode(torch.roll(images, shifts=(16, 8), dims=(2, 3)))
+        shifted = torch.roll(state["salience"].reshape(2, 4, 4), shifts=(2, 1), dims=(1, 2))
+        torch.testing.assert_close(moved["salience"].reshape(2, 4, 4), shifted)
+    with pytest.raises(ValueError, match="keys"):
+        SoftCaptioner(**{**MODELS["caption-soft"], "keys": "values"})
+
+
+def test_learned_initial_state_knows_nothing_of_the_image(gen):
+    torch.manual_seed(8)
+    images = torch.rand(2, 1, 16, 16, generator=gen)
+    learned = SoftCaptioner(**{**MODELS["caption-soft"], "init_state": "learned"}).eval()
+    mean = SoftCaptioner(**MODELS["caption-soft"]).eval()
+    with torch.no_grad():
+        state, paper = learned.encode(images), mean.encode(images)
+        torch.testing.assert_close(state["h"][0], state["h"][1])
+        torch.testing.assert_close(state["c"], torch.tanh(learned.c0).expand(2, -1))
+        torch.testing.assert_close(paper["h"], torch.tanh(mean.init_h(paper["a"].mean(1))))
+    assert not hasattr(learned, "init_h") and not hasattr(mean, "h0")
+    with pytest.raises(ValueError, match="init_state"):
+        SoftCaptioner(**{**MODELS["caption-soft"], "init_state": "zeros"})
+
+
+def test_grounded_output_keeps_the_items_out_of_the_decoder_state(gen):
+    """deep_output='grounded': item words from L_o(E y + L_z z); the LSTM sees [E' y, loc, found] with one
+    embedding E' for every item word, so naming another item leaves the state and the other words unchanged."""
+    torch.manual_seed(9)
+    model = SoftCaptioner(**{**MODELS["caption-soft"], "where": True, "deep_output": "grounded",
+                             "content_ids": [5, 7], "keys": "positions", "padding": "circular"}).eval()
+    state = model.encode(_images(gen))
+    y = torch.tensor([BOS_ID, 5, 9])
+    with torch.no_grad():
+        z, alpha, loc, _ = model.context(state)
+        logits, _, new, _ = model.step(y, state)
+        e = model.embed(y)
+        e_state = torch.stack([e[0], model.item_embed, e[2]])
+        found = (alpha * model.salience(state["a"])[..., 0]).sum(-1, keepdim=True)
+        h, _ = model.cell(torch.cat([e_state, loc, found], -1), (state["h"], state["c"]))
+        torch.testing.assert_close(new["h"], h)
+        items = model.out(e + model.out_z(z))
+        rest = model.out(e_state + model.out_loc(loc) + model.out_h(h))
+        torch.testing.assert_close(logits[:, [5, 7]], items[:, [5, 7]])
+        others = [i for i in range(11) if i not in (5, 7)]
+        torch.testing.assert_close(logits[:, others], rest[:, others])
+        other_item, _, other_state, _ = model.step(torch.tensor([BOS_ID, 7, 9]), state)
+        torch.testing.assert_close(other_state["h"], new["h"])  # which item was named does not reach the state
+        torch.testing.assert_close(other_item[1, others], logits[1, others])
+    with pytest.raises(ValueError, match="where"):
+        SoftCaptioner(**{**MODELS["caption-soft"], "deep_output": "grounded", "content_ids": [5]})

@@ -154,30 +154,43 @@ class _LSTMCaptioner(nn.Module):
     def __init__(self, vocab_size: int, *, in_channels: int = 1, widths: Sequence[int] = (16, 32, 64, 128),
                  embed_dim: int = 64, hidden_dim: int = 128, attn_dim: int = 128, score: str = "additive",
                  dropout: float = 0.3, coords: bool = True, where: bool = False, deep_output: str = "full",
-                 content_ids: Sequence[int] = (), padding: str = "zeros", keys: str = "features"):
+                 content_ids: Sequence[int] = (), padding: str = "zeros", keys: str = "features",
+                 init_state: str = "mean"):
         super().__init__()
         if vocab_size < 4 or embed_dim < 1 or hidden_dim < 1 or attn_dim < 1:
             raise ValueError(f"vocab_size (>= 4), embed_dim, hidden_dim and attn_dim must be positive, got "
                              f"{vocab_size}, {embed_dim}, {hidden_dim}, {attn_dim}")
         if not 0.0 <= dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {dropout}")
-        if deep_output not in ("full", "context"):
-            raise ValueError(f"deep_output must be 'full' or 'context', got {deep_output!r}")
+        if deep_output not in ("full", "context", "grounded"):
+            raise ValueError(f"deep_output must be 'full', 'context' or 'grounded', got {deep_output!r}")
+        if deep_output == "grounded" and not where:
+            raise ValueError("deep_output='grounded' needs where=True (the position words come from the location)")
         content_ids = [int(i) for i in content_ids]
-        if deep_output == "context" and not content_ids:
-            raise ValueError("deep_output='context' needs content_ids (the token ids of the item words)")
+        if deep_output != "full" and not content_ids:
+            raise ValueError(f"deep_output={deep_output!r} needs content_ids (the token ids of the item words)")
         if any(not 0 <= i < vocab_size for i in content_ids):
             raise ValueError(f"content_ids must be token ids in [0, {vocab_size}), got {content_ids}")
         if keys not in KEYS:
             raise ValueError(f"keys must be one of {', '.join(KEYS)}, got {keys!r}")
+        if init_state not in ("mean", "learned"):
+            raise ValueError(f"init_state must be 'mean' or 'learned', got {init_state!r}")
         if (where or keys != "features") and not self.looks:
             raise ValueError(f"where=True and keys={keys!r} need a model that attends")
         self.encoder = GridEncoder(in_channels, widths, coords=coords, padding=padding)
         d = self.encoder.dim
         self.where, self.deep_output, self.hidden_dim = where, deep_output, hidden_dim
         self.embed = nn.Embedding(vocab_size, embed_dim, padding_idx=0)
-        self.init_h, self.init_c = nn.Linear(d, hidden_dim), nn.Linear(d, hidden_dim)
-        self.cell = nn.LSTMCell(embed_dim + d + (2 if where else 0), hidden_dim)
+        self.init_state = init_state
+        if init_state == "mean":  # h_0, c_0 from the mean annotation (the paper)
+            self.init_h, self.init_c = nn.Linear(d, hidden_dim), nn.Linear(d, hidden_dim)
+        else:  # learned h_0, c_0: the decoder knows nothing of the image before it looks
+            self.h0, self.c0 = nn.Parameter(torch.zeros(hidden_dim)), nn.Parameter(torch.zeros(hidden_dim))
+        grounded = deep_output == "grounded"
+        # grounded: the LSTM gets the location and whether something was found there, not the context z
+        self.cell = nn.LSTMCell(embed_dim + (1 if grounded else d) + (2 if where else 0), hidden_dim)
+        if grounded:  # the one embedding the LSTM sees for every item word
+            self.item_embed = nn.Parameter(torch.randn(embed_dim) * 0.1)
         self.out_h, self.out_z = nn.Linear(hidden_dim, embed_dim), nn.Linear(d, embed_dim, bias=False)
         if where:
             self.out_loc = nn.Linear(2, embed_dim, bias=False)
@@ -191,21 +204,25 @@ class _LSTMCaptioner(nn.Module):
         self.keys = keys
         if keys != "features":  # an embedding of each grid position's (y, x), for the keys only
             self.key_pos = nn.Sequential(nn.Linear(2, d), nn.ReLU(), nn.Linear(d, d))
-        if keys == "positions":  # what is worth looking at, from the features alone (no query, no position)
+        if keys == "positions" or grounded:  # what is worth looking at, from the features alone (no query or place)
             self.salience = nn.Sequential(nn.Linear(d, attn_dim), nn.ReLU(), nn.Linear(attn_dim, 1))
 
     def encode(self, images: Tensor) -> dict:
         """The decoding state of ``images (B, C, H, W)``: annotations, prepared keys, ``h``, ``c``."""
         a, grid = self.encoder(images)
         mean = a.mean(dim=1)
-        state = {"a": a, "mean": mean, "h": torch.tanh(self.init_h(mean)), "c": torch.tanh(self.init_c(mean)),
+        if self.init_state == "mean":
+            h, c = torch.tanh(self.init_h(mean)), torch.tanh(self.init_c(mean))
+        else:
+            h, c = torch.tanh(self.h0).expand(len(a), -1), torch.tanh(self.c0).expand(len(a), -1)
+        state = {"a": a, "mean": mean, "h": h, "c": c,
                  "grid": grid, "coords": grid_coords(*grid, device=a.device, dtype=a.dtype).expand(a.shape[0], -1, -1)}
         if self.looks:
             keys = {"features": lambda: a, "both": lambda: a + self.key_pos(state["coords"]),
                     "positions": lambda: self.key_pos(state["coords"])}[self.keys]()
             state["keys"] = self.attend.score.prepare_key(keys)
-            if self.keys == "positions":
-                state["salience"] = self.salience(a).transpose(1, 2)  # (B, 1, L): an additive bias of the scores
+            if hasattr(self, "salience"):
+                state["salience"] = self.salience(a).transpose(1, 2)  # (B, 1, L)
             # where=True: the grid coordinates ride along as two more value channels, so one attention gives
             # the context z and the expected location sum_l alpha_l (y_l, x_l)
             state["values"] = torch.cat([a, state["coords"]], -1) if self.where else a
@@ -215,7 +232,8 @@ class _LSTMCaptioner(nn.Module):
         """``(soft context (B, D), alpha (B, L), expected location (B, 2) (y, x) in [-1, 1])`` from ``h_{t-1}``
         (the location is zeros when ``where`` is off)."""
         z, w = attention(state["h"][:, None], state["keys"], state["values"], score=self.attend.score,
-                         mask=state.get("salience"), return_weights=True, key_prepared=True)
+                         mask=state["salience"] if self.keys == "positions" else None,  # an additive bias
+                         return_weights=True, key_prepared=True)
         z, d = z[:, 0], state["a"].shape[-1]
         loc = z[:, d:] if self.where else z.new_zeros(z.shape[0], 2)
         return z[:, :d], w[:, 0], loc
@@ -230,6 +248,8 @@ class _LSTMCaptioner(nn.Module):
         the word looked at (``where`` models)."""
         z, attn, loc, extras = self.context(state)
         e = self.dropout(self.embed(y_prev))
+        if self.deep_output == "grounded":
+            return self._grounded_step(y_prev, e, z, attn, loc, state, extras)
         inputs = [e, z, loc] if self.where else [e, z]
         h, c = self.cell(torch.cat(inputs, dim=-1), (state["h"], state["c"]))
         what = e + self.out_z(z)
@@ -240,6 +260,18 @@ class _LSTMCaptioner(nn.Module):
         if self.deep_output == "context":  # item words from what was seen (e, z) only: no h, no location
             logits = torch.where(self.content, self.out(self.dropout(e + self.out_z(z))), logits)
         return logits, attn, {**state, "h": h, "c": c}, extras
+
+    def _grounded_step(self, y_prev, e, z, attn, loc, state, extras):
+        """``deep_output="grounded"``: item words from ``L_o(E y_{t-1} + L_z z_t)``; the LSTM and every other
+        word see neither the context nor which item was named: inputs ``[E' y_{t-1}, loc_t, found_t]`` with
+        ``E'`` one shared embedding for the item words and ``found_t = sum_l alpha_tl s(a_l)`` the attended
+        salience; the other words from ``L_o(E' y_{t-1} + L_loc loc_t + L_h h_t)``."""
+        e_state = torch.where(self.content[y_prev, None], self.dropout(self.item_embed), e)
+        found = (attn * state["salience"][:, 0]).sum(-1, keepdim=True)
+        h, c = self.cell(torch.cat([e_state, loc, found], dim=-1), (state["h"], state["c"]))
+        rest = self.out(self.dropout(e_state + self.out_loc(loc) + self.out_h(self.dropout(h))))
+        logits = torch.where(self.content, self.out(self.dropout(e + self.out_z(z))), rest)
+        return logits, attn, {**state, "h": h, "c": c}, {**extras, "loc": loc}
 
     def decode_step(self, y_prev: Tensor, state: dict) -> tuple[Tensor, Tensor, dict]:
         logits, attn, state, _ = self.step(y_prev, state)
@@ -265,11 +297,12 @@ class SoftCaptioner(_LSTMCaptioner):
     def __init__(self, vocab_size: int, *, in_channels: int = 1, widths: Sequence[int] = (16, 32, 64, 128),
                  embed_dim: int = 64, hidden_dim: int = 128, attn_dim: int = 128, score: str = "additive",
                  dropout: float = 0.3, coords: bool = True, where: bool = False, deep_output: str = "full",
-                 content_ids: Sequence[int] = (), padding: str = "zeros", keys: str = "features"):
+                 content_ids: Sequence[int] = (), padding: str = "zeros", keys: str = "features",
+                 init_state: str = "mean"):
         super().__init__(vocab_size, in_channels=in_channels, widths=widths, embed_dim=embed_dim,
                          hidden_dim=hidden_dim, attn_dim=attn_dim, score=score, dropout=dropout, coords=coords,
                          where=where, deep_output=deep_output, content_ids=content_ids, padding=padding,
-                         keys=keys)
+                         keys=keys, init_state=init_state)
         self.f_beta = nn.Linear(self.hidden_dim, 1)
 
     def context(self, state):
@@ -289,11 +322,12 @@ class HardCaptioner(_LSTMCaptioner):
                  embed_dim: int = 64, hidden_dim: int = 128, attn_dim: int = 128, score: str = "additive",
                  dropout: float = 0.3, coords: bool = True, where: bool = False, deep_output: str = "full",
                  content_ids: Sequence[int] = (), padding: str = "zeros", keys: str = "features",
+                 init_state: str = "mean",
                  test_attention: str = "expectation"):
         super().__init__(vocab_size, in_channels=in_channels, widths=widths, embed_dim=embed_dim,
                          hidden_dim=hidden_dim, attn_dim=attn_dim, score=score, dropout=dropout, coords=coords,
                          where=where, deep_output=deep_output, content_ids=content_ids, padding=padding,
-                         keys=keys)
+                         keys=keys, init_state=init_state)
         if test_attention not in ("expectation", "argmax"):
             raise ValueError(f"test_attention must be 'expectation' or 'argmax', got {test_attention!r}")
         self.test_attention = test_attention

@@ -91,9 +91,12 @@ class CaptionOptions:
                        help="soft/hard: the attention's keys: the features (the paper), the features plus an "
                             "embedding of their grid position ('both'), or the positions alone scored with the "
                             "query, plus a salience of the features that no query or position changes")
+    init_state: str = option("mean", choices=("mean", "learned"), applies=_ATTENDING_RNN,
+                             help="soft/hard: the LSTM's h_0, c_0 from the mean annotation (the paper) or learned "
+                                  "(the decoder knows nothing of the image before it looks)")
     where: bool = option(True, applies=_ATTENDING_RNN, help="soft/hard: give the decoder the attended location "
                          "(the alpha-weighted grid (y, x)) apart from the context")
-    deep_output: str = option("full", choices=("full", "context"), applies=_ATTENDING_RNN,
+    deep_output: str = option("full", choices=("full", "context", "grounded"), applies=_ATTENDING_RNN,
                               help="soft/hard: item words from e + L_z z + L_h h (+ location) ('full') or from "
                                    "e + L_z z alone ('context': no decoder-state or position prior on items)")
     embed_dim: int = option(64, low=1, applies=_RNN, help="LSTMs: word embedding size")
@@ -165,10 +168,11 @@ def model_spec(options: CaptionOptions, *, vocab_size: int, in_channels: int, im
         config.update(embed_dim=o.embed_dim, hidden_dim=o.hidden_dim)
         if o.model != "fixed":
             config.update(attn_dim=o.attn_dim, score=o.score_name, where=o.where, deep_output=o.deep_output,
-                          keys=o.keys)
-            if o.deep_output == "context":
+                          keys=o.keys, init_state=o.init_state)
+            if o.deep_output != "full":
                 if not content_ids:
-                    raise ValueError("deep_output 'context' needs the item words' ids (captions data with items)")
+                    raise ValueError(f"deep_output {o.deep_output!r} needs the item words' ids (captions data "
+                                     "with items)")
                 config["content_ids"] = list(content_ids)
         if o.model == "hard":
             config["test_attention"] = o.hard_test
