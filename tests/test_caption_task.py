@@ -4,6 +4,7 @@ model run by hand, and bad inputs (one line, exit code 2)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -167,7 +168,8 @@ def test_model_spec_is_json_and_rebuilds():
     from qkv.models import create
 
     for model in ("soft", "hard", "fixed", "transformer"):
-        spec = model_spec(CaptionOptions(model=model), vocab_size=30, in_channels=1, image_size=64)
+        spec = model_spec(CaptionOptions(model=model), vocab_size=30, in_channels=1, image_size=64,
+                          content_ids=[7, 9])
         assert json.loads(json.dumps(spec)) == spec and spec["name"] == f"caption-{model}"
         create(spec["name"], **spec["config"])
     spec = model_spec(CaptionOptions(deep_output="context"), vocab_size=30, in_channels=1, image_size=64,
@@ -186,3 +188,47 @@ def test_context_output_gets_the_item_words(tmp_path):
     ids = cap.model.content.nonzero().flatten().tolist()
     assert sorted(cap.tokenizer.tokens_of_ids(ids)) == sorted(cap.item_words) and len(ids) == 6
     assert cap.model.encoder.coords and cap.model.where
+
+
+def test_least_loss_reference_per_image_against_brute_force(gen):
+    from qkv.tasks.caption import _least_per_owner
+
+    for _ in range(20):
+        counts = torch.randint(1, 4, (6,), generator=gen)
+        owner = torch.repeat_interleave(torch.arange(6), counts)
+        loss = torch.randint(0, 5, (len(owner),), generator=gen).double()  # ties: the first row wins
+        keep = _least_per_owner(loss, owner)
+        expected = [min((i for i in range(len(owner)) if owner[i] == b), key=lambda i: (loss[i], i)) for b in range(6)]
+        assert keep.tolist() == expected
+
+
+def test_best_reference_loss_trains_on_each_images_most_likely_reference():
+    """references='best': the loss is the cross-entropy of the reference the model finds most likely, per image;
+    'sample' draws one; the model's owner= forward equals a forward on the repeated images."""
+    options = CaptionOptions(model="soft", n_train=8, n_valid=2, n_test=2, dropout=0.0)
+    assert options.references == "best" and CaptionOptions(data="x.txt").references == "sample"
+    task = CaptionTask(options)
+    task.setup()
+    torch.manual_seed(0)
+    model = task.build_model()
+    examples = [task.train_examples()[i] for i in range(8)]
+    batch = task.collate(examples)
+    refs = [ids for _, r in examples for ids in r]
+    assert len(batch["owner"]) == len(refs) > 8 and batch["owner"].tolist() == sorted(batch["owner"].tolist())
+    images = batch["images"].float() / 255
+    with torch.no_grad():
+        model.eval()  # batch norm: in training its statistics would count an image once per reference
+        torch.testing.assert_close(model(images, batch["tgt_in"], batch["owner"]).logits,
+                                   model(images[batch["owner"]], batch["tgt_in"]).logits, rtol=1e-4, atol=1e-5)
+        model.train()
+        every = model(images, batch["tgt_in"], batch["owner"])
+        ce = torch.nn.functional.cross_entropy(every.logits.transpose(1, 2), batch["tgt_out"], ignore_index=0,
+                                               reduction="none", label_smoothing=options.label_smoothing).sum(1)
+        loss, words, _ = task.loss(model, batch)
+    best = [min((ce[i] for i in range(len(refs)) if batch["owner"][i] == b)) for b in range(8)]
+    assert float(loss) == pytest.approx(float(sum(best)), rel=1e-4)
+    assert int(words) == sum(int(batch["mask"][i].sum()) for i in range(len(refs))
+                             if float(ce[i]) in [float(x) for x in best])
+    sample = CaptionTask(dataclasses.replace(options, references="sample"), task.data)
+    sample.tokenizer = task.tokenizer
+    assert len(sample.collate(examples)["owner"]) == 8

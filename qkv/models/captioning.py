@@ -146,6 +146,13 @@ class GridEncoder(nn.Module):
         return f.flatten(2).transpose(1, 2), (f.shape[-2], f.shape[-1])
 
 
+def _rows(state: dict, owner: Tensor | None) -> dict:
+    """A decoding state with its per-image tensors taken at ``owner`` (unchanged for None)."""
+    if owner is None:
+        return state
+    return {k: v[owner] if isinstance(v, Tensor) else v for k, v in state.items()}
+
+
 class _LSTMCaptioner(nn.Module):
     """What the three LSTM captioners share: encoder, embedding, LSTM cell, initial state, deep output."""
 
@@ -277,9 +284,10 @@ class _LSTMCaptioner(nn.Module):
         logits, attn, state, _ = self.step(y_prev, state)
         return logits, attn, state
 
-    def forward(self, images: Tensor, tgt_in: Tensor) -> CaptionOutput:
-        """Teacher forcing: ``images (B, C, H, W)``, ``tgt_in (B, T)`` starting with BOS -> :class:`CaptionOutput`."""
-        state = self.encode(images)
+    def forward(self, images: Tensor, tgt_in: Tensor, owner: Tensor | None = None) -> CaptionOutput:
+        """Teacher forcing: ``images (B, C, H, W)``, ``tgt_in (B, T)`` starting with BOS -> :class:`CaptionOutput`;
+        ``owner (R,)``: the image of each row of ``tgt_in (R, T)`` (several captions of an image, encoded once)."""
+        state = _rows(self.encode(images), owner)
         logits, attns, extras = [], [], []
         for t in range(tgt_in.shape[1]):
             lg, attn, state, ex = self.step(tgt_in[:, t], state)
@@ -427,9 +435,9 @@ class TransformerCaptioner(nn.Module):
             y, attn = layer(y, is_causal=True, memory=memory, cache=cache, cross_cache=cross, return_weights=True)
         return self.out(self.norm(y)), attn
 
-    def forward(self, images: Tensor, tgt_in: Tensor) -> CaptionOutput:
-        """Teacher forcing over the whole caption at once (causal mask)."""
-        state = self.encode(images)
+    def forward(self, images: Tensor, tgt_in: Tensor, owner: Tensor | None = None) -> CaptionOutput:
+        """Teacher forcing over the whole caption at once (causal mask); ``owner`` as for the LSTM captioners."""
+        state = _rows(self.encode(images), owner)
         logits, attn = self._decode(tgt_in, 0, state["memory"])
         return CaptionOutput(logits, attn)
 

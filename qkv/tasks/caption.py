@@ -84,21 +84,24 @@ class CaptionOptions:
                                      "the last is the features' size D)")
     coords: bool = option(False, help="append the pixels' (y, x) to the CNN's input (CoordConv): features then "
                           "code what and where jointly")
-    padding: str = option("zeros", choices=("zeros", "circular", "replicate", "reflect"),
-                          help="the CNN's padding mode; 'circular': an item gives the same features in every cell "
-                               "(exactly, for shifts by multiples of 8 pixels)")
-    keys: str = option("features", choices=("features", "both", "positions"), applies=_ATTENDING_RNN,
-                       help="soft/hard: the attention's keys: the features (the paper), the features plus an "
-                            "embedding of their grid position ('both'), or the positions alone scored with the "
-                            "query, plus a salience of the features that no query or position changes")
+    padding: str | None = option(None, choices=("zeros", "circular", "replicate", "reflect"),
+                                 help="the CNN's padding mode; 'circular': an item gives the same features in every "
+                                      "cell (exactly, for shifts by multiples of 8 pixels; default: circular for "
+                                      "models that attend on scenes, zeros otherwise)")
+    keys: str | None = option(None, choices=("features", "both", "positions"), applies=_ATTENDING_RNN,
+                              help="soft/hard: the attention's keys: the features (the paper), the features plus an "
+                                   "embedding of their grid position ('both'), or the positions alone scored with "
+                                   "the query plus a salience of the features that no query or position changes "
+                                   "(default: positions on scenes, features otherwise)")
     init_state: str = option("mean", choices=("mean", "learned"), applies=_ATTENDING_RNN,
                              help="soft/hard: the LSTM's h_0, c_0 from the mean annotation (the paper) or learned "
                                   "(the decoder knows nothing of the image before it looks)")
     where: bool = option(True, applies=_ATTENDING_RNN, help="soft/hard: give the decoder the attended location "
                          "(the alpha-weighted grid (y, x)) apart from the context")
-    deep_output: str = option("full", choices=("full", "context", "grounded"), applies=_ATTENDING_RNN,
-                              help="soft/hard: item words from e + L_z z + L_h h (+ location) ('full') or from "
-                                   "e + L_z z alone ('context': no decoder-state or position prior on items)")
+    deep_output: str | None = option(None, choices=("full", "context", "grounded"), applies=_ATTENDING_RNN,
+                                     help="soft/hard: item words from e + L_z z + L_h h (+ location) ('full'), from "
+                                          "e + L_z z alone ('context'), or that and an LSTM that never sees the "
+                                          "context or the item named ('grounded'; default on scenes, else full)")
     embed_dim: int = option(64, low=1, applies=_RNN, help="LSTMs: word embedding size")
     hidden_dim: int = option(128, low=1, applies=_RNN, help="LSTMs: decoder state size")
     attn_dim: int = option(128, low=1, applies=_ATTENDING_RNN, help="hidden size of the additive/MLP score")
@@ -109,8 +112,9 @@ class CaptionOptions:
     num_layers: int = option(2, low=1, applies=_TRANSFORMER, help="transformer: decoder layers")
     dropout: float = option(0.2, low=0, high=0.99, help="dropout")
     # loss and evaluation
-    doubly_stochastic: float = option(0.1, low=0, applies={"model": ("soft",)},
-                                      help="lambda of the penalty sum_i (1 - sum_t alpha_ti)^2")
+    doubly_stochastic: float | None = option(None, low=0, applies={"model": ("soft",)},
+                                             help="lambda of the penalty sum_i (1 - sum_t alpha_ti)^2 (default: 0 "
+                                                  "on scenes, 0.1 otherwise)")
     reward_weight: float = option(1.0, low=0, applies={"model": ("hard",)}, help="hard: lambda_r of REINFORCE")
     entropy_weight: float = option(0.01, low=0, applies={"model": ("hard",)}, help="hard: lambda_e, the entropy "
                                    "bonus of the attention")
@@ -118,6 +122,9 @@ class CaptionOptions:
                                    help="hard: the baseline's moving-average decay")
     hard_test: str = option("expectation", choices=("expectation", "argmax"), applies={"model": ("hard",)},
                             help="hard: at test time the expected context or the most likely location")
+    references: str | None = option(None, choices=("sample", "best"), help="which reference of an image a step "
+                                    "trains on: one drawn at random, or the one the model finds most likely now "
+                                    "(the least loss of all of them; default: best on scenes, sample otherwise)")
     label_smoothing: float = option(0.1, low=0, high=0.99, help="label smoothing of the cross-entropy")
     eval_beam: int = option(1, low=1, help="beam of the evaluations during training (1 = greedy)")
     eval_max: int = option(1000, low=1, help="images captioned per evaluation")
@@ -125,6 +132,7 @@ class CaptionOptions:
 
     def __post_init__(self):
         self.widths = tuple(self.widths)
+        self._resolve_defaults()
         check_options(self)
         if len(self.widths) < 4:
             raise ValueError(f"widths must be at least 4 channel counts (the grid has stride 8), got {self.widths}")
@@ -132,6 +140,20 @@ class CaptionOptions:
             raise ValueError(f"image_size must be a multiple of 8, got {self.image_size}")
         if self.model == "transformer" and self.dim % self.num_heads:
             raise ValueError(f"num_heads ({self.num_heads}) must divide dim ({self.dim})")
+
+    def _resolve_defaults(self) -> None:
+        """The defaults that depend on the data: on scenes, what lets a model name an item at a place it never
+        saw it there (BENCHMARKS.md, captioning); on captions files, Xu et al.'s model."""
+        scenes, attending = self.data == "scenes", self.model in _ATTENDING_RNN["model"]
+        if self.padding is None:
+            self.padding = "circular" if scenes and self.model != "fixed" else "zeros"
+        if self.references is None:
+            self.references = "best" if scenes else "sample"
+        if attending:
+            self.keys = self.keys or ("positions" if scenes else "features")
+            self.deep_output = self.deep_output or ("grounded" if scenes else "full")
+        if self.model == "soft" and self.doubly_stochastic is None:
+            self.doubly_stochastic = 0.0 if scenes else 0.1
 
     @property
     def score_name(self) -> str:
@@ -218,10 +240,15 @@ class CaptionTask(Task):
         from ..data import BOS_ID, EOS_ID, pad_sequences
 
         images = torch.stack([x for x, _ in examples])
-        picks = [refs[int(torch.randint(len(refs), ()))] for _, refs in examples]  # one reference per image
+        if self.options.references == "best":  # every reference; the loss keeps each image's most likely one
+            picks = [ids for _, refs in examples for ids in refs]
+            owner = torch.tensor([i for i, (_, refs) in enumerate(examples) for _ in refs])
+        else:  # one reference per image, drawn at random
+            picks = [refs[int(torch.randint(len(refs), ()))] for _, refs in examples]
+            owner = torch.arange(len(examples))
         tgt_in, _, _ = pad_sequences([[BOS_ID] + ids for ids in picks])
         tgt_out, _, mask = pad_sequences([ids + [EOS_ID] for ids in picks])
-        return {"images": images, "tgt_in": tgt_in, "tgt_out": tgt_out, "mask": mask}
+        return {"images": images, "tgt_in": tgt_in, "tgt_out": tgt_out, "mask": mask, "owner": owner}
 
     def save_assets(self, directory: Path) -> None:
         self.tokenizer.save(directory / "tokenizer")
@@ -246,8 +273,16 @@ class CaptionTask(Task):
 
     def loss(self, model, batch):
         o = self.options
-        out = model(batch["images"].float() / 255.0, batch["tgt_in"])
-        target, mask = batch["tgt_out"], batch["mask"]
+        images, tgt_in, target, mask, owner = (batch[k] for k in ("images", "tgt_in", "tgt_out", "mask", "owner"))
+        images = images.float() / 255.0
+        if len(owner) > len(images):  # references="best": train on each image's reference of least loss now
+            with torch.no_grad():
+                every = model(images, tgt_in, owner)
+                nll = F.cross_entropy(every.logits.float().transpose(1, 2), target, ignore_index=0,
+                                      reduction="none", label_smoothing=o.label_smoothing).sum(1)
+            keep = _least_per_owner(nll, owner)  # one row per image, in image order
+            tgt_in, target, mask = tgt_in[keep], target[keep], mask[keep]
+        out = model(images, tgt_in)
         ce = F.cross_entropy(out.logits.float().transpose(1, 2), target, ignore_index=0, reduction="none",
                              label_smoothing=o.label_smoothing)  # (B, T)
         loss = ce.sum()
@@ -279,6 +314,17 @@ class CaptionTask(Task):
                                   max_len=self.options.max_decode_len)
         return caption_metrics([c.text for c in captions], part.references, captions=captions, scenes=part.scenes,
                                item_words=self.data.item_words, image_size=self.data.image_size)
+
+
+def _least_per_owner(loss: Tensor, owner: Tensor) -> Tensor:
+    """Indices of the rows of least ``loss (R,)`` per value of ``owner (R,)`` (0..B-1, every value present), in
+    owner order: Guzman-Rivera et al.'s multiple choice learning, over an image's references."""
+    order = torch.argsort(loss, stable=True)
+    first = torch.full((int(owner.max()) + 1,), len(loss), dtype=torch.long, device=loss.device)
+    rank = torch.empty_like(order)
+    rank[order] = torch.arange(len(order), device=loss.device)
+    first.scatter_reduce_(0, owner, rank, reduce="amin")
+    return order[first]
 
 
 # ----------------------------------------------------------------------------------------------- inference
