@@ -225,7 +225,7 @@ def test_best_reference_loss_trains_on_each_images_most_likely_reference():
         ce = torch.nn.functional.cross_entropy(every.logits.transpose(1, 2), batch["tgt_out"], ignore_index=0,
                                                reduction="none", label_smoothing=options.label_smoothing).sum(1)
         loss, words, _ = task.loss(model, batch)
-    best = [min((ce[i] for i in range(len(refs)) if batch["owner"][i] == b)) for b in range(8)]
+    best = [min(ce[i] for i in range(len(refs)) if batch["owner"][i] == b) for b in range(8)]
     assert float(loss) == pytest.approx(float(sum(best)), rel=1e-4)
     assert int(words) == sum(int(batch["mask"][i].sum()) for i in range(len(refs))
                              if float(ce[i]) in [float(x) for x in best])

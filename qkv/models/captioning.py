@@ -17,6 +17,16 @@ positions, ``D`` feature channels, ``H`` decoder state, ``E`` word embedding, ``
 - ``deep_output="context"`` (soft/hard): the item words (``content_ids``) are predicted from
   ``L_o(E y_{t-1} + L_z z_t)`` alone, without the decoder state or the location (Xu et al.'s deep output minus
   ``L_h h_t``), so no "item k never at cell c" prior can reach them; the other words keep the full output.
+- ``padding="circular"`` (every model): the encoder is exactly equivariant to circular shifts by whole grid cells,
+  so nothing in the features tells one cell from another.
+- ``keys`` (soft/hard): ``"features"`` (the paper: ``score(h, a_l)``), ``"both"`` (``score(h, a_l + P(y_l, x_l))``,
+  ``P`` a small MLP) or ``"positions"`` (``score(h, P(y_l, x_l)) + s(a_l)``, ``s`` an MLP salience of the features
+  alone, an additive bias of the scores): with the last, where the decoder looks next cannot depend on which item
+  stands where. ``init_state="learned"``: ``h_0, c_0`` learned instead of computed from the mean annotation.
+- ``deep_output="grounded"`` (soft/hard, ``where=True``): the item words from ``L_o(E y_{t-1} + L_z z_t)``; the LSTM
+  input is ``[E' y_{t-1}, loc_t, found_t]`` (``E'``: one shared embedding for every item word; ``found_t = sum_l
+  alpha_tl s(a_l)``, the attended salience) and every other word comes from ``L_o(E' y_{t-1} + L_loc loc_t +
+  L_h h_t)``: neither the state nor the position words know which item was seen or named.
 - :class:`SoftCaptioner` (``caption-soft``): LSTM decoder, ``alpha_t = softmax(score(h_{t-1}, a))`` through
   :func:`qkv.functional.attention` with any qkv score (the paper's is ``additive``), the gate
   ``beta_t = sigmoid(f_beta(h_{t-1}))`` on the context ``z_t = beta_t sum_i alpha_ti a_i``, initial ``h_0, c_0``
@@ -43,7 +53,7 @@ import torch
 from torch import Tensor, nn
 
 from ..functional import attention
-from ..layers import Attention, KVCache, PositionalEncoding, TransformerLayer
+from ..layers import Attention
 
 __all__ = ["CAPTION_MODELS", "CaptionOutput", "GridEncoder", "SoftCaptioner", "HardCaptioner", "FixedCaptioner",
            "TransformerCaptioner", "doubly_stochastic_penalty", "reinforce_loss", "grid_coords"]
@@ -154,7 +164,12 @@ def _rows(state: dict, owner: Tensor | None) -> dict:
 
 
 class _LSTMCaptioner(nn.Module):
-    """What the three LSTM captioners share: encoder, embedding, LSTM cell, initial state, deep output."""
+    """What the three LSTM captioners share: encoder, embedding, LSTM cell, initial state, deep output.
+
+    Args (keyword): in_channels, widths, coords, padding: the :class:`GridEncoder`'s.  embed_dim, hidden_dim: word
+        embedding and LSTM sizes.  attn_dim, score: the attention's score (any qkv score name).  dropout.
+        where, deep_output, content_ids (the item words' token ids), keys, init_state: see the module docstring.
+    """
 
     looks = True  #: whether the model attends (False: the fixed-context baseline)
 
@@ -391,62 +406,7 @@ class FixedCaptioner(_LSTMCaptioner):
         return self.project(state["mean"]), uniform, a.new_zeros(a.shape[0], 2), {}
 
 
-class TransformerCaptioner(nn.Module):
-    """A Transformer decoder over the grid: causal self-attention over the words, cross-attention to the
-    annotations (projected to ``dim``, plus a learned embedding of each grid position), pre-norm
-    :class:`~qkv.layers.TransformerLayer` s. ``attention`` is the last layer's cross-attention averaged over heads.
-
-    ``max_len``: longest caption (positions of the learned word-position table); ``grid``: positions ``L`` of the
-    feature grid the position table is made for (``(image_size / 8) ** 2``).
-    """
-
-    def __init__(self, vocab_size: int, *, in_channels: int = 1, widths: Sequence[int] = (16, 32, 64, 128),
-                 dim: int = 128, num_heads: int = 4, ffn_dim: int | None = None, num_layers: int = 2,
-                 dropout: float = 0.1, score: str = "scaled_dot", coords: bool = True, max_len: int = 64,
-                 grid: int = 64, padding: str = "zeros"):
-        super().__init__()
-        self.encoder = GridEncoder(in_channels, widths, coords=coords, padding=padding)
-        self.memory_proj = nn.Linear(self.encoder.dim, dim)
-        self.grid_pos = nn.Parameter(torch.randn(grid, dim) * 0.02)
-        self.embed = nn.Embedding(vocab_size, dim, padding_idx=0)
-        self.positions = PositionalEncoding(dim, max_len, "learned")
-        self.layers = nn.ModuleList(TransformerLayer(dim, num_heads, ffn_dim, dropout=dropout, cross_attention=True,
-                                                     score=score) for _ in range(num_layers))
-        self.norm = nn.LayerNorm(dim)
-        self.out = nn.Linear(dim, vocab_size)
-        self.dropout = nn.Dropout(dropout)
-        self.dim = dim
-
-    def encode(self, images: Tensor) -> dict:
-        """The decoding state: the memory ``(B, L, dim)`` and empty key/value caches."""
-        a, grid = self.encoder(images)
-        if a.shape[1] != self.grid_pos.shape[0]:
-            raise ValueError(f"images give a {grid[0]}x{grid[1]} grid ({a.shape[1]} positions) but the model was "
-                             f"built for {self.grid_pos.shape[0]}")
-        memory = self.memory_proj(a) + self.grid_pos
-        return {"memory": memory, "grid": grid, "self_cache": [KVCache() for _ in self.layers],
-                "cross_cache": [KVCache(static=True) for _ in self.layers]}
-
-    def _decode(self, tokens: Tensor, start: int, memory: Tensor, caches=None) -> tuple[Tensor, Tensor]:
-        y = self.dropout(self.positions(self.embed(tokens) * self.dim ** 0.5, start))
-        attn = None
-        for i, layer in enumerate(self.layers):
-            cache, cross = (None, None) if caches is None else (caches[0][i], caches[1][i])
-            y, attn = layer(y, is_causal=True, memory=memory, cache=cache, cross_cache=cross, return_weights=True)
-        return self.out(self.norm(y)), attn
-
-    def forward(self, images: Tensor, tgt_in: Tensor, owner: Tensor | None = None) -> CaptionOutput:
-        """Teacher forcing over the whole caption at once (causal mask); ``owner`` as for the LSTM captioners."""
-        state = _rows(self.encode(images), owner)
-        logits, attn = self._decode(tgt_in, 0, state["memory"])
-        return CaptionOutput(logits, attn)
-
-    def decode_step(self, y_prev: Tensor, state: dict) -> tuple[Tensor, Tensor, dict]:
-        pos = len(state["self_cache"][0])
-        logits, attn = self._decode(y_prev[:, None], pos, state["memory"],
-                                    (state["self_cache"], state["cross_cache"]))
-        return logits[:, 0], attn[:, 0], state
-
+from .caption_transformer import TransformerCaptioner  # noqa: E402  (it builds on the classes above)
 
 #: model name -> constructor taking keyword arguments (registered in :mod:`qkv.models.registry`)
 CAPTION_MODELS: dict[str, Callable[..., nn.Module]] = {
