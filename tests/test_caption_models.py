@@ -367,3 +367,23 @@ def test_grounded_output_keeps_the_items_out_of_the_decoder_state(gen):
         torch.testing.assert_close(other_item[1, others], logits[1, others])
     with pytest.raises(ValueError, match="where"):
         SoftCaptioner(**{**MODELS["caption-soft"], "deep_output": "grounded", "content_ids": [5]})
+
+
+def test_glimpse_reads_the_items_through_a_window_at_the_attended_location(gen):
+    torch.manual_seed(10)
+    model = SoftCaptioner(**{**MODELS["caption-soft"], "where": True, "deep_output": "grounded", "glimpse": True,
+                             "content_ids": [5, 7], "keys": "positions", "padding": "circular"}).double().eval()
+    state = model.encode(torch.rand(2, 1, 32, 32, generator=gen, dtype=torch.float64))
+    y = torch.tensor([BOS_ID, 6])
+    with torch.no_grad():
+        _, alpha, loc, extras = model.context(state)
+        logits, _, _, _ = model.step(y, state)
+        coords, sigma = grid_coords(4, 4, dtype=torch.float64), float(model.log_sigma.exp())
+        window = torch.stack([torch.exp(-((coords - loc[b]) ** 2).sum(-1) / (2 * sigma ** 2)) for b in range(2)])
+        w = window * model.salience(state["a"])[..., 0].exp()
+        w = w / w.sum(-1, keepdim=True)
+        z = extras["beta"][:, None] * torch.einsum("bl,bld->bd", w, state["a"])
+        items = model.out(model.embed(y) + model.out_z(z))
+    torch.testing.assert_close(logits[:, [5, 7]], items[:, [5, 7]])
+    with pytest.raises(ValueError, match="glimpse"):
+        SoftCaptioner(**{**MODELS["caption-soft"], "where": True, "glimpse": True})

@@ -177,7 +177,7 @@ class _LSTMCaptioner(nn.Module):
                  embed_dim: int = 64, hidden_dim: int = 128, attn_dim: int = 128, score: str = "additive",
                  dropout: float = 0.3, coords: bool = True, where: bool = False, deep_output: str = "full",
                  content_ids: Sequence[int] = (), padding: str = "zeros", keys: str = "features",
-                 init_state: str = "mean"):
+                 init_state: str = "mean", glimpse: bool = False):
         super().__init__()
         if vocab_size < 4 or embed_dim < 1 or hidden_dim < 1 or attn_dim < 1:
             raise ValueError(f"vocab_size (>= 4), embed_dim, hidden_dim and attn_dim must be positive, got "
@@ -195,6 +195,8 @@ class _LSTMCaptioner(nn.Module):
             raise ValueError(f"content_ids must be token ids in [0, {vocab_size}), got {content_ids}")
         if keys not in KEYS:
             raise ValueError(f"keys must be one of {', '.join(KEYS)}, got {keys!r}")
+        if glimpse and deep_output != "grounded":
+            raise ValueError("glimpse=True needs deep_output='grounded' (it is what the item words read)")
         if init_state not in ("mean", "learned"):
             raise ValueError(f"init_state must be 'mean' or 'learned', got {init_state!r}")
         if (where or keys != "features") and not self.looks:
@@ -213,6 +215,9 @@ class _LSTMCaptioner(nn.Module):
         self.cell = nn.LSTMCell(embed_dim + (1 if grounded else d) + (2 if where else 0), hidden_dim)
         if grounded:  # the one embedding the LSTM sees for every item word
             self.item_embed = nn.Parameter(torch.randn(embed_dim) * 0.1)
+        self.glimpse = glimpse
+        if glimpse:  # log of the Gaussian window's width, in grid coordinates ([-1, 1] across the grid)
+            self.log_sigma = nn.Parameter(torch.tensor(-1.2))
         self.out_h, self.out_z = nn.Linear(hidden_dim, embed_dim), nn.Linear(d, embed_dim, bias=False)
         if where:
             self.out_loc = nn.Linear(2, embed_dim, bias=False)
@@ -287,10 +292,16 @@ class _LSTMCaptioner(nn.Module):
         """``deep_output="grounded"``: item words from ``L_o(E y_{t-1} + L_z z_t)``; the LSTM and every other
         word see neither the context nor which item was named: inputs ``[E' y_{t-1}, loc_t, found_t]`` with
         ``E'`` one shared embedding for the item words and ``found_t = sum_l alpha_tl s(a_l)`` the attended
-        salience; the other words from ``L_o(E' y_{t-1} + L_loc loc_t + L_h h_t)``."""
+        salience; the other words from ``L_o(E' y_{t-1} + L_loc loc_t + L_h h_t)``. ``glimpse``: the item words
+        read ``z_t = beta_t sum_l w_tl a_l``, ``w_t = softmax(s(a_l) - |p_l - loc_t|^2 / 2 sigma^2)``, a Gaussian
+        window at the attended location (the same in every cell) instead of alpha's own weights."""
         e_state = torch.where(self.content[y_prev, None], self.dropout(self.item_embed), e)
         found = (attn * state["salience"][:, 0]).sum(-1, keepdim=True)
         h, c = self.cell(torch.cat([e_state, loc, found], dim=-1), (state["h"], state["c"]))
+        if self.glimpse:  # the same window around the attended place in every cell, weighted by salience only
+            dist = ((state["coords"] - loc[:, None]) ** 2).sum(-1)  # (B, L)
+            w = torch.softmax(state["salience"][:, 0] - dist / (2 * torch.exp(2 * self.log_sigma)), dim=-1)
+            z = torch.einsum("bl,bld->bd", w, state["a"]) * extras.get("beta", z.new_ones(len(z)))[:, None]
         rest = self.out(self.dropout(e_state + self.out_loc(loc) + self.out_h(self.dropout(h))))
         logits = torch.where(self.content, self.out(self.dropout(e + self.out_z(z))), rest)
         return logits, attn, {**state, "h": h, "c": c}, {**extras, "loc": loc}
@@ -321,11 +332,11 @@ class SoftCaptioner(_LSTMCaptioner):
                  embed_dim: int = 64, hidden_dim: int = 128, attn_dim: int = 128, score: str = "additive",
                  dropout: float = 0.3, coords: bool = True, where: bool = False, deep_output: str = "full",
                  content_ids: Sequence[int] = (), padding: str = "zeros", keys: str = "features",
-                 init_state: str = "mean"):
+                 init_state: str = "mean", glimpse: bool = False):
         super().__init__(vocab_size, in_channels=in_channels, widths=widths, embed_dim=embed_dim,
                          hidden_dim=hidden_dim, attn_dim=attn_dim, score=score, dropout=dropout, coords=coords,
                          where=where, deep_output=deep_output, content_ids=content_ids, padding=padding,
-                         keys=keys, init_state=init_state)
+                         keys=keys, init_state=init_state, glimpse=glimpse)
         self.f_beta = nn.Linear(self.hidden_dim, 1)
 
     def context(self, state):
@@ -345,12 +356,12 @@ class HardCaptioner(_LSTMCaptioner):
                  embed_dim: int = 64, hidden_dim: int = 128, attn_dim: int = 128, score: str = "additive",
                  dropout: float = 0.3, coords: bool = True, where: bool = False, deep_output: str = "full",
                  content_ids: Sequence[int] = (), padding: str = "zeros", keys: str = "features",
-                 init_state: str = "mean",
+                 init_state: str = "mean", glimpse: bool = False,
                  test_attention: str = "expectation"):
         super().__init__(vocab_size, in_channels=in_channels, widths=widths, embed_dim=embed_dim,
                          hidden_dim=hidden_dim, attn_dim=attn_dim, score=score, dropout=dropout, coords=coords,
                          where=where, deep_output=deep_output, content_ids=content_ids, padding=padding,
-                         keys=keys, init_state=init_state)
+                         keys=keys, init_state=init_state, glimpse=glimpse)
         if test_attention not in ("expectation", "argmax"):
             raise ValueError(f"test_attention must be 'expectation' or 'argmax', got {test_attention!r}")
         self.test_attention = test_attention

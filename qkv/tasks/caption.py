@@ -102,6 +102,9 @@ class CaptionOptions:
                                      help="soft/hard: item words from e + L_z z + L_h h (+ location) ('full'), from "
                                           "e + L_z z alone ('context'), or that and an LSTM that never sees the "
                                           "context or the item named ('grounded'; default on scenes, else full)")
+    glimpse: bool | None = option(None, applies=_ATTENDING_RNN, help="soft/hard, grounded: the item words read the "
+                                  "features in a Gaussian window at the attended location, weighted by salience "
+                                  "(the same window in every cell; default: on for scenes)")
     embed_dim: int = option(64, low=1, applies=_RNN, help="LSTMs: word embedding size")
     hidden_dim: int = option(128, low=1, applies=_RNN, help="LSTMs: decoder state size")
     attn_dim: int = option(128, low=1, applies=_ATTENDING_RNN, help="hidden size of the additive/MLP score")
@@ -152,6 +155,8 @@ class CaptionOptions:
         if attending:
             self.keys = self.keys or ("positions" if scenes else "features")
             self.deep_output = self.deep_output or ("grounded" if scenes else "full")
+            if self.glimpse is None:
+                self.glimpse = self.deep_output == "grounded" and scenes
         if self.model == "soft" and self.doubly_stochastic is None:
             self.doubly_stochastic = 0.0 if scenes else 0.1
 
@@ -190,7 +195,7 @@ def model_spec(options: CaptionOptions, *, vocab_size: int, in_channels: int, im
         config.update(embed_dim=o.embed_dim, hidden_dim=o.hidden_dim)
         if o.model != "fixed":
             config.update(attn_dim=o.attn_dim, score=o.score_name, where=o.where, deep_output=o.deep_output,
-                          keys=o.keys, init_state=o.init_state)
+                          keys=o.keys, init_state=o.init_state, glimpse=o.glimpse)
             if o.deep_output != "full":
                 if not content_ids:
                     raise ValueError(f"deep_output {o.deep_output!r} needs the item words' ids (captions data "
