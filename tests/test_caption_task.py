@@ -232,3 +232,27 @@ def test_best_reference_loss_trains_on_each_images_most_likely_reference():
     sample = CaptionTask(dataclasses.replace(options, references="sample"), task.data)
     sample.tokenizer = task.tokenizer
     assert len(sample.collate(examples)["owner"]) == 8
+
+
+def test_a_run_saved_before_the_scene_options_reports_the_model_it_built(tmp_path):
+    """A run whose saved config predates padding/keys/glimpse/references loads with the options its model was
+    built and trained with, not today's scene defaults."""
+    out = tmp_path / "old"
+    assert train(out, "soft", "--max-steps", "1", "--padding", "zeros", "--keys", "features", "--deep-output", "full",
+                 "--no-glimpse", "--references", "sample") == 0
+    for folder in (out / "best", out / "checkpoint"):
+        path = folder / "config.json"
+        if not path.is_file():
+            continue
+        saved = json.loads(path.read_text())
+        for key in ("padding", "keys", "init_state", "glimpse"):
+            saved["config"]["model"]["config"].pop(key)
+            saved["config"]["options"].pop(key)
+        saved["config"]["options"].pop("references")
+        path.write_text(json.dumps(saved))
+    cap = Captioner.load(out)
+    o = cap.options
+    assert (o.padding, o.keys, o.init_state, o.glimpse, o.references) == ("zeros", "features", "mean", False, "sample")
+    assert cap.model.encoder.padding == "zeros" and cap.model.keys == "features" and not cap.model.glimpse
+    fresh = CaptionOptions()
+    assert (fresh.padding, fresh.keys, fresh.glimpse, fresh.references) == ("circular", "positions", True, "best")

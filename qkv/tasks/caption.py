@@ -334,6 +334,19 @@ def _least_per_owner(loss: Tensor, owner: Tensor) -> Tensor:
 
 # ----------------------------------------------------------------------------------------------- inference
 
+#: model options a run saved before they existed, as the model built then (the constructors' defaults)
+_BUILT_BEFORE = {"padding": "zeros", "keys": "features", "init_state": "mean", "glimpse": False}
+
+
+def _as_built(options: CaptionOptions, model_config: dict[str, Any]) -> CaptionOptions:
+    """``options`` with the model options the saved model was built with (a run saved before an option existed
+    gets the value its model has, not today's default for its data)."""
+    built = {k: model_config.get(k, old) for k, old in _BUILT_BEFORE.items()}
+    if options.model not in _ATTENDING_RNN["model"]:
+        built = {"padding": built["padding"]}
+    return dataclasses.replace(options, **built)
+
+
 def _upgrade_v1(config: dict[str, Any], state_dict: dict) -> tuple[dict, dict]:
     raise ValueError("captioning runs exist only in format version 2 and later")
 
@@ -355,7 +368,10 @@ class Captioner:
         from ..data import load_tokenizer
 
         run = load_run(run_dir, cls.task, _upgrade_v1, CaptionOptions, device)
-        return cls(run.model, load_tokenizer(run.checkpoint.assets / "tokenizer"), run.config, run.options)
+        options = _as_built(run.options, run.config["model"]["config"])
+        if "references" not in run.config.get("options", {}):  # saved before the option: trained on one drawn
+            options = dataclasses.replace(options, references="sample")
+        return cls(run.model, load_tokenizer(run.checkpoint.assets / "tokenizer"), run.config, options)
 
     def read(self, path: str | os.PathLike) -> Tensor:
         """An image file as this model's input ``(C, S, S)`` uint8 (resized and centre-cropped)."""
