@@ -387,3 +387,23 @@ def test_glimpse_reads_the_items_through_a_window_at_the_attended_location(gen):
     torch.testing.assert_close(logits[:, [5, 7]], items[:, [5, 7]])
     with pytest.raises(ValueError, match="glimpse"):
         SoftCaptioner(**{**MODELS["caption-soft"], "where": True, "glimpse": True})
+
+
+def test_hard_attention_trains_a_share_of_captions_on_the_expected_context(gen):
+    torch.manual_seed(11)
+    images = _images(gen)
+    for share in (0.0, 1.0):
+        model = HardCaptioner(**{**MODELS["caption-hard"], "where": True, "expected_share": share}).train()
+        state = model.encode(images)
+        z, alpha, loc, extras = model.context(state)
+        soft_z = torch.einsum("bl,bld->bd", alpha, state["a"])
+        expected = grid_coords(*state["grid"]).T @ alpha.T
+        if share == 1.0:  # the expectation: no sample, no REINFORCE term
+            torch.testing.assert_close(z, soft_z)
+            torch.testing.assert_close(loc, expected.T)
+            assert torch.all(extras["log_prob"] == 0)
+        else:  # one sampled location per caption: z is one of the annotation vectors
+            assert all(any(torch.equal(z[b], state["a"][b, i]) for i in range(state["a"].shape[1])) for b in range(3))
+            assert torch.all(extras["log_prob"] < 0)
+    with pytest.raises(ValueError, match="expected_share"):
+        HardCaptioner(**{**MODELS["caption-hard"], "expected_share": 1.5})

@@ -34,7 +34,8 @@ positions, ``D`` feature channels, ``H`` decoder state, ``E`` word embedding, ``
   stochastic penalty is :func:`doubly_stochastic_penalty` (the task adds it to the loss).
 - :class:`HardCaptioner` (``caption-hard``): the same decoder, with ``z_t = a_{s_t}``, ``s_t ~ alpha_t`` sampled in
   training (the REINFORCE terms are :func:`reinforce_loss`); in evaluation the expectation (``z_t`` of the soft
-  model, no gate) or the argmax location, as ``test_attention`` says. Differs: no 50% expected-context steps.
+  model, no gate) or the argmax location, as ``test_attention`` says. As in the paper, a share of the captions
+  (``expected_share``, 0.5) trains on the expected context instead of a sample (no REINFORCE term for them).
 - :class:`FixedCaptioner` (``caption-fixed``): the "distracted" baseline: the mean annotation (a learned
   projection of it) at every step, no attention; its attention is reported as uniform, which is what a mean is.
 - :class:`TransformerCaptioner` (``caption-transformer``): pre-norm Transformer decoder layers, causal
@@ -357,14 +358,16 @@ class HardCaptioner(_LSTMCaptioner):
                  dropout: float = 0.3, coords: bool = True, where: bool = False, deep_output: str = "full",
                  content_ids: Sequence[int] = (), padding: str = "zeros", keys: str = "features",
                  init_state: str = "mean", glimpse: bool = False,
-                 test_attention: str = "expectation"):
+                 test_attention: str = "expectation", expected_share: float = 0.5):
         super().__init__(vocab_size, in_channels=in_channels, widths=widths, embed_dim=embed_dim,
                          hidden_dim=hidden_dim, attn_dim=attn_dim, score=score, dropout=dropout, coords=coords,
                          where=where, deep_output=deep_output, content_ids=content_ids, padding=padding,
                          keys=keys, init_state=init_state, glimpse=glimpse)
         if test_attention not in ("expectation", "argmax"):
             raise ValueError(f"test_attention must be 'expectation' or 'argmax', got {test_attention!r}")
-        self.test_attention = test_attention
+        if not 0.0 <= expected_share <= 1.0:
+            raise ValueError(f"expected_share must be in [0, 1], got {expected_share}")
+        self.test_attention, self.expected_share = test_attention, expected_share
         # moving average of the captions' log-likelihood (REINFORCE baseline), kept in checkpoints
         self.register_buffer("baseline", torch.zeros(()))
         self.register_buffer("baseline_ready", torch.zeros((), dtype=torch.bool))
@@ -385,13 +388,24 @@ class HardCaptioner(_LSTMCaptioner):
         if self.training:
             s = torch.multinomial(alpha.detach().float(), 1)[:, 0]
             log_alpha = torch.log(alpha.clamp_min(torch.finfo(alpha.dtype).tiny))
-            extras = {"log_prob": log_alpha[rows, s], "entropy": -(alpha * log_alpha).sum(-1)}
-            return state["a"][rows, s], alpha, self._where_at(state, s, loc), extras
+            expect = state.get("expect")  # (B,) bool: captions trained on the expected context (Xu et al. 4.1)
+            if expect is None:
+                expect = torch.zeros(len(s), dtype=torch.bool, device=s.device)
+            log_prob = torch.where(expect, torch.zeros_like(log_alpha[rows, s]), log_alpha[rows, s])
+            extras = {"log_prob": log_prob, "entropy": -(alpha * log_alpha).sum(-1)}
+            chosen = torch.where(expect[:, None], z, state["a"][rows, s])
+            return chosen, alpha, torch.where(expect[:, None], loc, self._where_at(state, s, loc)), extras
         if self.test_attention == "argmax":
             s = alpha.argmax(-1)
             one_hot = torch.nn.functional.one_hot(s, alpha.shape[-1]).to(alpha.dtype)
             return state["a"][rows, s], one_hot, self._where_at(state, s, loc), {}
         return z, alpha, loc, {}
+
+    def encode(self, images: Tensor) -> dict:
+        state = super().encode(images)
+        if self.training and self.expected_share > 0:  # per caption: the expected context instead of a sample
+            state["expect"] = torch.rand(len(images), device=images.device) < self.expected_share
+        return state
 
     def _where_at(self, state: dict, s: Tensor, loc: Tensor) -> Tensor:
         """The location of the chosen positions ``s (B,)`` (zeros ``loc`` when ``where`` is off)."""

@@ -123,6 +123,9 @@ class CaptionOptions:
                                    "bonus of the attention")
     baseline_decay: float = option(0.9, low=0, high=0.999, applies={"model": ("hard",)},
                                    help="hard: the baseline's moving-average decay")
+    hard_expected: float = option(0.5, low=0, high=1, applies={"model": ("hard",)},
+                                  help="hard: share of the captions trained on the expected context instead of a "
+                                       "sampled location (Xu et al.: 0.5)")
     hard_test: str = option("expectation", choices=("expectation", "argmax"), applies={"model": ("hard",)},
                             help="hard: at test time the expected context or the most likely location")
     references: str | None = option(None, choices=("sample", "best"), help="which reference of an image a step "
@@ -202,7 +205,7 @@ def model_spec(options: CaptionOptions, *, vocab_size: int, in_channels: int, im
                                      "with items)")
                 config["content_ids"] = list(content_ids)
         if o.model == "hard":
-            config["test_attention"] = o.hard_test
+            config.update(test_attention=o.hard_test, expected_share=o.hard_expected)
     return {"name": f"caption-{o.model}", "config": config}
 
 
