@@ -377,7 +377,7 @@ def test_glimpse_reads_the_items_through_a_window_at_the_attended_location(gen):
     y = torch.tensor([BOS_ID, 6])
     with torch.no_grad():
         _, alpha, loc, extras = model.context(state)
-        logits, _, _, _ = model.step(y, state)
+        logits, attn, _, _ = model.step(y, state)
         coords, sigma = grid_coords(4, 4, dtype=torch.float64), float(model.log_sigma.exp())
         window = torch.stack([torch.exp(-((coords - loc[b]) ** 2).sum(-1) / (2 * sigma ** 2)) for b in range(2)])
         w = window * model.salience(state["a"])[..., 0].exp()
@@ -385,6 +385,7 @@ def test_glimpse_reads_the_items_through_a_window_at_the_attended_location(gen):
         z = extras["beta"][:, None] * torch.einsum("bl,bld->bd", w, state["a"])
         items = model.out(model.embed(y) + model.out_z(z))
     torch.testing.assert_close(logits[:, [5, 7]], items[:, [5, 7]])
+    torch.testing.assert_close(attn, w)  # the step's map: the weights the item word was read with
     with pytest.raises(ValueError, match="glimpse"):
         SoftCaptioner(**{**MODELS["caption-soft"], "where": True, "glimpse": True})
 

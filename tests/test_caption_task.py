@@ -90,7 +90,7 @@ def test_evaluate_resume_and_the_predictor(tmp_path, capsys):
 
 def test_hard_test_modes_from_the_command_line(tmp_path, capsys):
     out = tmp_path / "hard"
-    assert train(out, "hard", "--max-steps", "2", "--hard-test", "argmax") == 0
+    assert train(out, "hard", "--max-steps", "2", "--hard-test", "argmax", "--no-glimpse") == 0  # glimpse: a window
     cap = Captioner.load(out)
     assert cap.model.test_attention == "argmax" and cap.options.hard_test == "argmax"
     results = cap.predict(cap.test_images([0])[0], beam=1)

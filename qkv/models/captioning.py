@@ -295,17 +295,22 @@ class _LSTMCaptioner(nn.Module):
         ``E'`` one shared embedding for the item words and ``found_t = sum_l alpha_tl s(a_l)`` the attended
         salience; the other words from ``L_o(E' y_{t-1} + L_loc loc_t + L_h h_t)``. ``glimpse``: the item words
         read ``z_t = beta_t sum_l w_tl a_l``, ``w_t = softmax(s(a_l) - |p_l - loc_t|^2 / 2 sigma^2)``, a Gaussian
-        window at the attended location (the same in every cell) instead of alpha's own weights."""
+        window at the attended location (the same in every cell) instead of alpha's own weights; the step's
+        attention map is then ``w_t``, the weights its item word was read with (alpha only places the window)."""
         e_state = torch.where(self.content[y_prev, None], self.dropout(self.item_embed), e)
         found = (attn * state["salience"][:, 0]).sum(-1, keepdim=True)
         h, c = self.cell(torch.cat([e_state, loc, found], dim=-1), (state["h"], state["c"]))
         if self.glimpse:  # the same window around the attended place in every cell, weighted by salience only
-            dist = ((state["coords"] - loc[:, None]) ** 2).sum(-1)  # (B, L)
-            w = torch.softmax(state["salience"][:, 0] - dist / (2 * torch.exp(2 * self.log_sigma)), dim=-1)
-            z = torch.einsum("bl,bld->bd", w, state["a"]) * extras.get("beta", z.new_ones(len(z)))[:, None]
+            z, attn = attention(loc[:, None], state["coords"], state["a"], score=self._window,
+                                mask=state["salience"], return_weights=True)
+            z, attn = z[:, 0] * extras.get("beta", z.new_ones(len(z)))[:, None], attn[:, 0]
         rest = self.out(self.dropout(e_state + self.out_loc(loc) + self.out_h(self.dropout(h))))
         logits = torch.where(self.content, self.out(self.dropout(e + self.out_z(z))), rest)
         return logits, attn, {**state, "h": h, "c": c}, {**extras, "loc": loc}
+
+    def _window(self, q: Tensor, k: Tensor) -> Tensor:
+        """The glimpse's score: ``-|q - k|^2 / (2 sigma^2)`` between locations ``q (B, 1, 2)`` and ``k (B, L, 2)``."""
+        return -((q[..., :, None, :] - k[..., None, :, :]) ** 2).sum(-1) / (2 * torch.exp(2 * self.log_sigma))
 
     def decode_step(self, y_prev: Tensor, state: dict) -> tuple[Tensor, Tensor, dict]:
         logits, attn, state, _ = self.step(y_prev, state)
