@@ -408,3 +408,19 @@ def test_hard_attention_trains_a_share_of_captions_on_the_expected_context(gen):
             assert torch.all(extras["log_prob"] < 0)
     with pytest.raises(ValueError, match="expected_share"):
         HardCaptioner(**{**MODELS["caption-hard"], "expected_share": 1.5})
+
+
+def test_capture_records_alpha_and_the_glimpse_apart(gen):
+    from qkv.capture import capture_attention
+
+    torch.manual_seed(12)
+    model = SoftCaptioner(**{**MODELS["caption-soft"], "where": True, "deep_output": "grounded", "glimpse": True,
+                             "content_ids": [5, 7], "keys": "positions", "padding": "circular"}).eval()
+    tgt = torch.randint(4, 11, (2, 5), generator=gen)
+    tgt[:, 0] = BOS_ID
+    with torch.no_grad(), capture_attention(model) as records:
+        out = model(_images(gen, 2), tgt)
+    by_name = {r.name: r for r in records}
+    assert set(by_name) == {"SoftCaptioner", "window"}
+    assert all(r.weights.shape[-2:] == (5, 4) for r in records)  # one row per word, not two
+    torch.testing.assert_close(by_name["window"].weights[:, 0], out.attention)  # the maps the words report

@@ -157,6 +157,19 @@ class GridEncoder(nn.Module):
         return f.flatten(2).transpose(1, 2), (f.shape[-2], f.shape[-1])
 
 
+class _Window(nn.Module):
+    """The glimpse: ``softmax_l(s_l - |loc - p_l|^2 / (2 sigma^2))``-weighted features, one location per row."""
+
+    def forward(self, loc: Tensor, coords: Tensor, a: Tensor, salience: Tensor, log_sigma: Tensor
+                ) -> tuple[Tensor, Tensor]:
+        """``loc (B, 2)``, ``coords (B, L, 2)``, ``a (B, L, D)``, ``salience (B, 1, L)`` -> ``(z (B, D), w (B, L))``."""
+        def score(q, k):
+            return -((q[..., :, None, :] - k[..., None, :, :]) ** 2).sum(-1) / (2 * torch.exp(2 * log_sigma))
+
+        z, w = attention(loc[:, None], coords, a, score=score, mask=salience, return_weights=True)
+        return z[:, 0], w[:, 0]
+
+
 def _rows(state: dict, owner: Tensor | None) -> dict:
     """A decoding state with its per-image tensors taken at ``owner`` (unchanged for None)."""
     if owner is None:
@@ -219,6 +232,7 @@ class _LSTMCaptioner(nn.Module):
         self.glimpse = glimpse
         if glimpse:  # log of the Gaussian window's width, in grid coordinates ([-1, 1] across the grid)
             self.log_sigma = nn.Parameter(torch.tensor(-1.2))
+            self.window = _Window()  # its own module: qkv.capture_attention records the glimpse apart from alpha
         self.out_h, self.out_z = nn.Linear(hidden_dim, embed_dim), nn.Linear(d, embed_dim, bias=False)
         if where:
             self.out_loc = nn.Linear(2, embed_dim, bias=False)
@@ -301,16 +315,11 @@ class _LSTMCaptioner(nn.Module):
         found = (attn * state["salience"][:, 0]).sum(-1, keepdim=True)
         h, c = self.cell(torch.cat([e_state, loc, found], dim=-1), (state["h"], state["c"]))
         if self.glimpse:  # the same window around the attended place in every cell, weighted by salience only
-            z, attn = attention(loc[:, None], state["coords"], state["a"], score=self._window,
-                                mask=state["salience"], return_weights=True)
-            z, attn = z[:, 0] * extras.get("beta", z.new_ones(len(z)))[:, None], attn[:, 0]
+            z, attn = self.window(loc, state["coords"], state["a"], state["salience"], self.log_sigma)
+            z = z * extras.get("beta", z.new_ones(len(z)))[:, None]
         rest = self.out(self.dropout(e_state + self.out_loc(loc) + self.out_h(self.dropout(h))))
         logits = torch.where(self.content, self.out(self.dropout(e + self.out_z(z))), rest)
         return logits, attn, {**state, "h": h, "c": c}, {**extras, "loc": loc}
-
-    def _window(self, q: Tensor, k: Tensor) -> Tensor:
-        """The glimpse's score: ``-|q - k|^2 / (2 sigma^2)`` between locations ``q (B, 1, 2)`` and ``k (B, L, 2)``."""
-        return -((q[..., :, None, :] - k[..., None, :, :]) ** 2).sum(-1) / (2 * torch.exp(2 * self.log_sigma))
 
     def decode_step(self, y_prev: Tensor, state: dict) -> tuple[Tensor, Tensor, dict]:
         logits, attn, state, _ = self.step(y_prev, state)
