@@ -424,3 +424,24 @@ def test_capture_records_alpha_and_the_glimpse_apart(gen):
     assert set(by_name) == {"SoftCaptioner", "window"}
     assert all(r.weights.shape[-2:] == (5, 4) for r in records)  # one row per word, not two
     torch.testing.assert_close(by_name["window"].weights[:, 0], out.attention)  # the maps the words report
+
+
+def test_local_salience_reads_what_each_place_holds_itself(gen):
+    torch.manual_seed(13)
+    model = SoftCaptioner(**{**MODELS["caption-soft"], "coords": False, "where": True, "keys": "positions",
+                             "padding": "circular", "salience": "local"}).eval()
+    images = torch.rand(2, 1, 32, 32, generator=gen)
+    with torch.no_grad():
+        state = model.encode(images)
+        stage2 = model.encoder.net[:4](images)  # conv, pool, conv, pool: (B, widths[1], 8, 8)
+        local = torch.nn.functional.avg_pool2d(stage2, 2).flatten(2).transpose(1, 2)  # onto the 4x4 grid
+        torch.testing.assert_close(state["salience"], model.salience(local).transpose(1, 2))
+        far = images.clone()
+        far[:, :, :8, :8] = torch.rand(2, 1, 8, 8, generator=gen)  # change one corner of the image
+        changed = model.encode(far)
+    # a place two cells from the change keeps its salience; the grid features, which see the whole image, do not
+    torch.testing.assert_close(changed["salience"].reshape(2, 4, 4)[:, 2, 2],
+                               state["salience"].reshape(2, 4, 4)[:, 2, 2])
+    assert not torch.allclose(changed["a"].reshape(2, 4, 4, -1)[:, 2, 2], state["a"].reshape(2, 4, 4, -1)[:, 2, 2])
+    with pytest.raises(ValueError, match="salience"):
+        SoftCaptioner(**{**MODELS["caption-soft"], "salience": "pixels"})

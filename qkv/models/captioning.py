@@ -145,16 +145,23 @@ class GridEncoder(nn.Module):
         self.net = nn.Sequential(*layers)
         self.dim = cin
 
-    def forward(self, images: Tensor) -> tuple[Tensor, tuple[int, int]]:
-        """``images (B, C, H, W)`` -> ``(a (B, L, D), (h, w))``."""
+    def forward(self, images: Tensor, *, with_local: bool = False):
+        """``images (B, C, H, W)`` -> ``(a (B, L, D), (h, w))``, and with ``with_local`` also the second stage's
+        features averaged onto the grid, ``(B, L, widths[1])``: what each grid position holds itself (they see
+        about 10 pixels, the grid features most of the image)."""
         x = images
         if self.coords:
             b, _, hh, ww = x.shape
             ys = torch.linspace(-1, 1, hh, device=x.device, dtype=x.dtype)[:, None].expand(hh, ww)
             xs = torch.linspace(-1, 1, ww, device=x.device, dtype=x.dtype)[None, :].expand(hh, ww)
             x = torch.cat([x, torch.stack([ys, xs]).expand(b, 2, hh, ww)], dim=1)
-        f = self.net(x)
-        return f.flatten(2).transpose(1, 2), (f.shape[-2], f.shape[-1])
+        local = self.net[:4](x)  # conv, pool, conv, pool: stride 4
+        f = self.net[4:](local)
+        grid = (f.shape[-2], f.shape[-1])
+        a = f.flatten(2).transpose(1, 2)
+        if not with_local:
+            return a, grid
+        return a, grid, torch.nn.functional.adaptive_avg_pool2d(local, grid).flatten(2).transpose(1, 2)
 
 
 class _Window(nn.Module):
@@ -191,7 +198,7 @@ class _LSTMCaptioner(nn.Module):
                  embed_dim: int = 64, hidden_dim: int = 128, attn_dim: int = 128, score: str = "additive",
                  dropout: float = 0.3, coords: bool = True, where: bool = False, deep_output: str = "full",
                  content_ids: Sequence[int] = (), padding: str = "zeros", keys: str = "features",
-                 init_state: str = "mean", glimpse: bool = False):
+                 init_state: str = "mean", glimpse: bool = False, salience: str = "features"):
         super().__init__()
         if vocab_size < 4 or embed_dim < 1 or hidden_dim < 1 or attn_dim < 1:
             raise ValueError(f"vocab_size (>= 4), embed_dim, hidden_dim and attn_dim must be positive, got "
@@ -211,6 +218,8 @@ class _LSTMCaptioner(nn.Module):
             raise ValueError(f"keys must be one of {', '.join(KEYS)}, got {keys!r}")
         if glimpse and deep_output != "grounded":
             raise ValueError("glimpse=True needs deep_output='grounded' (it is what the item words read)")
+        if salience not in ("features", "local"):
+            raise ValueError(f"salience must be 'features' or 'local', got {salience!r}")
         if init_state not in ("mean", "learned"):
             raise ValueError(f"init_state must be 'mean' or 'learned', got {init_state!r}")
         if (where or keys != "features") and not self.looks:
@@ -247,11 +256,14 @@ class _LSTMCaptioner(nn.Module):
         if keys != "features":  # an embedding of each grid position's (y, x), for the keys only
             self.key_pos = nn.Sequential(nn.Linear(2, d), nn.ReLU(), nn.Linear(d, d))
         if keys == "positions" or grounded:  # what is worth looking at, from the features alone (no query or place)
-            self.salience = nn.Sequential(nn.Linear(d, attn_dim), nn.ReLU(), nn.Linear(attn_dim, 1))
+            self.salience_from = salience  # "local": from what each position holds itself (second-stage features)
+            d_in = tuple(widths)[1] if salience == "local" else d
+            self.salience = nn.Sequential(nn.Linear(d_in, attn_dim), nn.ReLU(), nn.Linear(attn_dim, 1))
 
     def encode(self, images: Tensor) -> dict:
         """The decoding state of ``images (B, C, H, W)``: annotations, prepared keys, ``h``, ``c``."""
-        a, grid = self.encoder(images)
+        local_salience = getattr(self, "salience_from", None) == "local"
+        a, grid, *local = self.encoder(images, with_local=local_salience)
         mean = a.mean(dim=1)
         if self.init_state == "mean":
             h, c = torch.tanh(self.init_h(mean)), torch.tanh(self.init_c(mean))
@@ -264,7 +276,8 @@ class _LSTMCaptioner(nn.Module):
                     "positions": lambda: self.key_pos(state["coords"])}[self.keys]()
             state["keys"] = self.attend.score.prepare_key(keys)
             if hasattr(self, "salience"):
-                state["salience"] = self.salience(a).transpose(1, 2)  # (B, 1, L)
+                source = local[0] if local_salience else a
+                state["salience"] = self.salience(source).transpose(1, 2)  # (B, 1, L)
             # where=True: the grid coordinates ride along as two more value channels, so one attention gives
             # the context z and the expected location sum_l alpha_l (y_l, x_l)
             state["values"] = torch.cat([a, state["coords"]], -1) if self.where else a
@@ -347,11 +360,11 @@ class SoftCaptioner(_LSTMCaptioner):
                  embed_dim: int = 64, hidden_dim: int = 128, attn_dim: int = 128, score: str = "additive",
                  dropout: float = 0.3, coords: bool = True, where: bool = False, deep_output: str = "full",
                  content_ids: Sequence[int] = (), padding: str = "zeros", keys: str = "features",
-                 init_state: str = "mean", glimpse: bool = False):
+                 init_state: str = "mean", glimpse: bool = False, salience: str = "features"):
         super().__init__(vocab_size, in_channels=in_channels, widths=widths, embed_dim=embed_dim,
                          hidden_dim=hidden_dim, attn_dim=attn_dim, score=score, dropout=dropout, coords=coords,
                          where=where, deep_output=deep_output, content_ids=content_ids, padding=padding,
-                         keys=keys, init_state=init_state, glimpse=glimpse)
+                         keys=keys, init_state=init_state, glimpse=glimpse, salience=salience)
         self.f_beta = nn.Linear(self.hidden_dim, 1)
 
     def context(self, state):
@@ -371,12 +384,12 @@ class HardCaptioner(_LSTMCaptioner):
                  embed_dim: int = 64, hidden_dim: int = 128, attn_dim: int = 128, score: str = "additive",
                  dropout: float = 0.3, coords: bool = True, where: bool = False, deep_output: str = "full",
                  content_ids: Sequence[int] = (), padding: str = "zeros", keys: str = "features",
-                 init_state: str = "mean", glimpse: bool = False,
+                 init_state: str = "mean", glimpse: bool = False, salience: str = "features",
                  test_attention: str = "expectation", expected_share: float = 0.5):
         super().__init__(vocab_size, in_channels=in_channels, widths=widths, embed_dim=embed_dim,
                          hidden_dim=hidden_dim, attn_dim=attn_dim, score=score, dropout=dropout, coords=coords,
                          where=where, deep_output=deep_output, content_ids=content_ids, padding=padding,
-                         keys=keys, init_state=init_state, glimpse=glimpse)
+                         keys=keys, init_state=init_state, glimpse=glimpse, salience=salience)
         if test_attention not in ("expectation", "argmax"):
             raise ValueError(f"test_attention must be 'expectation' or 'argmax', got {test_attention!r}")
         if not 0.0 <= expected_share <= 1.0:

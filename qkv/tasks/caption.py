@@ -102,6 +102,9 @@ class CaptionOptions:
                                      help="soft/hard: item words from e + L_z z + L_h h (+ location) ('full'), from "
                                           "e + L_z z alone ('context'), or that and an LSTM that never sees the "
                                           "context or the item named ('grounded'; default on scenes, else full)")
+    salience: str = option("features", choices=("features", "local"), applies=_ATTENDING_RNN,
+                           help="soft/hard: the salience (keys=positions, grounded) from the grid features or from "
+                                "the CNN's second stage, averaged onto the grid: what each place holds itself")
     glimpse: bool | None = option(None, applies=_ATTENDING_RNN, help="soft/hard, grounded: the item words read the "
                                   "features in a Gaussian window at the attended location, weighted by salience "
                                   "(the same window in every cell; default: on for scenes)")
@@ -198,7 +201,7 @@ def model_spec(options: CaptionOptions, *, vocab_size: int, in_channels: int, im
         config.update(embed_dim=o.embed_dim, hidden_dim=o.hidden_dim)
         if o.model != "fixed":
             config.update(attn_dim=o.attn_dim, score=o.score_name, where=o.where, deep_output=o.deep_output,
-                          keys=o.keys, init_state=o.init_state, glimpse=o.glimpse)
+                          keys=o.keys, init_state=o.init_state, glimpse=o.glimpse, salience=o.salience)
             if o.deep_output != "full":
                 if not content_ids:
                     raise ValueError(f"deep_output {o.deep_output!r} needs the item words' ids (captions data "
