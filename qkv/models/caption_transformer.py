@@ -11,7 +11,8 @@ import torch
 from torch import Tensor, nn
 
 from ..layers import KVCache, PositionalEncoding, TransformerLayer
-from .captioning import CaptionOutput, GridEncoder, _rows
+from .caption_encoder import GridEncoder
+from .captioning import CaptionOutput, _rows
 
 __all__ = ["TransformerCaptioner"]
 
