@@ -1,14 +1,12 @@
-"""``qkv train sentiment`` and ``qkv classify``."""
+"""``qkv classify``: texts classified by a sentiment run, each word shaded by its attention."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
-from pathlib import Path
 
 from ..options import option
 from ..tasks import sentiment as task
-from .common import add_command, add_train_command, input_texts, print_result, read_train_options, safe, use_color
+from .common import add_command, input_texts, safe, use_color
 from .options import options_from_args
 
 
@@ -23,22 +21,6 @@ class ClassifyCommand:
                         help="ANSI colours (auto: when stdout is a terminal)")
     top: int = option(3, low=0, help="without colours, list this many most attended words")
     device: str = option("auto", help="auto (CUDA if available), cpu, cuda or cuda:N")
-
-
-def train(args) -> int:
-    options, config = read_train_options(args, task.SentimentOptions, task.train_defaults)
-    summary = task.train_folds(options, config)
-    for k, result in enumerate(summary["runs"]):
-        print_result(result, head=f"fold {k + 1}: " if options.folds else "")
-    if options.folds:
-        print(f"{options.folds}-fold test accuracy: {summary['mean']:.4f} +- {summary['std']:.4f}")
-        if config.out:
-            path = Path(config.out) / "kfold.json"
-            path.write_text(json.dumps({k: summary[k] for k in ("test_accuracy", "mean", "std")}, indent=1) + "\n",
-                            encoding="utf-8")
-            print(f"wrote {path}")
-            print(f"run directory: {config.out}")
-    return 0
 
 
 def classify(args) -> int:
@@ -61,7 +43,5 @@ def classify(args) -> int:
 
 
 def register(commands, train_commands) -> None:
-    add_train_command(train_commands, "sentiment", "train a text classifier with attention (sentiment by default)",
-                      task.SentimentOptions, task.train_defaults, train)
     add_command(commands, "classify", "classify text with a trained sentiment run, showing its attention",
                 ClassifyCommand, classify)

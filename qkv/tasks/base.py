@@ -1,4 +1,11 @@
-"""What every application module shares: reading its runs back (any checkpoint format version) for prediction.
+"""What an application is, and what every application shares: reading its runs back (any checkpoint format
+version) for prediction.
+
+An application (translation, sentiment, images, captioning, question answering...) is a package
+``qkv/tasks/NAME/`` whose ``__init__.py`` defines ``APPLICATION``, an :class:`Application`: its options
+dataclass, ``train_defaults``, ``load_data``, ``model_spec``, the trainer's ``Task`` and a :class:`Predictor`
+(``load`` / ``predict`` / ``evaluate`` / ``view``). :mod:`qkv.tasks` keeps the registry that the command line
+walks (``qkv train NAME``, ``qkv evaluate RUN``, ``qkv view RUN``); CONTRIBUTING.md says how to add one.
 
 A run's ``config.json`` (format version 2) holds ``{"model": {"name", "config"}, "options": {...}, ...}``:
 :func:`qkv.models.create` rebuilds the model from ``model`` alone, and ``options`` are the task's options as
@@ -11,8 +18,9 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-from collections.abc import Callable, Mapping
-from typing import Any
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, ClassVar
 
 import torch
 from torch import nn
@@ -21,7 +29,118 @@ from ..options import default_of, option_fields, why_not
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["load_run", "upgrade_options", "model_from_spec", "LoadedRun"]
+__all__ = ["Application", "Predictor", "PageInput", "ViewInput", "load_run", "upgrade_options", "model_from_spec",
+           "LoadedRun", "need_text"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Application:
+    """What the registry (and so the command line) knows of an application.
+
+    Attributes:
+        name: ``qkv train NAME``; also the ``task`` name stored in every checkpoint of its runs.
+        help: one line for ``qkv train --help``.
+        options: the ``NAMEOptions`` dataclass (data, model, loss, evaluation: everything not the trainer's).
+        train_defaults: ``options -> qkv.train.TrainConfig``, the trainer's preset for this application.
+        load_data: ``options -> data``, the splits ``options`` describe (read or generated).
+        model_spec: ``(options, **sizes) -> {"name", "config"}`` for :func:`qkv.models.create` (JSON only).
+        task: the trainer's ``NAMETask(options, data=None)``.
+        predictor: the :class:`Predictor` subclass that reads its runs back.
+        train: ``(options, train_config) -> list of qkv.train.TrainResult``; ``None``: one run of ``task``
+            (sentiment's k-fold cross-validation is its own).
+    """
+
+    name: str
+    help: str
+    options: type
+    train_defaults: Callable[[Any], Any]
+    load_data: Callable[[Any], Any]
+    model_spec: Callable[..., dict[str, Any]]
+    task: type
+    predictor: type[Predictor]
+    train: Callable[[Any, Any], list[Any]] | None = None
+
+    def run_training(self, options: Any, config: Any) -> list[Any]:
+        """Train with ``options`` and the trainer's ``config``: the :class:`qkv.train.TrainResult` of each run."""
+        if self.train is not None:
+            return self.train(options, config)
+        from ..train import train
+
+        return [train(self.task(options), config)]
+
+
+@dataclasses.dataclass
+class ViewInput:
+    """One input to look at (``qkv view``): what an application takes of it is its own (a text, an image...)."""
+
+    text: str | None = None
+    image: Any = None  #: a path or a tensor
+    index: int | None = None  #: an example of the run's test split
+    question: str | None = None
+
+
+@dataclasses.dataclass
+class PageInput:
+    """What :func:`qkv.viz.page.attention_page` needs: the records, axis labels, the image, a title and notes."""
+
+    records: list
+    tokens: dict[str, list[str]] | list[str] | None = None
+    image: Any = None
+    title: str = "Attention"
+    notes: list[str] = dataclasses.field(default_factory=list)
+
+    def page_kwargs(self) -> dict[str, Any]:
+        return {"tokens": self.tokens, "image": self.image, "title": self.title, "notes": self.notes}
+
+
+def need_text(text: str | None, what: str) -> str:
+    """``text``, or a ``ValueError`` saying that ``what`` needs one."""
+    if text is None or not text.strip():
+        raise ValueError(f"a {what} run needs a text to look at")
+    return text
+
+
+class Predictor(ABC):
+    """A trained run of one application, read back for use: the same four methods in every application.
+
+    - ``load(run_dir, device="auto")`` reads a run (its ``best/``, else ``checkpoint/``) or a checkpoint
+      directory of any release (through :func:`load_run`);
+    - ``predict(inputs)`` takes a list of inputs (texts, images, ``(context, question)`` pairs...) and returns a
+      list of the application's result dataclass, which carries the attention; an empty input is a
+      ``ValueError``;
+    - ``evaluate(data=None, split="test", limit=None)`` returns ``{metric: value}`` on a split of the run's own
+      data or of ``data`` (another corpus in the same format);
+    - ``view(ViewInput)`` runs the model on one input inside :func:`qkv.capture_attention` and returns the
+      :class:`PageInput` of ``qkv view``.
+    """
+
+    #: the application's name (``Application.name``, the checkpoint's ``task``)
+    task: ClassVar[str]
+
+    model: nn.Module
+    options: Any
+
+    @classmethod
+    @abstractmethod
+    def load(cls, run_dir: str | os.PathLike, device: str | torch.device = "auto") -> Predictor:
+        """Read ``run_dir`` for prediction, the model on ``device`` (``auto``: CUDA when there is one)."""
+
+    @abstractmethod
+    def predict(self, inputs: Sequence[Any]) -> list[Any]:
+        """One result per input."""
+
+    @abstractmethod
+    def evaluate(self, data: str | None = None, *, split: str = "test", limit: int | None = None,
+                 **settings: Any) -> dict[str, float]:
+        """The application's metrics on ``split`` of the run's data (or of ``data``), at most ``limit`` examples."""
+
+    @abstractmethod
+    def view(self, given: ViewInput) -> PageInput:
+        """Every attention of the model on one input, for :func:`qkv.viz.page.save_attention_page`."""
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
 
 
 @dataclasses.dataclass
@@ -78,7 +197,7 @@ def upgrade_options(cls: type, old: Mapping[str, Any], renames: Mapping[str, str
 
 
 def load_run(path: str | os.PathLike, task: str, upgrade: Callable[[dict[str, Any], dict], tuple[dict, dict]],
-             options_cls: type, device: str | torch.device = "cpu") -> LoadedRun:
+             options_cls: type, device: str | torch.device = "auto") -> LoadedRun:
     """Read a run (or checkpoint) directory of ``task`` for prediction.
 
     ``upgrade(config, state_dict)`` turns a format-version-1 configuration and weights into the current ones.

@@ -1,0 +1,87 @@
+"""Sentiment analysis's options (:class:`SentimentOptions`) and the trainer's preset (:func:`train_defaults`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ...options import check_options, option
+
+__all__ = ["SentimentOptions", "train_defaults", "MODELS"]
+
+MODELS = ("bigru", "bilstm", "transformer")
+_RNN = {"model": ("bigru", "bilstm")}
+_TRANSFORMER = {"model": ("transformer",)}
+
+
+@dataclass
+class SentimentOptions:
+    """What to train on and which model; the trainer's settings are in :class:`qkv.train.TrainConfig`."""
+
+    # data
+    data: str = option("", help="movie-review file (id<TAB>rating<TAB>text) or a CSV/TSV file, .gz allowed")
+    text_col: str | None = option(None, help="CSV/TSV: the text column (name or 0-based index)")
+    label_col: str | None = option(None, help="CSV/TSV: the label column (name or 0-based index)")
+    delimiter: str | None = option(None, help="CSV/TSV delimiter (default: tab for .tsv, else comma)")
+    header: bool = option(True, help="CSV/TSV: the first row names the columns")
+    labels: str | None = option(None, help="CSV/TSV: comma-separated known labels (others are bad rows)")
+    on_error: str = option("raise", choices=("raise", "skip"), help="bad rows: stop, or skip and count them")
+    regression: bool = option(False, help="predict the rating (MSE) instead of classes")
+    # splits
+    valid: float = option(0.1, low=0, low_open=True, high=0.5, help="fraction for validation")
+    test: float = option(0.1, low=0, high=0.5, applies={"folds": (0,)},
+                         help="fraction held out for the test (without folds)")
+    folds: int = option(0, low=0, help="k-fold cross-validation: k runs, each testing on one fold (0 = one split)")
+    fold: int = option(0, low=0, cli=False, help="the fold this task trains (set by the k-fold loop)")
+    data_seed: int = option(0, low=0, help="seed of the splits (not of training)")
+    # tokens
+    min_freq: int = option(1, low=1, help="words seen fewer times in the training split become <unk>")
+    max_vocab: int | None = option(30000, low=5, help="vocabulary cap, special tokens included")
+    max_len: int = option(100, low=1, help="tokens kept per text")
+    lowercase: bool = option(True, help="lower-case the words")
+    # model
+    model: str = option("bigru", choices=MODELS, help="bigru, bilstm (attention pooling) or transformer")
+    embed_dim: int = option(128, low=1, help="word vector size (from the vectors file when given)")
+    hidden_dim: int = option(128, low=2, applies=_RNN, help="RNNs: output size, both directions together")
+    attn_dim: int | None = option(None, low=1, applies=_RNN, help="RNNs: size of the attention-pooling keys "
+                                  "(default: hidden-dim / 2)")
+    mlp_dim: int | None = option(None, low=1, applies=_RNN, help="RNNs: a hidden layer before the output")
+    dim: int = option(64, low=2, applies=_TRANSFORMER, help="transformer: model width")
+    num_heads: int = option(4, low=1, applies=_TRANSFORMER, help="transformer: attention heads")
+    ffn_dim: int | None = option(None, low=1, applies=_TRANSFORMER, help="transformer: feed-forward width "
+                                 "(default: 4 x dim)")
+    pooling: str = option("cls", choices=("cls", "attention"), applies=_TRANSFORMER,
+                          help="transformer: a [CLS]-style query, or attention pooling")
+    num_layers: int = option(1, low=1, help="RNN or transformer layers")
+    hops: int = option(1, low=1, help="attention-pooling queries (Lin et al. 2017 when > 1)")
+    penalty: float = option(0.0, low=0, help="weight of Lin et al.'s ||AA^T - I||^2 penalty (needs hops > 1)")
+    dropout: float = option(0.5, low=0, high=0.99, help="dropout")
+    embed_dropout: float = option(0.5, low=0, high=0.99, help="dropout on the word vectors")
+    vectors: str | None = option(None, help="pretrained word vectors (GloVe/word2vec text file)")
+    freeze_vectors: bool = option(False, help="keep the pretrained vectors fixed (needs vectors)")
+
+    def __post_init__(self):
+        check_options(self)
+        if (self.text_col is None) != (self.label_col is None):
+            raise ValueError("give both text_col and label_col (or neither, for the movie-review format)")
+        if self.text_col is None and (self.delimiter is not None or not self.header or self.labels is not None):
+            raise ValueError("delimiter, header and labels are for CSV/TSV files: give text_col and label_col")
+        if self.folds and not (self.folds >= 2 and self.fold < self.folds):
+            raise ValueError(f"folds must be >= 2 with 0 <= fold < folds, got folds={self.folds}, fold={self.fold}")
+        if self.model == "transformer" and self.pooling == "cls" and self.hops != 1:
+            raise ValueError("hops needs attention pooling: add pooling='attention' for the transformer")
+        if self.penalty and self.hops < 2:
+            raise ValueError(f"penalty={self.penalty} needs hops > 1 (the penalty is on several attention rows)")
+        if self.freeze_vectors and not self.vectors:
+            raise ValueError("freeze_vectors needs vectors (a word-vector file)")
+        if self.model == "transformer" and self.dim % self.num_heads:
+            raise ValueError(f"num_heads ({self.num_heads}) must divide dim ({self.dim})")
+        if self.model != "transformer" and self.hidden_dim % 2:
+            raise ValueError(f"hidden_dim ({self.hidden_dim}) must be even: it is split between two directions")
+
+
+def train_defaults(options: SentimentOptions):
+    """The trainer's settings for sentiment (the ``qkv train sentiment`` defaults: the benchmark's BiGRU)."""
+    from ...train import TrainConfig
+
+    return TrainConfig(epochs=12, batch_size=50, lr=3e-3, weight_decay=0.05, schedule="cosine", patience=3,
+                       monitor="accuracy")

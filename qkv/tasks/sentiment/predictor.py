@@ -1,0 +1,164 @@
+"""A trained sentiment run read back: :class:`SentimentClassifier` (``load`` / ``predict`` / ``evaluate`` /
+``view``) and its result, :class:`SentimentPrediction` (a label, its probability and one attention weight per
+word)."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from ...data.text_classification import collate_texts
+from ..base import PageInput, Predictor, ViewInput, load_run, need_text, upgrade_options
+from .options import SentimentOptions
+from .task import SentimentTask
+
+__all__ = ["SentimentPrediction", "SentimentClassifier", "Prediction"]
+
+@dataclass
+class SentimentPrediction:
+    """One classified text: ``label`` and its ``probability`` (or the predicted ``value`` for regression), the
+    display ``tokens`` and one attention weight per token (averaged over hops)."""
+
+    text: str
+    label: str
+    probability: float
+    probabilities: dict[str, float]
+    tokens: list[str]
+    weights: list[float]
+    value: float | None = None
+
+    @property
+    def caption(self) -> str:
+        if self.value is not None:
+            return f"{self.label} {self.value:+.3f}"
+        return f"{self.label} {self.probability:.3f}"
+
+
+def _upgrade_v1(config: dict[str, Any], state_dict: dict) -> tuple[dict, dict]:
+    """A qkv 0.1.0 sentiment run in the current format (RNN ``hidden_dim`` was per direction then)."""
+    from ...models.legacy import upgrade_state_dict
+
+    old = dict(config["options"])
+    kind = config["model"]
+    arch = dict(config["arch"])
+    renames = {"layers": "num_layers", "heads": "num_heads"}
+    if kind == "transformer":
+        renames["hidden_dim"] = "dim"
+    else:
+        old["hidden_dim"] = 2 * old["hidden_dim"]
+        arch["hidden_dim"] = 2 * arch["hidden_dim"]
+        arch["attn_dim"] = arch.get("attn_dim") or config["arch"]["hidden_dim"]
+    old["header"] = not old.pop("no_header", False)
+    options = upgrade_options(SentimentOptions, old, renames)
+    name = "transformer-classifier" if kind == "transformer" else f"{kind}-classifier"
+    spec = {"name": name, "config": {"vocab_size": config["vocab_size"], "num_classes": config["num_classes"], **arch}}
+    return ({"model": spec, "label_names": config["label_names"], "regression": config["regression"],
+             "options": dataclasses.asdict(options)}, upgrade_state_dict(name, state_dict))
+
+
+class SentimentClassifier(Predictor):
+    """A trained sentiment run: ``SentimentClassifier.load(run_dir).predict(["text", ...])``."""
+
+    task = SentimentTask.name
+
+    def __init__(self, model: nn.Module, tokenizer, config: dict[str, Any], options: SentimentOptions):
+        from ...data.tokenize import WordTokenizer
+
+        self.model, self.tokenizer, self.config, self.options = model.eval(), tokenizer, config, options
+        self.label_names = config.get("label_names") or []
+        self.regression = bool(config.get("regression"))
+        self.max_len = options.max_len
+        self._display = WordTokenizer([], lowercase=False) if isinstance(tokenizer, WordTokenizer) else None
+
+    @classmethod
+    def load(cls, run_dir: str | os.PathLike, device: str = "auto") -> SentimentClassifier:
+        """Read a run directory (its ``best/``, else ``checkpoint/``) or a checkpoint directory, of any release."""
+        from ...data.tokenize import load_tokenizer
+
+        run = load_run(run_dir, cls.task, _upgrade_v1, SentimentOptions, device)
+        return cls(run.model, load_tokenizer(run.checkpoint.assets / "tokenizer"), run.config, run.options)
+
+    def display_tokens(self, text: str) -> list[str]:
+        """The tokens of ``text`` as written (original case when the tokeniser lower-cases), truncated."""
+        tokens = self.tokenizer.tokens(text)
+        if self._display is not None:
+            shown = self._display.split(text)
+            if len(shown) == len(tokens):
+                tokens = shown
+        return tokens[: self.max_len]
+
+    @torch.no_grad()
+    def predict(self, texts: list[str], *, batch_size: int = 128) -> list[SentimentPrediction]:
+        """Label (or value), probabilities, tokens and attention weights of every text; empty texts are errors."""
+        for i, t in enumerate(texts):
+            if not isinstance(t, str) or not t.strip():
+                raise ValueError(f"text {i + 1} is empty: nothing to classify")
+        out: list[SentimentPrediction] = []
+        for s in range(0, len(texts), batch_size):
+            chunk = texts[s:s + batch_size]
+            ids = [x[: self.max_len] for x in self.tokenizer.encode_batch(chunk)]
+            batch = collate_texts([(x, 0) for x in ids])
+            res = self.model(batch["ids"].to(self.device), batch["mask"].to(self.device))
+            logits, weights = res.logits.float().cpu(), res.weights.float().cpu()
+            if weights.dim() == 3:
+                weights = weights.mean(1)
+            for i, text in enumerate(chunk):
+                n = len(ids[i])
+                w = weights[i, :n].tolist()
+                tokens = self.display_tokens(text)
+                if len(tokens) != n:  # should not happen; fall back to the tokeniser's own tokens
+                    tokens = self.tokenizer.tokens_of_ids(ids[i])
+                if self.regression:
+                    v = float(logits[i, 0])
+                    label = "positive" if v > 0 else "negative" if v < 0 else "neutral"
+                    out.append(SentimentPrediction(text, label, math.nan, {}, tokens, w, value=v))
+                    continue
+                probs = logits[i].softmax(-1)
+                k = int(probs.argmax())
+                out.append(SentimentPrediction(text, self.label_names[k], float(probs[k]),
+                                      {name: float(p) for name, p in zip(self.label_names, probs, strict=True)},
+                                      tokens, w))
+        return out
+
+    def evaluate(self, data: str | None = None, *, split: str = "test", limit: int | None = None,
+                 **settings: Any) -> dict[str, float]:
+        """Accuracy and loss (or MSE and sign accuracy for a regression run) on ``split`` of the run's data, or of
+        ``data`` (another file of the same format, split as the run's was)."""
+        if settings:
+            raise ValueError(f"sentiment runs take no {', '.join(sorted(settings))} setting")
+        options = self.options
+        if data:  # another data file: reset what only applied to the old one
+            options = upgrade_options(SentimentOptions, {**dataclasses.asdict(options), "data": data})
+        task = SentimentTask(options)
+        task.tokenizer = self.tokenizer
+        task.setup()
+        if split not in ("valid", "test"):
+            raise ValueError(f"no split {split!r}; one of valid, test")
+        task.encoded[split] = task.encoded[split][:limit]
+        if not task.encoded[split]:
+            raise ValueError(f"the {split} split of {options.data} is empty")
+        metrics = task.evaluate(self.model, split)
+        return {**metrics, "examples": float(len(task.encoded[split]))}
+
+    def view(self, given: ViewInput) -> PageInput:
+        """The attention of the model classifying ``given.text`` (the prediction's own forward pass, recorded)."""
+        from ...capture import capture_attention
+
+        text = need_text(given.text, "sentiment")
+        with capture_attention(self.model) as records:
+            (pred,) = self.predict([text])
+        label = f"{pred.value:+.2f}" if self.regression else f"{pred.label} ({pred.probability:.2f})"
+        tokens: dict[str, list[str]] | list[str] = pred.tokens
+        if getattr(self.model, "pooling", None) == "cls":  # a [CLS] query in front of the tokens, attending over them
+            tokens = {"source": ["[CLS]", *pred.tokens], "target": ["[CLS]"]}
+        return PageInput(records, tokens, title=f"{text} \u2192 {label}",
+                         notes=[f"{self.options.model} sentiment model"])
+
+
+Prediction = SentimentPrediction  # the name before 0.3

@@ -1,0 +1,223 @@
+"""Sentiment analysis's data, model and the trainer's task: :func:`load_data`, :func:`make_splits`,
+:func:`model_spec`, :class:`SentimentTask`, and :func:`train_folds` (k-fold cross-validation)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ...data.text_classification import collate_texts
+from ...train.task import Task
+from .options import SentimentOptions
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["load_data", "make_splits", "model_spec", "build_model", "SentimentTask", "train_folds"]
+
+
+def load_data(options: SentimentOptions):
+    """The :class:`qkv.data.text_classification.TextDataset` that ``options`` describes."""
+    from ...data.text_classification import read_movie_reviews, read_table
+
+    if not options.data:
+        raise ValueError("no data file: give data (--data PATH)")
+    if not Path(options.data).is_file():
+        raise FileNotFoundError(f"no such data file: {options.data} (data)")
+    if options.text_col is None:
+        return read_movie_reviews(options.data, regression=options.regression, on_error=options.on_error)
+    labels = [s.strip() for s in options.labels.split(",")] if options.labels else None
+    return read_table(options.data, text_col=options.text_col, label_col=options.label_col,
+                      delimiter=options.delimiter, header=options.header, labels=labels,
+                      regression=options.regression, on_error=options.on_error)
+
+
+def make_splits(labels, options: SentimentOptions) -> dict[str, list[int]]:
+    """``{"train", "valid", "test"}`` indices: a stratified split, or fold ``options.fold`` of ``options.folds``
+    (its test part; validation is carved, stratified, from the other folds). Every split must be non-empty."""
+    from ...data.text_classification import kfold_splits, stratified_split
+
+    o = options
+    if not o.folds:
+        train, valid, test = stratified_split(labels, valid=o.valid, test=o.test, seed=o.data_seed)
+        splits = {"train": train, "valid": valid, "test": test}
+    else:
+        rest, test = kfold_splits(labels, o.folds, seed=o.data_seed)[o.fold]
+        tr, va, _ = stratified_split([labels[i] for i in rest], valid=o.valid, test=0.0, seed=o.data_seed)
+        splits = {"train": [rest[i] for i in tr], "valid": [rest[i] for i in va], "test": test}
+    needed = ("train", "valid", "test") if o.test or o.folds else ("train", "valid")
+    if not all(splits[s] for s in needed):
+        raise ValueError(f"{o.data or 'the data'}: {len(labels)} examples give "
+                         f"{', '.join(f'{len(splits[s])} {s}' for s in needed)}; every split needs at least one "
+                         "example: use more data or larger fractions")
+    return splits
+
+
+def model_spec(options: SentimentOptions, *, vocab_size: int, num_classes: int) -> dict[str, Any]:
+    """``{"name", "config"}`` for :func:`qkv.models.create` (JSON only: pretrained vectors are loaded apart)."""
+    o = options
+    config: dict[str, Any] = {"vocab_size": vocab_size, "num_classes": num_classes, "embed_dim": o.embed_dim,
+                              "num_layers": o.num_layers, "hops": o.hops, "dropout": o.dropout,
+                              "embed_dropout": o.embed_dropout}
+    if o.model == "transformer":
+        config.update(dim=o.dim, num_heads=o.num_heads, ffn_dim=o.ffn_dim, pooling=o.pooling)
+        return {"name": "transformer-classifier", "config": config}
+    config.update(hidden_dim=o.hidden_dim, attn_dim=o.attn_dim, mlp_dim=o.mlp_dim)
+    return {"name": f"{o.model}-classifier", "config": config}
+
+
+def build_model(options: SentimentOptions, *, vocab_size: int, num_classes: int, vocab: list[str] | None = None):
+    """A new classifier; with ``options.vectors``, its embedding starts from the vectors of ``vocab``'s words."""
+    from ...models import create
+    from ...models.classifiers import load_word_vectors
+
+    spec = model_spec(options, vocab_size=vocab_size, num_classes=num_classes)
+    extra: dict[str, Any] = {}
+    if options.vectors:
+        if vocab is None:
+            raise ValueError("vectors need the vocabulary (vocab=)")
+        pretrained, found = load_word_vectors(options.vectors, vocab)
+        logger.info("word vectors for %d of %d tokens from %s", found, len(vocab), options.vectors)
+        extra = {"pretrained": pretrained, "freeze_embeddings": options.freeze_vectors}
+    return create(spec["name"], **spec["config"], **extra)
+
+
+class SentimentTask(Task):
+    """Text classification (cross-entropy) or rating regression (MSE) with attention-pooled classifiers.
+
+    ``dataset`` (a :class:`~qkv.data.text_classification.TextDataset`) may be given to skip reading
+    ``options.data`` (e.g. once for all folds).
+    """
+
+    name = "sentiment"
+    unit = "items"
+
+    def __init__(self, options: SentimentOptions, dataset=None):
+        self.options = options
+        self.dataset = dataset
+        self.tokenizer = None
+        self.encoded: dict[str, list[tuple[list[int], Any]]] = {}
+
+    def setup(self) -> None:
+        from ...data.tokenize import WordTokenizer
+
+        o = self.options
+        if self.dataset is None:
+            self.dataset = load_data(o)
+        data = self.dataset
+        self.splits = make_splits(data.labels, o)
+        if self.tokenizer is None:
+            self.tokenizer = WordTokenizer.train((data.texts[i] for i in self.splits["train"]), min_freq=o.min_freq,
+                                                 max_size=o.max_vocab, lowercase=o.lowercase)
+        logger.info("%s: %d examples (train %d, valid %d, test %d), %d classes, vocabulary %d",
+                    o.data, len(data), *(len(self.splits[s]) for s in ("train", "valid", "test")),
+                    data.num_classes, self.tokenizer.vocab_size)
+        for split, idx in self.splits.items():
+            ids = self.tokenizer.encode_batch(data.texts[i] for i in idx)
+            self.encoded[split] = [(x[: o.max_len], data.labels[i]) for x, i in zip(ids, idx, strict=True)]
+
+    def save_assets(self, directory: Path) -> None:
+        self.tokenizer.save(directory / "tokenizer")
+
+    def load_assets(self, directory: Path) -> None:
+        from ...data.tokenize import WordTokenizer
+
+        self.tokenizer = WordTokenizer.load(directory / "tokenizer")
+
+    def train_examples(self):
+        return self.encoded["train"]
+
+    def lengths(self):
+        return [max(len(x), 1) for x, _ in self.encoded["train"]]
+
+    def collate(self, examples):
+        return collate_texts(examples, regression=self.dataset.regression)
+
+    def config(self) -> dict[str, Any]:
+        d = self.dataset
+        return {"model": model_spec(self.options, vocab_size=self.tokenizer.vocab_size, num_classes=d.num_classes),
+                "label_names": d.label_names, "regression": d.regression, "options": dataclasses.asdict(self.options)}
+
+    def build_model(self) -> nn.Module:
+        vocab = self.tokenizer.tokens_of_ids(range(self.tokenizer.vocab_size)) if self.options.vectors else None
+        return build_model(self.options, vocab_size=self.tokenizer.vocab_size, num_classes=self.dataset.num_classes,
+                           vocab=vocab)
+
+    def loss(self, model, batch):
+        out = model(batch["ids"], batch["mask"])
+        y = batch["labels"]
+        if self.dataset.regression:
+            pred = out.logits[:, 0]
+            loss = F.mse_loss(pred, y, reduction="sum")
+            stats = {"correct": ((pred > 0) == (y > 0)).sum()}
+        else:
+            loss = F.cross_entropy(out.logits, y, reduction="sum")
+            stats = {"correct": (out.logits.argmax(-1) == y).sum()}
+        if self.options.penalty:
+            from ...layers.pooling import AttentionPooling
+
+            pen = AttentionPooling.penalty(out.weights).sum()
+            loss = loss + self.options.penalty * pen
+            stats["penalty"] = pen.detach()
+        return loss, len(y), stats
+
+    def evaluate(self, model, split: str) -> dict[str, float]:
+        from ...metrics import classification_metrics, regression_metrics
+
+        if split not in self.encoded:
+            raise ValueError(f"no split {split!r}; one of {', '.join(self.encoded)}")
+        examples = self.encoded[split]
+        if not examples:
+            return {}
+        device = next(model.parameters()).device
+        preds, ys = [], []
+        order = sorted(range(len(examples)), key=lambda i: len(examples[i][0]))
+        for s in range(0, len(order), 256):
+            batch = self.to_device(self.collate([examples[i] for i in order[s:s + 256]]), device)
+            preds.append(model(batch["ids"], batch["mask"]).logits.float().cpu())
+            ys.append(batch["labels"].cpu())
+        logits, labels = torch.cat(preds), torch.cat(ys)
+        if self.dataset.regression:
+            return regression_metrics(logits[:, 0], labels)
+        return classification_metrics(logits, labels)
+
+
+def train_folds(options: SentimentOptions, config, dataset=None) -> dict[str, Any]:
+    """Train one split, or every fold when ``options.folds`` (each into ``config.out/fold-K``).
+
+    Returns ``{"runs": [TrainResult...], "test_accuracy": [...], "mean": m, "std": s}`` (one run without folds);
+    with folds, the same figures (without the runs) go into ``config.out/kfold.json``.
+    """
+    from ...train import train
+
+    if dataset is None:
+        dataset = load_data(options)
+    folds = range(options.folds) if options.folds else [None]
+    runs, accs = [], []
+    for f in folds:
+        o, cfg = options, config
+        if f is not None:
+            o = dataclasses.replace(options, fold=f)
+            cfg = config.replace(out=str(Path(config.out) / f"fold-{f}") if config.out else None)
+            logger.info("fold %d of %d", f + 1, options.folds)
+        result = train(SentimentTask(o, dataset), cfg)
+        runs.append(result)
+        accs.append(result.metrics.get("test", {}).get("accuracy", math.nan))
+    mean = sum(accs) / len(accs)
+    std = math.sqrt(sum((a - mean) ** 2 for a in accs) / (len(accs) - 1)) if len(accs) > 1 else 0.0
+    summary = {"test_accuracy": accs, "mean": mean, "std": std}
+    if options.folds and config.out and int(os.environ.get("RANK", "0")) == 0:
+        path = Path(config.out) / "kfold.json"
+        tmp = path.with_name(f".kfold.json.tmp-{os.getpid()}")
+        tmp.write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
+        os.replace(tmp, path)
+        logger.info("wrote %s", path)
+    return {"runs": runs, **summary}
