@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from qkv.cli import main
-from qkv.cli.translate import _buckets
+from qkv.tasks.translate import parse_buckets as _buckets
 from qkv.metrics import translation_metrics
 from qkv.models import create
 from qkv.tasks.translate import TranslateOptions, Translator, build_model, load_data, model_spec
@@ -128,13 +128,14 @@ def test_evaluate_compares_checkpoints_by_length(dates_runs, tmp_path, capsys):
     js = tmp_path / "eval.json"
     png = tmp_path / "buckets.png"
     assert main(["evaluate", str(dates_runs["fixed"]), str(dates_runs["bahdanau"]), "--beam", "1", "--max-len", "12",
-                 "--max-sentences", "30", "--buckets", "0,12,20,40", "--plot", str(png), "--json", str(js)]) == 0
+                 "--max-examples", "30", "--buckets", "0,12,20,40", "--plot", str(png), "--json", str(js)]) == 0
     text = capsys.readouterr().out
-    assert "| run |" in text and "| fixed |" in text and "| bahdanau |" in text and "BLEU by source length" in text
+    assert "| metric | fixed | bahdanau |" in text and "| bleu |" in text and "| bleu@0-12 |" in text
     data = json.loads(js.read_text())
-    assert set(data["totals"]) == {"fixed", "bahdanau"}
-    assert [r["bucket"] for r in data["buckets"]["fixed"]] == ["0-12", "13-20", "21-40"]
-    assert sum(r["sentences"] for r in data["buckets"]["fixed"]) == 30
+    assert set(data) == {"fixed", "bahdanau"}
+    fixed = data["fixed"]
+    assert [k for k in fixed if k.startswith("bleu@")] == ["bleu@0-12", "bleu@13-20", "bleu@21-40"]
+    assert sum(fixed[f"sentences@{b}"] for b in ("0-12", "13-20", "21-40")) == fixed["sentences"] == 30
     assert png.read_bytes()[:4] == b"\x89PNG"
 
 
@@ -183,7 +184,7 @@ def test_evaluate_on_a_moved_or_new_data_file(tmp_path, capsys):
     data.rename(moved)
     capsys.readouterr()
     assert main(["evaluate", str(out), "--data", str(moved), "--beam", "1", "--max-len", "8"]) == 0
-    assert "| run |" in capsys.readouterr().out
+    assert "| metric | run |" in capsys.readouterr().out
     assert main(["evaluate", str(out)]) == 2  # the training file is gone and no --data: a clear error
     assert "no such corpus file" in capsys.readouterr().err
 

@@ -134,8 +134,7 @@ def register(commands, train_commands) -> None:
             continue  # TODO(migration): still registered by its own command module
         app = application(name)
         add_train_command(train_commands, name, app.help, app.options, app.train_defaults, _train(name))
-    if False:
-      add_command(commands, "evaluate", "the metrics of runs of any application on a split of their data (or "
+    add_command(commands, "evaluate", "the metrics of runs of any application on a split of their data (or "
                 "--data), side by side", EvaluateCommand, evaluate)
     add_command(commands, "view", "write one offline HTML page showing every attention of a run's model",
                 ViewCommand, view)

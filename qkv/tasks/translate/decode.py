@@ -1,0 +1,49 @@
+"""Translating a batch of texts with the one decoder (:mod:`qkv.models.decoding`): :func:`translate_batch` and
+its result, :class:`Translation`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+
+__all__ = ["Translation", "translate_batch"]
+
+
+@dataclass
+class Translation:
+    """One translated sentence: the ``text`` and its ``tokens`` (target pieces), the ``source_tokens``, the
+    alignment ``attention (T, S)`` (a row per target token, the end token's included) and the beam ``score``."""
+
+    source: str
+    text: str
+    tokens: list[str]
+    source_tokens: list[str]
+    attention: Tensor
+    score: float
+
+
+def translate_batch(model: nn.Module, src_tok, tgt_tok, texts: list[str], *, beam: int = 1, max_len: int = 64,
+                    batch_size: int = 64, length_penalty: float = 0.6) -> list[Translation]:
+    """Translate ``texts`` with ``model`` in length-sorted batches (greedy when ``beam`` is 1)."""
+    from ...data import UNK_ID, pad_sequences
+    from ...models.decoding import beam_search
+
+    device = next(model.parameters()).device
+    was_training = model.training
+    model.eval()
+    order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+    results: dict[int, Translation] = {}
+    with torch.no_grad():
+        for start in range(0, len(order), batch_size):
+            idx = order[start:start + batch_size]
+            ids = [src_tok.encode(texts[i])[:256] or [UNK_ID] for i in idx]
+            src, _, mask = pad_sequences(ids)
+            hyps = beam_search(model, src.to(device), mask.to(device), beam=beam, max_len=max_len,
+                               length_penalty=length_penalty)
+            for i, ids_i, h in zip(idx, ids, hyps, strict=True):
+                results[i] = Translation(texts[i], tgt_tok.decode(h.tokens), tgt_tok.tokens_of_ids(h.tokens),
+                                         src_tok.tokens_of_ids(ids_i), h.attention[:, :len(ids_i)], float(h.score))
+    model.train(was_training)
+    return [results[i] for i in range(len(texts))]

@@ -1,0 +1,83 @@
+"""Translation's options (:class:`TranslateOptions`) and the trainer's preset (:func:`train_defaults`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ...options import check_options, option
+
+__all__ = ["TranslateOptions", "train_defaults", "MODELS", "RNN_MODELS"]
+
+MODELS = ("fixed", "bahdanau", "luong", "transformer")
+RNN_MODELS = ("fixed", "bahdanau", "luong")
+_RNN = {"model": RNN_MODELS}
+_TRANSFORMER = {"model": ("transformer",)}
+_CORPUS = {"data": ("dates",)}  # as excludes: options of a corpus file
+
+
+@dataclass
+class TranslateOptions:
+    """What to train on and which model; the trainer's settings are in :class:`qkv.train.TrainConfig`."""
+
+    # data
+    data: str = option("dates", help="'dates' (generated) or a source<TAB>target[<TAB>...] file, .gz allowed")
+    src_lang: str | None = option(None, excludes=_CORPUS, help="source language of a corpus (picks the direction)")
+    reverse: bool = option(False, excludes=_CORPUS, help="swap the corpus columns")
+    max_pairs: int | None = option(None, low=1, excludes=_CORPUS, help="cap on corpus pairs (whole source groups)")
+    max_length: int | None = option(20, low=1, excludes=_CORPUS, help="drop corpus pairs longer than this (words)")
+    tokenizer: str = option("auto", choices=("auto", "char", "bpe", "unigram", "word"),
+                            help="auto = char for dates, bpe for corpora")
+    vocab_size: int = option(8000, low=8, excludes={"tokenizer": ("char", "word")},
+                             help="subword vocabulary size of each side")
+    n_train: int = option(50_000, low=1, applies={"data": ("dates",)}, help="generated training dates")
+    n_eval: int = option(1_000, low=1, applies={"data": ("dates",)}, help="generated valid and test dates, each")
+    data_seed: int = option(0, low=0, help="seed of the data's generation and split (not of training)")
+    # model
+    model: str = option("bahdanau", choices=MODELS, help="fixed (no attention), bahdanau, luong or transformer")
+    score: str | None = option(None, applies={"model": ("bahdanau", "luong", "transformer")},
+                               help="attention score, any qkv score name (default: additive for bahdanau, "
+                                    "general for luong, scaled_dot for the transformer)")
+    embed_dim: int = option(64, low=1, applies=_RNN, help="RNNs: token embedding size")
+    hidden_dim: int = option(128, low=2, applies=_RNN, help="RNNs: decoder state and encoder output size")
+    attn_dim: int | None = option(None, low=1, applies={"model": ("bahdanau", "luong")},
+                                  help="hidden size of the additive/MLP score (default: hidden-dim)")
+    cell: str = option("gru", choices=("gru", "lstm"), applies=_RNN, help="RNNs: recurrent cell")
+    dim: int = option(128, low=2, applies=_TRANSFORMER, help="transformer: model width")
+    num_heads: int = option(4, low=1, applies=_TRANSFORMER, help="transformer: attention heads")
+    ffn_dim: int | None = option(None, low=1, applies=_TRANSFORMER, help="transformer: feed-forward width "
+                                 "(default: 4 x dim)")
+    positions: str = option("sinusoidal", choices=("sinusoidal", "learned", "alibi", "relative"),
+                            applies=_TRANSFORMER, help="transformer: position encoding: added to the embeddings "
+                            "(sinusoidal, learned) or a bias on the self-attention scores (alibi, relative = T5's)")
+    num_layers: int = option(1, low=1, help="RNN layers, or transformer layers in each stack")
+    dropout: float = option(0.1, low=0, high=0.99, help="dropout")
+    # loss and evaluation
+    label_smoothing: float = option(0.1, low=0, high=0.99, help="label smoothing of the cross-entropy")
+    eval_beam: int = option(1, low=1, help="beam of the evaluations during training (1 = greedy)")
+    eval_max: int = option(1000, low=1, help="sentences decoded per evaluation")
+    max_decode_len: int = option(64, low=1, help="longest translation decoded in evaluations")
+
+    def __post_init__(self):
+        check_options(self)
+        if self.model == "transformer" and self.dim % self.num_heads:
+            raise ValueError(f"num_heads ({self.num_heads}) must divide dim ({self.dim})")
+
+    @property
+    def score_name(self) -> str:
+        if self.score:
+            return self.score
+        return {"bahdanau": "additive", "luong": "general", "transformer": "scaled_dot"}.get(self.model, "additive")
+
+    @property
+    def tokenizer_kind(self) -> str:
+        if self.tokenizer != "auto":
+            return self.tokenizer
+        return "char" if self.data == "dates" else "bpe"
+
+
+def train_defaults(options: TranslateOptions):
+    """The trainer's settings for translation (the ``qkv train translate`` defaults)."""
+    from ...train import TrainConfig
+
+    return TrainConfig(epochs=10, batch_size=64, lr=2e-3, warmup_steps=200, schedule="cosine", weight_decay=0.01,
+                       monitor="exact_match" if options.data == "dates" else "bleu")
