@@ -94,20 +94,41 @@ def build_toy_model(config):
 
 
 def main(argv=None):
-    """Train the toy task (float64, no randomness beyond the data order); run by test_ddp under torchrun."""
+    """Train the toy task (float64, no randomness beyond the data order); run by test_ddp under torchrun and by
+    the fault tests as a real process. Errors are one line on stderr (exit code 2), interrupts exit 130 or 143
+    after the checkpoint is written, like ``qkv train``."""
+    import sys
+    import time
+
+    from qkv.train.interrupt import Interrupted
+
     p = argparse.ArgumentParser()
     p.add_argument("--out", required=True)
     p.add_argument("--epochs", type=int, default=2)
     p.add_argument("--batch-size", type=int, default=10)
     p.add_argument("--examples", type=int, default=52)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--step-delay", type=float, default=0.0, help="sleep this many seconds after every step")
+    p.add_argument("--monitor", action="store_true", help="keep the best weights by the validation mse")
     p.add_argument("--resume", action="store_true")
     args = p.parse_args(argv)
     torch.set_num_threads(1)
     task = ToyTask(n=args.examples, dtype=torch.float64)
     cfg = TrainConfig(epochs=args.epochs, batch_size=args.batch_size, lr=0.01, device="cpu", out=args.out,
-                      warmup_steps=2, log_every=1, final_splits=("valid",), progress=False, resume=args.resume)
-    train(task, cfg)
+                      warmup_steps=2, log_every=1, final_splits=("valid",), progress=False, resume=args.resume,
+                      seed=args.seed, monitor="mse" if args.monitor else None, mode="min")
+    callbacks = [lambda state, logs: time.sleep(args.step_delay)] if args.step_delay else []
+    try:
+        result = train(task, cfg, callbacks)
+    except Interrupted as e:
+        print(f"trainer_toy: interrupted ({e}): continue with --resume", file=sys.stderr)
+        return e.exit_code
+    except (OSError, ValueError) as e:
+        print(f"trainer_toy: error: {e}", file=sys.stderr)
+        return 2
+    print(json.dumps({"seed": args.seed, "metrics": result.metrics}))
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -22,6 +22,7 @@ import contextlib
 import json
 import logging
 import os
+import re
 import shutil
 import tempfile
 import time
@@ -31,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file, save
 from torch import Tensor, nn
 
 __all__ = [
@@ -71,7 +72,15 @@ def save_weights(path: str | Path, state_dict: dict[str, Tensor], metadata: dict
         tensors[name] = t.detach().to("cpu", copy=True).contiguous()
     meta = dict(metadata or {})
     meta["qkv.aliases"] = json.dumps(aliases)
-    save_file(tensors, str(path), metadata=meta)
+    _write_bytes(Path(path), save(tensors, metadata=meta))
+
+
+def _write_bytes(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` and flush it: OS errors (a full disk) come out as ``OSError`` with their errno,
+    not as safetensors' "Error while serializing: I/O error"."""
+    with open(path, "wb") as f:
+        f.write(data)
+        f.flush()
 
 
 def load_weights(path: str | Path, device: str | torch.device = "cpu") -> dict[str, Tensor]:
@@ -144,12 +153,13 @@ def atomic_directory(path: str | Path) -> Iterator[Path]:
 
     On an exception the temporary directory is removed and ``path`` is untouched. The swap is two renames
     (``path`` to ``.NAME.old``, then the new one to ``path``); :func:`resolve_checkpoint` falls back to
-    ``.NAME.old`` if a crash falls between them.
+    ``.NAME.old`` if a crash falls between them. The temporary directory is ``.NAME.tmp-PID-XXXX``: what a dead
+    process left is removed first, never what a live one is writing (:func:`remove_stale_temporaries`).
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     remove_stale_temporaries(path)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-{os.getpid()}-", dir=path.parent))
     try:
         yield tmp
         _fsync_tree(tmp)
@@ -166,15 +176,41 @@ def atomic_directory(path: str | Path) -> Iterator[Path]:
     shutil.rmtree(_old(path), ignore_errors=True)
 
 
+_TMP_PID = re.compile(r"\.tmp-(\d+)-")
+LIVE_WRITER_GRACE = 6 * 3600.0  # a temporary of a live process is removed only after this many seconds (pid reuse)
+
+
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` exists on this machine (on Windows: assumed, signal 0 is not a probe there)."""
+    if os.name == "nt":  # pragma: no cover
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError):
+        return pid > 0
+    return True
+
+
 def remove_stale_temporaries(path: str | Path, older_than: float = 0.0) -> list[Path]:
     """Remove the ``.NAME.tmp-*`` directories that a crash during an earlier save of ``path`` left behind
-    (only those last modified more than ``older_than`` seconds ago). Returns what was removed."""
+    (only those last modified more than ``older_than`` seconds ago). One whose name carries the pid of a live
+    process (another save in progress) is kept unless it is older than :data:`LIVE_WRITER_GRACE`. Returns what
+    was removed."""
     path = Path(path)
     removed = []
     now = time.time()
     for tmp in path.parent.glob(f".{path.name}.tmp-*"):
         try:
-            if tmp.is_dir() and now - tmp.stat().st_mtime >= older_than:
+            if not tmp.is_dir():
+                continue
+            age = now - tmp.stat().st_mtime
+            m = _TMP_PID.search(tmp.name)
+            if m and age < LIVE_WRITER_GRACE and _alive(int(m.group(1))):
+                log.debug("keeping %s: process %s is alive (a save in progress)", tmp, m.group(1))
+                continue
+            if age >= older_than:
                 shutil.rmtree(tmp, ignore_errors=True)
                 removed.append(tmp)
         except OSError:
@@ -191,23 +227,30 @@ def _write_json(path: Path, obj: Any) -> None:
 
 def write_checkpoint(path: str | Path, *, weights: dict[str, Tensor], task: str, config: dict[str, Any],
                      save_assets: Callable[[Path], None] | None = None, state: dict[str, Any] | None = None,
-                     state_tensors: dict[str, Tensor] | None = None) -> Path:
+                     state_tensors: dict[str, Tensor] | None = None, flag: str | None = None) -> Path:
     """Atomically write a checkpoint directory (layout in the module docstring); returns its path.
 
     ``weights`` is the model's state_dict, ``task``/``config`` name and configure the model, ``save_assets``
     writes tokeniser files into a directory; ``state``/``state_tensors`` (JSON and tensors) make it a full,
-    resumable checkpoint.
+    resumable checkpoint. An ``OSError`` (a full disk, a read-only folder) names ``path`` and the option ``flag``
+    that chose it, never a temporary file; the previous checkpoint is kept.
     """
     path = Path(path)
-    with atomic_directory(path) as tmp:
-        save_weights(tmp / "model.safetensors", weights)
-        _write_json(tmp / "config.json", {"format": FORMAT, "version": VERSION, "task": task, "config": config})
-        (tmp / "assets").mkdir()
-        if save_assets is not None:
-            save_assets(tmp / "assets")
-        if state is not None:
-            save_file(state_tensors or {}, str(tmp / "state.safetensors"))
-            _write_json(tmp / "state.json", state)
+    try:
+        with atomic_directory(path) as tmp:
+            save_weights(tmp / "model.safetensors", weights)
+            _write_json(tmp / "config.json", {"format": FORMAT, "version": VERSION, "task": task, "config": config})
+            (tmp / "assets").mkdir()
+            if save_assets is not None:
+                save_assets(tmp / "assets")
+            if state is not None:
+                _write_bytes(tmp / "state.safetensors", save(state_tensors or {}))
+                _write_json(tmp / "state.json", state)
+    except OSError as e:
+        err = OSError(f"cannot write the checkpoint {path}{f' ({flag})' if flag else ''}: {e.strerror or e}"
+                      f"{'; the previous one is kept' if _candidates(path, ()) else ''}")
+        err.errno = e.errno
+        raise err from None
     return path
 
 

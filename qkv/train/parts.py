@@ -1,11 +1,11 @@
-"""The trainer's small parts: its state and result, the Ctrl-C flag, ``metrics.jsonl``, optimizer groups, AMP."""
+"""The trainer's small parts: its state and result, ``metrics.jsonl``, optimizer groups, AMP."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
-import signal
-import threading
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -13,7 +13,7 @@ from typing import Any
 import torch
 from torch import nn
 
-__all__ = ["TrainState", "TrainResult", "StopFlag", "MetricsLog", "param_groups", "dtype_name", "amp_dtype"]
+__all__ = ["TrainState", "TrainResult", "MetricsLog", "param_groups", "dtype_name", "amp_dtype"]
 
 log = logging.getLogger("qkv.train.trainer")
 
@@ -51,40 +51,72 @@ class TrainResult:
     out: Path | None
 
 
-class StopFlag:
-    """Turns the first SIGINT into a flag checked between steps; a second SIGINT interrupts at once."""
-
-    def __init__(self):
-        self.set = False
-        self._previous = None
-
-    def _handler(self, signum, frame):
-        if self.set:
-            raise KeyboardInterrupt
-        self.set = True
-        log.warning("interrupt: stopping after this step (press Ctrl-C again to stop at once)")
-
-    def __enter__(self):
-        if threading.current_thread() is threading.main_thread():
-            self._previous = signal.signal(signal.SIGINT, self._handler)
-        return self
-
-    def __exit__(self, *exc):
-        if self._previous is not None:
-            signal.signal(signal.SIGINT, self._previous)
-
-
 class MetricsLog:
-    """Appends one JSON object per line to ``metrics.jsonl`` (rank 0 only)."""
+    """Appends one JSON object per line to ``metrics.jsonl`` (rank 0 only; ``path=None`` writes nothing).
 
-    def __init__(self, path: Path | None):
-        self.path = path
+    Every line is one ``write`` call on a file opened for appending, so it reaches the file whole; a write that
+    fails part-way (a full disk) is cut back off, and the error names the file and ``flag``. A torn last line that a
+    killed process left behind is removed, with a warning, when the log is opened.
+    """
+
+    def __init__(self, path: Path | None, *, flag: str = "--out"):
+        self.path, self.flag = path, flag
+        if path is not None:
+            self._repair()
+
+    def _error(self, e: OSError, doing: str) -> OSError:
+        err = OSError(f"cannot {doing} {self.path} ({self.flag}): {e.strerror or e}")
+        err.errno = e.errno
+        return err
+
+    def _repair(self) -> None:
+        """Cut a last line without its newline (a write that a crash or a full disk interrupted)."""
+        try:
+            with open(self.path, "rb+") as f:
+                size = f.seek(0, os.SEEK_END)
+                if size == 0:
+                    return
+                f.seek(size - 1)
+                if f.read(1) == b"\n":
+                    return
+                end, keep = size, 0
+                while end > 0:  # the last newline, reading backwards
+                    start = max(0, end - 65536)
+                    f.seek(start)
+                    chunk = f.read(end - start)
+                    i = chunk.rfind(b"\n")
+                    if i >= 0:
+                        keep = start + i + 1
+                        break
+                    end = start
+                f.truncate(keep)
+        except FileNotFoundError:
+            return
+        except OSError as e:
+            raise self._error(e, "repair") from None
+        log.warning("%s: removed a torn last line (%d bytes) that an interrupted write left", self.path, size - keep)
 
     def write(self, record: dict[str, Any]) -> None:
         if self.path is None:
             return
-        with open(self.path, "a", encoding="utf-8") as f:
-            f.write(json.dumps(record, sort_keys=False) + "\n")
+        data = (json.dumps(record, sort_keys=False) + "\n").encode("utf-8")
+        try:
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        except OSError as e:
+            raise self._error(e, "write") from None
+        try:
+            size = os.fstat(fd).st_size
+            done = 0
+            try:
+                while done < len(data):
+                    done += os.write(fd, data[done:])
+            except OSError as e:
+                with contextlib.suppress(OSError):
+                    if done:
+                        os.ftruncate(fd, size)  # no torn line
+                raise self._error(e, "append to") from None
+        finally:
+            os.close(fd)
 
 
 def param_groups(module: nn.Module, weight_decay: float) -> list[dict[str, Any]]:

@@ -3,8 +3,9 @@
 One optimizer step per global batch: the batch's examples are split across processes, each process sums its
 loss, the counts are summed over processes, and the gradient is that of ``sum of losses / global count``,
 exactly as in one process on the whole batch. AdamW, warm-up + decay, gradient clipping, mixed precision,
-progress bars, ``metrics.jsonl``, checkpoints (every epoch, at the end, on the time budget, on Ctrl-C) and an
-exact resume.
+progress bars, ``metrics.jsonl``, checkpoints (every epoch, at the end, on the time budget, on Ctrl-C or
+SIGTERM) and an exact resume. The run directory is locked for the run's life (:mod:`qkv.train.lock`): a second
+training of it is refused at once.
 """
 
 from __future__ import annotations
@@ -24,16 +25,11 @@ from torch.nn.parallel import DistributedDataParallel
 from tqdm.auto import tqdm
 
 from . import distributed, rng
-from .checkpoint import (
-    VERSION,
-    load_checkpoint,
-    optimizer_from_files,
-    optimizer_to_files,
-    resolve_checkpoint,
-    write_checkpoint,
-)
-from .config import RESULT_FIELDS, TrainConfig
-from .parts import MetricsLog, StopFlag, TrainResult, TrainState, amp_dtype, dtype_name, param_groups
+from .checkpoint import load_checkpoint, optimizer_to_files, write_checkpoint
+from .config import TrainConfig
+from .interrupt import Interrupted, StopFlag, terminate_raises
+from .parts import MetricsLog, TrainResult, TrainState, amp_dtype, dtype_name, param_groups
+from .rundir import find_checkpoint, hold_run_directory, restore
 from .schedule import derive_seed, epoch_batches, lr_factor, num_batches
 from .task import Task
 
@@ -50,12 +46,15 @@ def train(task: Task, config: TrainConfig, callbacks: Sequence[Callback] = ()) -
 
     ``callbacks`` are called after every optimizer step as ``callback(state, logs)`` with
     ``logs = {"loss", "lr", "count"}`` of that step. A ``KeyboardInterrupt`` (Ctrl-C, or raised by a callback)
-    writes a checkpoint and is raised again; the first Ctrl-C stops at the end of the current step, a second
-    one at once. Under ``torchrun`` every process calls ``train`` with the same arguments.
+    writes a checkpoint and is raised again; the first Ctrl-C or SIGTERM stops at the end of the current step
+    (then :class:`~qkv.train.interrupt.Interrupted`, a ``KeyboardInterrupt`` whose ``exit_code`` is 130 or 143, is
+    raised), a second one at once. Under ``torchrun`` every process calls ``train`` with the same arguments.
 
     Raises:
         ValueError: bad settings, or data that no longer matches the checkpoint being resumed.
-        FileExistsError: ``config.out`` holds a checkpoint and ``config.resume`` is false.
+        FileExistsError: ``config.out`` holds a checkpoint and ``config.resume`` is false, or another training
+            holds ``config.out`` (:class:`~qkv.train.lock.RunInUseError`).
+        OSError: ``config.out`` cannot be written (the message names the path and ``--out``).
     """
     return Trainer(task, config, callbacks).fit()
 
@@ -75,13 +74,14 @@ class Trainer:
     def fit(self) -> TrainResult:
         self.dist = distributed.setup(self.config.device)
         try:
-            return self._fit()
+            with terminate_raises(), hold_run_directory(self.out, self.dist):
+                return self._fit()
         finally:
             self.dist.close()
 
     def _fit(self) -> TrainResult:
         cfg, task, d = self.config, self.task, self.dist
-        ckpt = self._find_checkpoint()
+        ckpt = find_checkpoint(self.out, cfg.resume)
         if ckpt is not None:
             task.load_assets(ckpt.assets)
         task.setup()
@@ -113,12 +113,13 @@ class Trainer:
             self.model = self.module
         self.state = TrainState()
         if ckpt is not None:
-            self._restore(ckpt, n)
+            restore(self, ckpt, n)
         else:
             rng.seed_all(derive_seed(cfg.seed, 1, d.rank))  # each process its own dropout/augmentation stream
         if d.is_main and self.out is not None:
             self.out.mkdir(parents=True, exist_ok=True)
-        self.metrics = MetricsLog(self.out / "metrics.jsonl" if d.is_main and self.out is not None else None)
+        self.metrics = MetricsLog(self.out / "metrics.jsonl" if d.is_main and self.out is not None else None,
+                                  flag="--out")
         self.metrics.write({"event": "resume" if ckpt is not None else "start", "time": time.time(),
                             "global_step": self.state.global_step, "world_size": d.world_size,
                             "device": str(d.device), "amp": dtype_name(self.amp_dtype),
@@ -129,55 +130,6 @@ class Trainer:
         self.show_progress = d.is_main and (cfg.progress if cfg.progress is not None else sys.stderr.isatty())
         stopped = self._loop()
         return self._finish(stopped)
-
-    # --- setup pieces ----------------------------------------------------------------------------------
-    def _find_checkpoint(self):
-        if self.out is None:
-            return None
-        try:
-            path = resolve_checkpoint(self.out / "checkpoint", prefer=())
-        except FileNotFoundError:
-            if self.config.resume:
-                raise FileNotFoundError(f"nothing to resume: {self.out} holds no checkpoint (checkpoint/); "
-                                        "drop --resume to start a new run there") from None
-            return None
-        if not self.config.resume:
-            raise FileExistsError(f"{self.out} already holds a checkpoint ({path}); pass resume=True (--resume) "
-                                  "to continue it, or choose another output directory")
-        ckpt = load_checkpoint(path, prefer=())
-        if ckpt.state is None:
-            raise ValueError(f"{path} has no training state (state.json); it cannot be resumed")
-        if ckpt.version != VERSION:
-            raise ValueError(f"{path} was written in checkpoint format version {ckpt.version} (this qkv writes "
-                             f"{VERSION}); it cannot be resumed: load it for prediction, or start a new run")
-        log.info("resuming from %s", path)
-        return ckpt
-
-    def _restore(self, ckpt, n: int) -> None:
-        cfg, d, saved = self.config, self.dist, ckpt.state
-        if saved["num_examples"] != n or saved["steps_per_epoch"] != self.steps_per_epoch:
-            raise ValueError(f"the training data changed since {ckpt.path} was written: {n} examples in "
-                             f"{self.steps_per_epoch} batches now, {saved['num_examples']} in "
-                             f"{saved['steps_per_epoch']} then; resume needs the same data and batch_size")
-        old = saved["train_config"]
-        changed = [f"{k}: {old.get(k)!r} -> {v!r}" for k, v in cfg.to_dict().items()
-                   if k in RESULT_FIELDS and old.get(k) != v]
-        if changed:
-            log.warning("resuming with different settings; the run will not match an uninterrupted one (%s)",
-                        "; ".join(changed))
-        self.state = TrainState(**saved["position"])
-        tensors = ckpt.state_tensors()
-        self.optimizer.load_state_dict(optimizer_from_files(tensors, saved["optimizer"]))
-        if saved.get("scaler") and self.scaler.is_enabled():
-            self.scaler.load_state_dict(saved["scaler"])
-        prefix = f"rng.{d.rank}."
-        mine = {k[len(prefix):]: v for k, v in tensors.items() if k.startswith(prefix)}
-        if mine:
-            rng.restore(mine)
-        else:
-            log.warning("no saved RNG state for rank %d (the checkpoint came from %d process(es)); reseeding",
-                        d.rank, saved["world_size"])
-            rng.seed_all(derive_seed(cfg.seed, 2, d.rank, self.state.global_step))
 
     # --- the loop --------------------------------------------------------------------------------------
     def _loop(self) -> str:
@@ -212,7 +164,7 @@ class Trainer:
                                 cb(st, logs)
                             if logs["interrupt"]:  # every rank saw it in the same step
                                 self._agreed_interrupt = True
-                                raise KeyboardInterrupt
+                                raise Interrupted(flag.signum)
                             if cfg.eval_every and st.global_step % cfg.eval_every == 0 and st.step < len(batches):
                                 self._periodic_eval()
                             if logs["over_time"]:
@@ -396,7 +348,7 @@ class Trainer:
                      "torch": torch.__version__, "saved_at": time.time()}
             write_checkpoint(self.out / "checkpoint", weights=self.module.state_dict(), task=self.task.name,
                              config=self.task.config(), save_assets=self.task.save_assets, state=state,
-                             state_tensors={**opt_tensors, **rng_tensors})
+                             state_tensors={**opt_tensors, **rng_tensors}, flag="--out")
         self._saved_at_step = self._position()
 
     def _epoch_float(self) -> float:
@@ -407,11 +359,12 @@ class Trainer:
         return st.epoch, st.step, st.global_step, st.stopped_early
 
     def _save_best(self) -> None:
-        if self.out is None:
-            self._best_weights = {k: v.detach().to("cpu", copy=True) for k, v in self.module.state_dict().items()}
-            return
-        write_checkpoint(self.out / "best", weights=self.module.state_dict(), task=self.task.name,
-                         config=self.task.config(), save_assets=self.task.save_assets)
+        """Keep the best weights in memory (the final evaluation uses them: never what another process may have
+        put on disk) and write them to ``out/best``."""
+        self._best_weights = {k: v.detach().to("cpu", copy=True) for k, v in self.module.state_dict().items()}
+        if self.out is not None:
+            write_checkpoint(self.out / "best", weights=self.module.state_dict(), task=self.task.name,
+                             config=self.task.config(), save_assets=self.task.save_assets, flag="--out")
 
     # --- the end -----------------------------------------------------------------------------------------
     def _finish(self, stopped: str) -> TrainResult:
@@ -422,7 +375,8 @@ class Trainer:
         if d.is_main:
             if cfg.monitor:
                 best = self._best_weights
-                if best is None and self.out is not None and (self.out / "best" / "model.safetensors").exists():
+                if best is None and st.best_step is not None and self.out is not None and \
+                        (self.out / "best" / "model.safetensors").exists():  # found before a resume: ours (locked)
                     best = load_checkpoint(self.out / "best", prefer=()).state_dict
                 if best is not None:
                     self.module.load_state_dict(best)
