@@ -20,7 +20,7 @@ from qkv.models.captioning import (
     reinforce_loss,
 )
 from qkv.models.decoding import beam_search
-from qkv.tasks.caption_data import _ImageRows
+from qkv.tasks.caption.data import _ImageRows
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -191,7 +191,7 @@ def test_context_output_gets_the_item_words(tmp_path):
 
 
 def test_least_loss_reference_per_image_against_brute_force(gen):
-    from qkv.tasks.caption import _least_per_owner
+    from qkv.tasks.caption.task import _least_per_owner
 
     for _ in range(20):
         counts = torch.randint(1, 4, (6,), generator=gen)

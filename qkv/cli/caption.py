@@ -1,4 +1,4 @@
-"""``qkv train caption`` and ``qkv caption`` (caption images, draw where each word looked, evaluate a run)."""
+"""``qkv caption``: caption images with a trained run, draw where each word looked, or evaluate it."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import torch
 
 from ..options import option
 from ..tasks import caption as task
-from .common import add_command, add_train_command, print_result, read_train_options, safe, unique_names
+from .common import add_command, safe, unique_names
 from .options import options_from_args
 
 
@@ -33,19 +33,12 @@ class CaptionCommand:
     data: str | None = option(None, help="--evaluate on another captions file (default: the run's data)")
     max_images: int | None = option(None, low=1, help="--evaluate at most this many images")
     json: str | None = option(None, help="write the --evaluate figures as JSON")
-    device: str = option("cpu", help="cpu, cuda, cuda:N or auto")
-
-
-def train(args) -> int:
-    from ..train import train as run_training
-
-    options, config = read_train_options(args, task.CaptionOptions, task.train_defaults)
-    print_result(run_training(task.CaptionTask(options), config))
-    return 0
+    device: str = option("auto", help="auto (CUDA if available), cpu, cuda or cuda:N")
 
 
 def _evaluate(captioner: task.Captioner, o: CaptionCommand) -> None:
-    m = captioner.evaluate(o.split, data=o.data, beam=o.beam, max_images=o.max_images, max_len=o.max_len)
+    m = captioner.evaluate(o.data, split=o.split, limit=o.max_images, beam=o.beam, max_len=o.max_len,
+                           hard_test=o.hard_test)
     print(f"split {o.split}, beam {o.beam}, {int(m['images'])} images")
     print("| BLEU-1 | BLEU-2 | BLEU-3 | BLEU-4 | exact match |" + (" grounding | > 0.5 |" if "grounding" in m else ""))
     print("|---|---|---|---|---|" + ("---|---|" if "grounding" in m else ""))
@@ -74,8 +67,6 @@ def caption(args) -> int:
     captioner = task.Captioner.load(o.run, o.device)
     if o.hard_test and not hasattr(captioner.model, "test_attention"):
         raise ValueError("--hard-test applies to hard attention runs only")
-    if o.hard_test:
-        captioner.model.test_attention = o.hard_test
     if o.evaluate:
         _evaluate(captioner, o)
     if not (o.images or o.index):
@@ -91,7 +82,7 @@ def caption(args) -> int:
         names += [f"{o.split}{n}" for n in o.index]
         refs += index_refs
         boxes += [list(zip(scenes[n].items, scenes[n].boxes, strict=True)) if scenes else None for n in o.index]
-    results = captioner.predict(torch.stack(pictures), beam=o.beam, max_len=o.max_len)
+    results = captioner.predict(torch.stack(pictures), beam=o.beam, max_len=o.max_len, hard_test=o.hard_test)
     for name, r, ref in zip(unique_names(names), results, refs, strict=True):
         print(f"{safe(name)}\t{safe(r.text)}")
         if ref is not None:
@@ -105,7 +96,5 @@ def caption(args) -> int:
 
 
 def register(commands, train_commands) -> None:
-    add_train_command(train_commands, "caption", "train an image captioner with soft/hard attention (scenes, "
-                      "Flickr8k or COCO captions)", task.CaptionOptions, task.train_defaults, train)
     add_command(commands, "caption", "caption images with a trained run, draw where each word looked, or "
                 "--evaluate it (BLEU-1..4, exact match, grounding)", CaptionCommand, caption)

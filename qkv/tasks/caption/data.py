@@ -36,7 +36,7 @@ class CaptionSplit:
         """Image ``i``, ``(C, S, S)`` uint8."""
         if isinstance(self.images, Tensor):
             return self.images[i]
-        from ..data.captions import load_image
+        from ...data.captions import load_image
 
         return load_image(self.images[i], self.image_size, grey=self.grey)
 
@@ -81,13 +81,13 @@ def load_caption_data(data: str, *, images: str | None = None, on_error: str = "
                       seed: int = 0) -> CaptionData:
     """Generated scenes (``data="scenes"``) or a captions file split by images (a seeded permutation)."""
     if data == "scenes":
-        from ..data.scenes import CANVAS, make_scenes
+        from ...data.scenes import CANVAS, make_scenes
 
         sd = make_scenes(n_train, n_valid, n_test, seed=seed, root=scenes_root)
         splits = {name: CaptionSplit(s.images[:, None], [sc.captions for sc in s.scenes], s.scenes, CANVAS, True)
                   for name, s in sd.splits.items()}
         return CaptionData(splits, CANVAS, 1, sd.item_words)
-    from ..data.captions import read_captions
+    from ...data.captions import read_captions
 
     cf = read_captions(data, images, on_error=on_error)
     n = len(cf.images)
@@ -135,7 +135,7 @@ class _ImageRows:
 def caption_images(model: nn.Module, tokenizer, images: Tensor, *, beam: int = 1, max_len: int = 40,
                    batch_size: int = 100, length_penalty: float = 0.0) -> list[Caption]:
     """Caption ``images (N, C, S, S)`` (uint8, or float in [0, 1]) with ``model`` (greedy when ``beam`` is 1)."""
-    from ..models.decoding import beam_search
+    from ...models.decoding import beam_search
 
     device = next(model.parameters()).device
     was_training = model.training
@@ -175,7 +175,7 @@ def caption_metrics(hyps: Sequence[str], refs: Sequence[Sequence[str]], *, capti
     ``exact_match_items{1..4}`` (by number of items), ``exact_match_unseen`` (scenes with a held-out item/cell
     combination) and ``layout_match`` (exact match with every item word replaced by one placeholder: positions,
     relations and counts right, whatever the items)."""
-    from ..metrics import box_mass, caption_bleu, exact_match, grounding
+    from ...metrics import box_mass, caption_bleu, exact_match, grounding
 
     metrics = {**caption_bleu(hyps, refs), "exact_match": exact_match(hyps, refs), "images": float(len(hyps))}
     if scenes is None:

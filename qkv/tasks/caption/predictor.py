@@ -1,0 +1,156 @@
+"""A trained captioning run read back: :class:`Captioner` (``load`` / ``predict`` / ``evaluate`` / ``view``);
+its result is :class:`~qkv.tasks.caption.data.Caption` (the words and one attention map per word)."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from ..base import PageInput, Predictor, ViewInput, load_run
+from .data import Caption, CaptionData, caption_images, caption_metrics
+from .options import ATTENDING, CaptionOptions
+from .task import CaptionTask, load_data
+
+__all__ = ["Captioner", "Caption"]
+
+
+
+#: model options a run saved before they existed, as the model built then (the constructors' defaults)
+_BUILT_BEFORE = {"padding": "zeros", "keys": "features", "init_state": "mean", "glimpse": False}
+
+
+def _as_built(options: CaptionOptions, model_config: dict[str, Any]) -> CaptionOptions:
+    """``options`` with the model options the saved model was built with (a run saved before an option existed
+    gets the value its model has, not today's default for its data)."""
+    built = {k: model_config.get(k, old) for k, old in _BUILT_BEFORE.items()}
+    if options.model not in ATTENDING:
+        built = {"padding": built["padding"]}
+    return dataclasses.replace(options, **built)
+
+
+def _upgrade_v1(config: dict[str, Any], state_dict: dict) -> tuple[dict, dict]:
+    raise ValueError("captioning runs exist only in format version 2 and later")
+
+
+class Captioner(Predictor):
+    """A trained captioning run: ``Captioner.load(run_dir).predict(images, beam=3)``."""
+
+    task = CaptionTask.name
+
+    def __init__(self, model: nn.Module, tokenizer, config: dict[str, Any], options: CaptionOptions):
+        self.model, self.tokenizer, self.options = model.eval(), tokenizer, options
+        self.image_size, self.channels = int(config["image_size"]), int(config["channels"])
+        self.item_words = list(config.get("item_words") or [])
+        self._data: CaptionData | None = None
+
+    @classmethod
+    def load(cls, run_dir: str | os.PathLike, device: str = "auto") -> Captioner:
+        """Read a run directory (its ``best/``, else ``checkpoint/``) or a checkpoint directory."""
+        from ...data import load_tokenizer
+
+        run = load_run(run_dir, cls.task, _upgrade_v1, CaptionOptions, device)
+        options = _as_built(run.options, run.config["model"]["config"])
+        if "references" not in run.config.get("options", {}):  # saved before the option: trained on one drawn
+            options = dataclasses.replace(options, references="sample")
+        return cls(run.model, load_tokenizer(run.checkpoint.assets / "tokenizer"), run.config, options)
+
+    def read(self, path: str | os.PathLike) -> Tensor:
+        """An image file as this model's input ``(C, S, S)`` uint8 (resized and centre-cropped)."""
+        from ...data.captions import load_image
+
+        if not Path(path).is_file():
+            raise ValueError(f"no image file {str(path)!r}")
+        return load_image(path, self.image_size, grey=self.channels == 1)
+
+    def data(self, data: str | None = None) -> CaptionData:
+        """The run's data (generated or read again), or another captions file ``data``."""
+        if data is not None:
+            from ..base import upgrade_options
+
+            return load_data(upgrade_options(CaptionOptions, {**dataclasses.asdict(self.options), "data": data}))
+        if self._data is None:
+            self._data = load_data(self.options)
+        return self._data
+
+    def test_images(self, index: list[int], split: str = "test") -> tuple[Tensor, list[list[str]]]:
+        """Images ``(N, C, S, S)`` uint8 of ``split`` by index, and their references."""
+        part = self.data().splits[split]
+        for n in index:
+            if not 0 <= n < len(part):
+                raise ValueError(f"--index {n} is out of range: the {split} split has {len(part)} images "
+                                 f"(0 to {len(part) - 1})")
+        return part.batch(index), [part.references[n] for n in index]
+
+    def predict(self, images: Tensor, *, beam: int = 3, max_len: int = 40, hard_test: str | None = None,
+                batch_size: int = 100) -> list[Caption]:
+        """Captions of ``images (N, C, S, S)`` (uint8, or float in [0, 1]), each with one attention map per word.
+
+        ``hard_test`` (hard attention only): ``"expectation"`` or ``"argmax"`` instead of the trained setting, for
+        this call only.
+        """
+        if images.dim() == 3 and self.channels == 1:
+            images = images[:, None]
+        if images.dim() != 4 or tuple(images.shape[1:]) != (self.channels, self.image_size, self.image_size):
+            raise ValueError(f"images must be (N, {self.channels}, {self.image_size}, {self.image_size}), got "
+                             f"{tuple(images.shape)}")
+        if len(images) == 0:
+            raise ValueError("no images to caption")
+        if beam < 1 or max_len < 1:
+            raise ValueError(f"beam and max_len must be >= 1, got {beam} and {max_len}")
+        with self._hard_test(hard_test):
+            return caption_images(self.model, self.tokenizer, images, beam=beam, max_len=max_len,
+                                  batch_size=batch_size)
+
+    @contextmanager
+    def _hard_test(self, hard_test: str | None) -> Iterator[None]:
+        """The hard model's test-time attention set to ``hard_test`` inside the block, restored after."""
+        if hard_test is None:
+            yield
+            return
+        if not hasattr(self.model, "test_attention"):
+            raise ValueError("hard_test applies to hard attention models only (--hard-test)")
+        if hard_test not in ("expectation", "argmax"):
+            raise ValueError(f"hard_test must be 'expectation' or 'argmax', got {hard_test!r}")
+        before = self.model.test_attention
+        self.model.test_attention = hard_test
+        try:
+            yield
+        finally:
+            self.model.test_attention = before
+
+    def evaluate(self, data: str | None = None, *, split: str = "test", limit: int | None = None, beam: int = 1,
+                 max_len: int = 40, hard_test: str | None = None) -> dict[str, float]:
+        """:func:`caption_metrics` of ``split`` (of the run's data, or of another captions file ``data``), at most
+        ``limit`` images: BLEU-1..4, exact match, and on scenes grounding and the figures by number of items."""
+        if split not in ("valid", "test"):
+            raise ValueError(f"no split {split!r}; one of valid, test")
+        d = self.data(data)
+        part = d.splits[split].head(limit or len(d.splits[split]))
+        captions = self.predict(part.batch(range(len(part))), beam=beam, max_len=max_len, hard_test=hard_test)
+        return caption_metrics([c.text for c in captions], part.references, captions=captions, scenes=part.scenes,
+                               item_words=d.item_words, image_size=d.image_size)
+
+    def view(self, given: ViewInput) -> PageInput:
+        """Every attention of the model captioning one image (a file, a tensor, or ``index`` in the test split),
+        greedily: the decoding itself is recorded."""
+        from ...capture import capture_attention
+
+        image = given.image
+        if given.index is not None:
+            image = self.test_images([given.index])[0][0]
+        if image is None:
+            raise ValueError("a captioning run needs --image FILE or --index N (an image of its test split)")
+        x = self.read(image) if isinstance(image, (str, os.PathLike)) else image
+        with torch.no_grad(), capture_attention(self.model) as records:
+            (caption,) = self.predict(x[None], beam=1)
+        words = list(caption.words)
+        return PageInput(records, {"target": [*words, "<eos>"], "words": words}, x.float() / 255,
+                         title=caption.text, notes=[f"{self.options.model} captioning model, greedy decoding; pick "
+                                                    "a word as the query of the image view"])

@@ -1,0 +1,180 @@
+"""Captioning's data, model and the trainer's task: :func:`load_data`, :func:`model_spec`, :func:`build_model`
+and :class:`CaptionTask`."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from ...train.task import Task
+from .data import CaptionData, CaptionExamples, caption_images, caption_metrics, load_caption_data
+from .options import CaptionOptions
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["load_data", "model_spec", "build_model", "CaptionTask"]
+
+
+def load_data(options: CaptionOptions) -> CaptionData:
+    """The train/valid/test splits ``options`` describe (every split must hold an image)."""
+    o = options
+    return load_caption_data(o.data, images=o.images, on_error=o.on_error, image_size=o.image_size, grey=o.grey,
+                             valid=o.valid, test=o.test, n_train=o.n_train, n_valid=o.n_valid, n_test=o.n_test,
+                             scenes_root=o.scenes_root, seed=o.data_seed)
+
+
+def model_spec(options: CaptionOptions, *, vocab_size: int, in_channels: int, image_size: int,
+               content_ids: list[int] | None = None) -> dict[str, Any]:
+    """``{"name", "config"}`` for :func:`qkv.models.create`; ``content_ids``: token ids of the item words
+    (``deep_output="context"``)."""
+    o = options
+    config: dict[str, Any] = {"vocab_size": vocab_size, "in_channels": in_channels, "widths": list(o.widths),
+                              "dropout": o.dropout, "coords": o.coords, "padding": o.padding}
+    if o.model == "transformer":
+        config.update(dim=o.dim, num_heads=o.num_heads, ffn_dim=o.ffn_dim, num_layers=o.num_layers,
+                      score=o.score_name, max_len=o.max_decode_len + 2, grid=(image_size // 8) ** 2)
+    else:
+        config.update(embed_dim=o.embed_dim, hidden_dim=o.hidden_dim)
+        if o.model != "fixed":
+            config.update(attn_dim=o.attn_dim, score=o.score_name, where=o.where, deep_output=o.deep_output,
+                          keys=o.keys, init_state=o.init_state, glimpse=o.glimpse, salience=o.salience)
+            if o.deep_output != "full":
+                if not content_ids:
+                    raise ValueError(f"deep_output {o.deep_output!r} needs the item words' ids (captions data "
+                                     "with items)")
+                config["content_ids"] = list(content_ids)
+        if o.model == "hard":
+            config.update(test_attention=o.hard_test, expected_share=o.hard_expected)
+    return {"name": f"caption-{o.model}", "config": config}
+
+
+def build_model(options: CaptionOptions, **sizes) -> nn.Module:
+    """A new captioner (see :func:`model_spec`)."""
+    from ...models import create
+
+    spec = model_spec(options, **sizes)
+    return create(spec["name"], **spec["config"])
+
+
+class CaptionTask(Task):
+    """Teacher-forced cross-entropy over caption words (one reference of each image drawn per batch), plus the
+    doubly stochastic penalty (soft) or the REINFORCE terms (hard); metrics from :func:`caption_metrics`."""
+
+    name = "caption"
+    unit = "words"
+
+    def __init__(self, options: CaptionOptions, data: CaptionData | None = None):
+        self.options = options
+        self.data = data
+        self.tokenizer = None
+
+    def setup(self) -> None:
+        from ...data import train_tokenizer
+
+        if self.data is None:
+            self.data = load_data(self.options)
+        logger.info("data %s: %s", self.options.data,
+                    ", ".join(f"{len(s)} {name}" for name, s in self.data.splits.items()))
+        if self.tokenizer is None:
+            texts = (c for refs in self.data.splits["train"].references for c in refs)
+            self.tokenizer = train_tokenizer("word", texts, min_freq=1 if self.options.data == "scenes"
+                                             else self.options.min_freq)
+
+    def train_examples(self):
+        return CaptionExamples(self.data.splits["train"], self.tokenizer, self.options.max_decode_len)
+
+    def collate(self, examples):
+        from ...data import BOS_ID, EOS_ID, pad_sequences
+
+        images = torch.stack([x for x, _ in examples])
+        if self.options.references == "best":  # every reference; the loss keeps each image's most likely one
+            picks = [ids for _, refs in examples for ids in refs]
+            owner = torch.tensor([i for i, (_, refs) in enumerate(examples) for _ in refs])
+        else:  # one reference per image, drawn at random
+            picks = [refs[int(torch.randint(len(refs), ()))] for _, refs in examples]
+            owner = torch.arange(len(examples))
+        tgt_in, _, _ = pad_sequences([[BOS_ID] + ids for ids in picks])
+        tgt_out, _, mask = pad_sequences([ids + [EOS_ID] for ids in picks])
+        return {"images": images, "tgt_in": tgt_in, "tgt_out": tgt_out, "mask": mask, "owner": owner}
+
+    def save_assets(self, directory: Path) -> None:
+        self.tokenizer.save(directory / "tokenizer")
+
+    def load_assets(self, directory: Path) -> None:
+        from ...data import load_tokenizer
+
+        self.tokenizer = load_tokenizer(directory / "tokenizer")
+
+    def _sizes(self) -> dict[str, Any]:
+        ids = [self.tokenizer.encode(w) for w in self.data.item_words]
+        return {"vocab_size": self.tokenizer.vocab_size, "in_channels": self.data.channels,
+                "image_size": self.data.image_size, "content_ids": sorted({i[0] for i in ids if len(i) == 1})}
+
+    def config(self) -> dict[str, Any]:
+        return {"model": model_spec(self.options, **self._sizes()), "options": dataclasses.asdict(self.options),
+                "image_size": self.data.image_size, "channels": self.data.channels,
+                "item_words": self.data.item_words}
+
+    def build_model(self) -> nn.Module:
+        return build_model(self.options, **self._sizes())
+
+    def loss(self, model, batch):
+        o = self.options
+        images, tgt_in, target, mask, owner = (batch[k] for k in ("images", "tgt_in", "tgt_out", "mask", "owner"))
+        images = images.float() / 255.0
+        if len(owner) > len(images):  # references="best": train on each image's reference of least loss now
+            with torch.no_grad():
+                every = model(images, tgt_in, owner)
+                nll = F.cross_entropy(every.logits.float().transpose(1, 2), target, ignore_index=0,
+                                      reduction="none", label_smoothing=o.label_smoothing).sum(1)
+            keep = _least_per_owner(nll, owner)  # one row per image, in image order
+            tgt_in, target, mask = tgt_in[keep], target[keep], mask[keep]
+        out = model(images, tgt_in)
+        ce = F.cross_entropy(out.logits.float().transpose(1, 2), target, ignore_index=0, reduction="none",
+                             label_smoothing=o.label_smoothing)  # (B, T)
+        loss = ce.sum()
+        stats: dict[str, Any] = {"token_acc": ((out.logits.argmax(-1) == target) & mask).sum()}
+        if o.model == "soft" and o.doubly_stochastic:
+            from ...models.captioning import doubly_stochastic_penalty
+
+            penalty = doubly_stochastic_penalty(out.attention.float(), mask)
+            loss = loss + o.doubly_stochastic * penalty
+            stats["penalty"] = penalty.detach()
+        if o.model == "hard" and out.sample_log_prob is not None:
+            from ...models.captioning import reinforce_loss
+
+            module = getattr(model, "module", model)  # the DDP wrapper's model
+            log_likelihood = -ce.detach().sum(1)
+            if not bool(module.baseline_ready):
+                module.update_baseline(log_likelihood, o.baseline_decay)
+            loss = loss + reinforce_loss(log_likelihood, out.sample_log_prob.float(), out.entropy.float(), mask,
+                                         module.baseline, reward_weight=o.reward_weight,
+                                         entropy_weight=o.entropy_weight)
+            module.update_baseline(log_likelihood, o.baseline_decay)
+        return loss, mask.sum(), stats
+
+    def evaluate(self, model, split: str) -> dict[str, float]:
+        if split not in ("valid", "test"):
+            raise ValueError(f"no split {split!r} (valid, test)")
+        part = self.data.splits[split].head(self.options.eval_max)
+        captions = caption_images(model, self.tokenizer, part.batch(range(len(part))), beam=self.options.eval_beam,
+                                  max_len=self.options.max_decode_len)
+        return caption_metrics([c.text for c in captions], part.references, captions=captions, scenes=part.scenes,
+                               item_words=self.data.item_words, image_size=self.data.image_size)
+
+
+def _least_per_owner(loss: Tensor, owner: Tensor) -> Tensor:
+    """Indices of the rows of least ``loss (R,)`` per value of ``owner (R,)`` (0..B-1, every value present), in
+    owner order: Guzman-Rivera et al.'s multiple choice learning, over an image's references."""
+    order = torch.argsort(loss, stable=True)
+    first = torch.full((int(owner.max()) + 1,), len(loss), dtype=torch.long, device=loss.device)
+    rank = torch.empty_like(order)
+    rank[order] = torch.arange(len(order), device=loss.device)
+    first.scatter_reduce_(0, owner, rank, reduce="amin")
+    return order[first]
