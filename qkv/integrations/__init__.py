@@ -1,0 +1,8 @@
+"""qkv inside other libraries' models.
+
+- :mod:`qkv.integrations.transformers`: an attention backend for Hugging Face ``transformers`` (the ``qkv[hf]``
+  extra): ``register()``, then ``attn_implementation="qkv"``; every attention of the model then runs through
+  :func:`qkv.attention`, so :func:`qkv.capture_attention` records it and ``qkv view`` shows it.
+
+Submodules are imported on demand: ``import qkv`` never imports ``transformers``.
+"""
