@@ -6,7 +6,8 @@
   "caption"}, ...]}``.
 
 :func:`read_captions` tells the two apart by the content (a JSON object or not), checks that every image
-exists in the image folder, and returns each image's captions. A malformed line or entry and a missing image
+exists in the image folder and is an image Pillow can open (its header: a damaged body is only found when the
+image is read), and returns each image's captions. A malformed line or entry and a missing or unreadable image
 are a ``ValueError`` naming ``file:line`` (COCO: the entry, e.g. ``annotations[12]``), or, with
 ``on_error="skip"``, skipped and counted (:attr:`CaptionFile.skipped`, logged).
 """
@@ -23,6 +24,7 @@ import torch
 from torch import Tensor
 
 from .files import text_lines
+from .images import BACKGROUND, image_8bit
 
 logger = logging.getLogger(__name__)
 
@@ -50,6 +52,7 @@ class _Collector:
         self.by_image: dict[Path, list[str]] = {}
         self.skipped = 0
         self.problems: list[str] = []
+        self._checked: dict[Path, str | None] = {}
 
     def problem(self, where: str, why: str) -> None:
         message = f"{where}: {why}"
@@ -59,6 +62,12 @@ class _Collector:
         if len(self.problems) < 10:
             self.problems.append(message)
 
+    def unreadable(self, file: Path) -> str | None:
+        """Why ``file`` cannot be read as an image (``None`` if its header opens); asked once per image."""
+        if file not in self._checked:
+            self._checked[file] = _open_problem(file)
+        return self._checked[file]
+
     def add(self, image: Path, caption: str) -> None:
         self.by_image.setdefault(image, []).append(caption)
 
@@ -66,6 +75,23 @@ class _Collector:
         if self.skipped:
             logger.warning("%s: skipped %d bad line(s) or entries, e.g. %s", path, self.skipped, self.problems[0])
         return CaptionFile(list(self.by_image), list(self.by_image.values()), self.skipped, self.problems)
+
+
+def _open_problem(file: Path) -> str | None:
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        with Image.open(file) as im:
+            w, h = im.size
+        if w < 1 or h < 1:
+            return f"image {file.name} is empty ({w}x{h})"
+    except UnidentifiedImageError:
+        return f"{file.name} is not an image that Pillow can read"
+    except OSError as e:
+        return f"cannot read image {file.name} ({e.strerror or e})"
+    except Exception as e:  # any decoder error means the same to the user
+        return f"cannot read image {file.name} ({type(e).__name__}: {e})"
+    return None
 
 
 def _image_dir(path: Path, images: str | os.PathLike | None) -> Path:
@@ -97,6 +123,9 @@ def read_flickr_captions(path: str | os.PathLike, images: str | os.PathLike | No
         if not file.is_file():
             out.problem(f"{path}:{n}", f"image {image} not found in {folder}")
             continue
+        if (why := out.unreadable(file)) is not None:
+            out.problem(f"{path}:{n}", why)
+            continue
         out.add(file, " ".join(caption.split()))
     return out.result(path)
 
@@ -124,6 +153,9 @@ def read_coco_captions(path: str | os.PathLike, images: str | os.PathLike | None
         file = folder / entry["file_name"]
         if not file.is_file():
             out.problem(f"{path}: images[{i}]", f"image {entry['file_name']} not found in {folder}")
+            continue
+        if (why := out.unreadable(file)) is not None:
+            out.problem(f"{path}: images[{i}]", why)
             continue
         files[entry["id"]] = file
     for i, entry in enumerate(data["annotations"]):
@@ -155,22 +187,24 @@ def read_captions(path: str | os.PathLike, images: str | os.PathLike | None = No
     return reader(path, images, on_error=on_error)
 
 
-def load_image(path: str | os.PathLike, size: int, *, grey: bool = False) -> Tensor:
+def load_image(path: str | os.PathLike, size: int, *, grey: bool = False, background: float = BACKGROUND) -> Tensor:
     """An image file as ``(C, size, size)`` uint8 (C = 1 grey or 3 RGB): the shorter side resized to ``size``
-    (antialiased), then the centre cropped. Raises ``ValueError`` naming the file when it cannot be read."""
+    (antialiased), then the centre cropped. 16-bit and float images are scaled to 0..255 (not clipped) and transparent
+    ones composited on ``background`` (a grey level in [0, 1], white by default) with a warning, as
+    :func:`qkv.data.images.image_array` says. Raises ``ValueError`` naming the file when it cannot be read."""
     import numpy as np
     from PIL import Image
 
     try:
         with Image.open(path) as im:
-            im = im.convert("L" if grey else "RGB")
-            w, h = im.size
-            scale = size / min(w, h)
-            im = im.resize((max(size, round(w * scale)), max(size, round(h * scale))), Image.BILINEAR,
-                           reducing_gap=None)
-            w, h = im.size
-            left, top = (w - size) // 2, (h - size) // 2
-            a = np.asarray(im.crop((left, top, left + size, top + size)), dtype=np.uint8)
+            im = image_8bit(im, grey=grey, background=background, name=str(path))
+        w, h = im.size
+        scale = size / min(w, h)
+        im = im.resize((max(size, round(w * scale)), max(size, round(h * scale))), Image.BILINEAR,
+                       reducing_gap=None)
+        w, h = im.size
+        left, top = (w - size) // 2, (h - size) // 2
+        a = np.asarray(im.crop((left, top, left + size, top + size)), dtype=np.uint8)
     except Exception as e:  # any decoder error means the same to the user
         raise ValueError(f"cannot read image {str(path)!r}: {e}") from None
     t = torch.from_numpy(np.array(a, copy=True))

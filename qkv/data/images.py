@@ -7,6 +7,9 @@ normalisation and reading image files.
   trainer checkpoints, so a resumed run draws the same ones).
 - :func:`normalize`: uint8 or [0, 1] pixels -> ``(x - mean) / std`` with a channel axis.
 - :func:`read_image`: an image file (PNG, JPEG, ...) as grey ``(H, W)`` in [0, 1], resized.
+- :func:`image_array`: a Pillow image as floats in [0, 1]: 16-bit and 32-bit integer images scaled by their type's
+  range (not clipped at 255), float images by theirs, transparent ones composited on :data:`BACKGROUND` (with a
+  warning).
 """
 
 from __future__ import annotations
@@ -22,10 +25,11 @@ from torch import Tensor
 logger = logging.getLogger(__name__)
 
 __all__ = ["ImageData", "ImageExamples", "IMAGE_DATASETS", "DIGITS_SIZE", "load_image_splits", "load_digits_images",
-           "random_shift_flip", "normalize", "read_image"]
+           "random_shift_flip", "normalize", "read_image", "image_array", "image_8bit", "BACKGROUND"]
 
 IMAGE_DATASETS = ("fashion-mnist", "mnist", "digits")
 DIGITS_SIZE = 16  # scikit-learn's 8x8 digits are upsampled to this
+BACKGROUND = 1.0  # transparent pixels are composited on white (how image viewers show them), in [0, 1]
 
 
 @dataclass
@@ -143,10 +147,83 @@ def normalize(images: Tensor, mean: float, std: float) -> Tensor:
     return ((x - mean) / std)[:, None]
 
 
-def read_image(path: str | Path, size: tuple[int, int], *, invert: bool = False) -> Tensor:
+def _scaled(a, mode: str, name: str):
+    """A single-band image of integers or floats as float64 in [0, 1] (see :func:`image_array`)."""
+    import numpy as np
+
+    a = np.asarray(a, dtype=np.float64)
+    if mode.startswith("I;16"):
+        return a / 65535.0
+    finite = a[np.isfinite(a)]
+    lo, hi = (float(finite.min()), float(finite.max())) if finite.size else (0.0, 1.0)
+    if mode == "F" and lo >= 0 and hi <= 1:
+        out = a
+    elif mode == "F" and lo >= 0 and hi <= 255:
+        out = a / 255.0
+    elif mode == "I" and lo >= 0 and hi <= 65535:  # 16-bit data that Pillow opened as 32-bit integers
+        out = a / 65535.0
+    else:
+        logger.warning("%s: pixel values from %g to %g (mode %s) are stretched to [0, 1]", name, lo, hi, mode)
+        out = (a - lo) / (hi - lo) if hi > lo else np.zeros_like(a)
+    return np.nan_to_num(np.clip(out, 0.0, 1.0), nan=0.0)
+
+
+def _transparent(im) -> bool:
+    has = getattr(im, "has_transparency_data", None)
+    if has is not None:
+        return bool(has)
+    return im.mode in ("RGBA", "LA", "PA", "RGBa", "La") or "transparency" in im.info  # pragma: no cover
+
+
+def image_array(im, *, grey: bool, background: float = BACKGROUND, name: str = "image"):
+    """A Pillow image as float64 ``(H, W)`` (``grey``) or ``(H, W, 3)`` in [0, 1].
+
+    16-bit grey images (modes ``I;16*``, and ``I`` holding values up to 65535) are divided by 65535 and float images
+    (``F``) in [0, 1] or [0, 255] by 1 or 255; other ranges are stretched from their minimum to their maximum, with a
+    warning. Images with transparency (``RGBA``, ``LA``, ``P`` with a transparent colour) that is used are composited
+    on a plain ``background`` (a grey level in [0, 1]; white by default) with a warning naming ``name``. Everything
+    else goes through Pillow's ``convert`` (``L`` uses ITU-R 601-2 luma).
+    """
+    import numpy as np
+
+    if im.mode in ("I", "F") or im.mode.startswith("I;16"):
+        a = _scaled(im, im.mode, name)
+        return a if grey else np.repeat(a[..., None], 3, axis=-1)
+    if _transparent(im):
+        rgba = im.convert("RGBA")
+        if rgba.getchannel("A").getextrema()[0] < 255:  # transparency that is used
+            logger.warning("%s is transparent: composited on a background of grey level %g (%s)", name, background,
+                           "white" if background == 1.0 else "black" if background == 0.0 else "grey")
+            x = np.asarray(rgba, dtype=np.float64) / 255.0
+            alpha = x[..., 3:]
+            rgb = x[..., :3] * alpha + background * (1.0 - alpha)
+            return rgb @ np.array([0.299, 0.587, 0.114]) if grey else rgb  # Pillow's convert("L") weights
+    return np.asarray(im.convert("L" if grey else "RGB"), dtype=np.float64) / 255.0
+
+
+def image_8bit(im, *, grey: bool, background: float = BACKGROUND, name: str = "image"):
+    """A Pillow image in mode ``L`` (``grey``) or ``RGB``, converted as :func:`image_array` says; 8-bit images without
+    used transparency take Pillow's ``convert`` alone (no float copy)."""
+    import numpy as np
+    from PIL import Image
+
+    special = im.mode in ("I", "F") or im.mode.startswith("I;16")
+    if not special and _transparent(im):
+        rgba = im.convert("RGBA")
+        special = rgba.getchannel("A").getextrema()[0] < 255
+    if not special:
+        return im.convert("L" if grey else "RGB")
+    return Image.fromarray(np.round(image_array(im, grey=grey, background=background, name=name) * 255.0)
+                           .astype(np.uint8))
+
+
+def read_image(path: str | Path, size: tuple[int, int], *, invert: bool = False,
+               background: float = BACKGROUND) -> Tensor:
     """An image file (PNG, JPEG, ... through Pillow, which comes with matplotlib) as grey ``(H, W)`` float in
-    [0, 1], resized to ``size`` (bilinear, antialiased). ``invert`` turns dark-on-light pictures into the
-    light-on-dark of (Fashion-)MNIST. Raises ``ValueError`` naming the file when it cannot be read."""
+    [0, 1], resized to ``size`` (bilinear, antialiased). 16-bit, float and transparent images as
+    :func:`image_array` says (transparent ones on ``background``, before ``invert``). ``invert`` turns
+    dark-on-light pictures into the light-on-dark of (Fashion-)MNIST. Raises ``ValueError`` naming the file when it
+    cannot be read."""
     import numpy as np
 
     path = Path(path)
@@ -158,7 +235,7 @@ def read_image(path: str | Path, size: tuple[int, int], *, invert: bool = False)
         raise ImportError("reading images needs Pillow: pip install 'qkv[viz]'") from e
     try:
         with Image.open(path) as im:
-            a = np.asarray(im.convert("L"), dtype=np.float64) / 255.0
+            a = image_array(im, grey=True, background=background, name=str(path))
     except Exception as e:  # any decoder error means the same to the user
         raise ValueError(f"cannot read image {str(path)!r}: {e}") from None
     t = torch.from_numpy(np.ascontiguousarray(a)).float()[None, None]
