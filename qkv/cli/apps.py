@@ -10,6 +10,7 @@ from pathlib import Path
 
 from ..options import option
 from ..tasks import APPLICATIONS, ViewInput, application, application_of
+from ..viz.files import page_path, picture_path, write_atomic
 from .common import add_command, add_train_command, input_texts, numbered_paths, print_result, read_train_options, safe
 from .options import options_from_args
 
@@ -61,6 +62,7 @@ def _fmt(v: float) -> str:
 
 def evaluate(args) -> int:
     o = options_from_args(args, EvaluateCommand)
+    plot = picture_path(o.plot, option="--plot") if o.plot else None  # settled first: printed == written
     settings = {k: v for k in ("beam", "max_len", "buckets", "length_unit", "on_error")
                 if (v := getattr(o, k)) is not None}
     figures: dict[str, dict[str, float]] = {}
@@ -76,9 +78,8 @@ def evaluate(args) -> int:
     for m in names:
         print(f"| {m} | " + " | ".join(_fmt(f[m]) if m in f else "" for f in figures.values()) + " |")
     if o.json:
-        Path(o.json).write_text(json.dumps(figures, indent=2) + "\n", encoding="utf-8")
-        print(f"wrote {o.json}")
-    if o.plot:
+        print(f"wrote {write_atomic(o.json, json.dumps(figures, indent=2) + chr(10), option='--json')}")
+    if plot:
         from ..viz.plots import line_chart
 
         buckets = [m.partition("@") for m in names if "@" in m]
@@ -88,7 +89,7 @@ def evaluate(args) -> int:
             raise ValueError("--plot draws by-bucket figures (e.g. translation's BLEU by source length with "
                              "--buckets); these runs have none")
         path = line_chart({n: [f.get(f"{metric}@{b}", math.nan) for b in labels] for n, f in figures.items()},
-                          labels, xlabel="bucket", ylabel=metric, path=o.plot)
+                          labels, xlabel="bucket", ylabel=metric, path=plot)
         print(f"wrote {path}")
     return 0
 
@@ -113,16 +114,17 @@ def view(args) -> int:
     from ..viz.page import save_attention_page
 
     o = options_from_args(args, ViewCommand)
+    out = page_path(o.out, option="--out")  # settled first: printed == written
     inputs = [ViewInput(image=path, question=o.question) for path in o.image or []] + \
         [ViewInput(index=i, question=o.question) for i in o.index or []]
     if o.text or o.file or not inputs:
         inputs += [ViewInput(text=t, question=o.question)
                    for t in input_texts(o.text, o.file, "a text to look at (or --image FILE)")]
     predictor = application_of(o.run).predictor.load(o.run, o.device)
-    for path, given in zip(numbered_paths(o.out, len(inputs)), inputs, strict=True):
+    for path, given in zip(numbered_paths(str(out), len(inputs)), inputs, strict=True):
         page = predictor.view(given)
         written = save_attention_page(path, page.records, rollout=o.rollout, **page.page_kwargs())
-        print(f"wrote {written or path} ({len(page.records)} attention modules)")
+        print(f"wrote {written} ({len(page.records)} attention modules)")
     return 0
 
 

@@ -10,6 +10,7 @@ import torch
 
 from ..options import option
 from ..tasks import caption as task
+from ..viz.files import write_atomic
 from .common import add_command, safe, unique_names
 from .options import options_from_args
 
@@ -52,14 +53,15 @@ def _evaluate(captioner: task.Captioner, o: CaptionCommand) -> None:
         print(f"held-out item/position combinations: {m['exact_match_unseen']:.4f}; "
               f"layout (positions and relations, items masked): {m['layout_match']:.4f}")
     if o.json:
-        Path(o.json).write_text(json.dumps(m, indent=2), encoding="utf-8")
-        print(f"wrote {o.json}")
+        print(f"wrote {write_atomic(o.json, json.dumps(m, indent=2) + chr(10), option='--json')}")
 
 
 def caption(args) -> int:
     from ..viz.captions import caption_attention
 
     o = options_from_args(args, CaptionCommand)
+    if o.plot and Path(o.plot).exists() and not Path(o.plot).is_dir():
+        raise ValueError(f"--plot {o.plot} is a file: give a folder for the pictures (one PNG per image)")
     if not (o.images or o.index or o.evaluate):
         raise ValueError("give image files, --index N (an image of the test split) or --evaluate")
     if o.data and not o.evaluate:

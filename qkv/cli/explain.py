@@ -9,6 +9,7 @@ import torch
 
 from ..options import option
 from ..scores import score_names
+from ..viz.files import picture_path
 from .common import add_command
 from .options import options_from_args
 
@@ -48,6 +49,7 @@ def run(args) -> int:
     from ..explain import walkthrough
 
     o = options_from_args(args, ExplainCommand)
+    plot = picture_path(o.plot, option="--plot") if o.plot else None  # settled first: printed == written
     score = resolve_score(o.score)
     runs = [("without scaling", 1.0), ("with 1/sqrt(d_k) scaling", 3 ** -0.5)] if o.scale is None \
         else [(f"scale = {o.scale}", o.scale)]
@@ -70,8 +72,8 @@ def run(args) -> int:
 
         title, w = last
         labels = ["input 1", "input 2", "input 3"]
-        heatmap(w.weights, x_labels=labels, y_labels=labels, title=f"{o.score}, {title}", path=o.plot)
-        print(f"\nwrote {o.plot}")
+        heatmap(w.weights, x_labels=labels, y_labels=labels, title=f"{o.score}, {title}", path=plot)
+        print(f"\nwrote {plot}")
     return 0
 
 

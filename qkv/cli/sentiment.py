@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from ..options import option
 from ..tasks import sentiment as task
+from ..viz.files import page_path
 from .common import add_command, input_texts, safe, use_color
 from .options import options_from_args
 
@@ -27,6 +28,7 @@ def classify(args) -> int:
     from ..viz.text import HighlightedText, highlight_ansi, save_html, top_tokens
 
     o = options_from_args(args, ClassifyCommand)
+    html = page_path(o.html, option="--html") if o.html else None  # settled first: printed == written
     texts = input_texts(o.text, o.file, "texts to classify")
     predictions = task.SentimentClassifier.load(o.run, o.device).predict(texts)
     color = use_color(o.color)
@@ -35,10 +37,10 @@ def classify(args) -> int:
         if not color and o.top:
             line += "\t[" + ", ".join(f"{safe(t)} {w:.2f}" for t, w in top_tokens(p.tokens, p.weights, o.top)) + "]"
         print(line)
-    if o.html:
+    if html:
         items = [HighlightedText(p.tokens, p.weights, caption=p.caption,
                                  details=[(k, f"{v:.3f}") for k, v in p.probabilities.items()]) for p in predictions]
-        print(f"wrote {save_html(o.html, items, title=o.title)}")
+        print(f"wrote {save_html(html, items, title=o.title)}")
     return 0
 
 

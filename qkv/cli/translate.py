@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 from ..options import option
 from ..tasks import translate as task
+from ..viz.files import picture_path, write_atomic
 from .common import add_command, input_texts, numbered_paths, safe
 from .options import options_from_args
 
@@ -27,17 +27,18 @@ def translate(args) -> int:
     from ..viz.plots import alignment
 
     o = options_from_args(args, TranslateCommand)
+    plot = picture_path(o.plot, option="--plot") if o.plot else None  # settled first: printed == written
     texts = input_texts(o.text, o.file, "sentences to translate")
     translator = task.Translator.load(o.run, o.device)
     results = translator.predict(texts, beam=o.beam, max_len=o.max_len)
     if o.output:
-        Path(o.output).write_text("\n".join(r.text for r in results) + "\n", encoding="utf-8")
-        print(f"wrote {len(results)} translations to {o.output}")
+        written = write_atomic(o.output, "\n".join(r.text for r in results) + "\n", option="--output")
+        print(f"wrote {len(results)} translations to {written}")
     else:
         for r in results:
             print(f"{safe(r.source)}\t{safe(r.text)}")
-    if o.plot:
-        for r, path in zip(results, numbered_paths(o.plot, len(results)), strict=True):
+    if plot:
+        for r, path in zip(results, numbered_paths(str(plot), len(results)), strict=True):
             alignment(r.attention, r.source_tokens, r.tokens, path=path, title=f"{r.source} -> {r.text}")
             print(f"wrote {path}")
     return 0

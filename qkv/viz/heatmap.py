@@ -75,10 +75,8 @@ def heatmap(weights, *, x_labels: Sequence[str] | None = None, y_labels: Sequenc
                 ax.text(j, i, f"{w[i, j]:.2f}", ha="center", va="center",
                         color="black" if w[i, j] > 0.6 * w.max() else "white", fontsize=8)
     if path is not None:
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        ax.figure.tight_layout()
-        ax.figure.savefig(path, dpi=150)
-        logger.info("saved heatmap to %s", path)
-        if own:
-            plt.close(ax.figure)
+        from .vision import save_figure
+
+        written = save_figure(ax.figure, path, close=own, dpi=150)
+        logger.info("saved heatmap to %s", written)
     return ax

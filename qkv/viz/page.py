@@ -211,14 +211,9 @@ def attention_page(records: Sequence[AttentionRecord], *, tokens: Sequence[str] 
 
 
 def save_attention_page(path: str | os.PathLike, records: Sequence[AttentionRecord], **kwargs: Any) -> Path:
-    """Write :func:`attention_page` to ``path`` (atomically: a partial page never replaces a good one)."""
-    path = Path(path)
-    text = attention_page(records, **kwargs)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-    return path
+    """Write :func:`attention_page` to ``path`` (``.html`` added when it has no extension; atomically: a partial
+    page never replaces a good one). Returns the file written."""
+    from .files import page_path, write_atomic
+
+    path = page_path(path)
+    return write_atomic(path, attention_page(records, **kwargs))

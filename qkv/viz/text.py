@@ -130,8 +130,8 @@ def render_html(items: Sequence[HighlightedText], *, title: str = "Attention ove
 
 def save_html(path: str | os.PathLike, items: Sequence[HighlightedText], *,
               title: str = "Attention over words") -> Path:
-    """Write :func:`render_html` to ``path`` (UTF-8); returns the path."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(render_html(items, title=title), encoding="utf-8")
-    return path
+    """Write :func:`render_html` to ``path`` (UTF-8, atomically; ``.html`` added when it has no extension); returns
+    the file written."""
+    from .files import page_path, write_atomic
+
+    return write_atomic(page_path(path), render_html(items, title=title))

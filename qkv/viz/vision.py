@@ -80,15 +80,22 @@ def _finish(ax, own: bool, path, what: str):
     return ax
 
 
-def save_figure(fig, path: str | Path, *, close: bool = True, dpi: int = 120) -> Path:
-    """Save ``fig`` (tight layout) to ``path``, creating its folder; close it unless ``close=False``."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+def save_figure(fig, path: str | Path, *, close: bool = True, dpi: int = 120, option: str = "path") -> Path:
+    """Save ``fig`` (tight layout) to ``path`` (``.png`` added when it has no extension; written atomically, its
+    folder made); close it unless ``close=False``. Returns the file written."""
+    import io
+
+    from .files import picture_path, write_atomic
+
+    path = picture_path(path, option=option)
     fig.tight_layout()
-    fig.savefig(path, dpi=dpi)
-    if close:
-        _pyplot().close(fig)
-    return path
+    buf = io.BytesIO()
+    try:
+        fig.savefig(buf, format=path.suffix[1:].lower(), dpi=dpi)
+    finally:
+        if close:
+            _pyplot().close(fig)
+    return write_atomic(path, buf.getvalue(), option=option)
 
 
 def overlay(image, attention, *, ax=None, title: str | None = None, alpha: float = 0.5, cmap: str = "jet",

@@ -1,0 +1,70 @@
+"""Every command that writes a file prints exactly the path it wrote; a folder, a bare extension or an unknown format
+is a one-line error naming the flag; a write that fails names the user's path, never a temporary file."""
+
+import os
+
+import pytest
+
+from qkv.cli import main
+from qkv.viz.files import page_path, picture_path, write_atomic
+
+
+def test_picture_and_page_paths():
+    assert str(picture_path("plots/noext")) == "plots/noext.png"
+    assert str(picture_path("a.b/w.SVG")) == "a.b/w.SVG"
+    assert str(page_path("out/page")) == "out/page.html"
+    assert str(picture_path("plots/my.name.png")) == "plots/my.name.png"
+    with pytest.raises(ValueError, match=r"--plot plots/ is a folder"):
+        picture_path("plots/", option="--plot")
+    with pytest.raises(ValueError, match=r"--plot plots/\.png has no file name"):
+        picture_path("plots/.png", option="--plot")
+    with pytest.raises(ValueError, match=r"--plot w\.xyz: \.xyz is not a format.*\.png"):
+        picture_path("w.xyz", option="--plot")
+    with pytest.raises(ValueError, match=r"--out x\.png: \.png is not a format"):
+        page_path("x.png", option="--out")
+
+
+def test_an_existing_folder_is_refused(tmp_path):
+    with pytest.raises(ValueError, match="is a folder"):
+        picture_path(tmp_path, option="--plot")
+
+
+@pytest.mark.parametrize("given, written", [("noext", "noext.png"), ("w.svg", "w.svg"), ("sub/dir/w", "sub/dir/w.png")])
+def test_explain_prints_the_file_it_wrote(tmp_path, capsys, given, written):
+    assert main(["explain", "--plot", str(tmp_path / given)]) == 0
+    out = capsys.readouterr().out
+    assert f"wrote {tmp_path / written}" in out
+    assert (tmp_path / written).is_file() and not (tmp_path / given).with_suffix("").is_dir()
+    assert sorted(p.name for p in (tmp_path / written).parent.iterdir()) == [(tmp_path / written).name]
+
+
+@pytest.mark.parametrize("given, message", [("plots/", "--plot .*plots/ is a folder"), ("w.xyz", "--plot .*xyz"),
+                                            ("plots/.png", "--plot .*has no file name")])
+def test_explain_refuses_bad_plot_paths_before_any_work(tmp_path, capsys, given, message):
+    import re
+
+    assert main(["explain", "--plot", str(tmp_path / given) + ("/" if given.endswith("/") else "")]) == 2
+    captured = capsys.readouterr()
+    err = captured.err.strip()
+    assert err.startswith("qkv: error:") and "\n" not in err and re.search(message, err)
+    assert captured.out == "" and list(tmp_path.rglob("*.*")) == []
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only folders")
+def test_write_to_a_read_only_folder_names_the_path(tmp_path):
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    folder.chmod(0o500)
+    try:
+        with pytest.raises(OSError, match=rf"cannot write {folder / 'x.html'} \(--out\)") as e:
+            write_atomic(folder / "x.html", "<p>", option="--out")
+        assert ".tmp-" not in str(e.value)
+    finally:
+        folder.chmod(0o700)
+
+
+def test_write_over_a_folder_names_the_path(tmp_path):
+    (tmp_path / "x.html").mkdir()
+    with pytest.raises(OSError, match=rf"cannot write {tmp_path / 'x.html'} \(--out\)") as e:
+        write_atomic(tmp_path / "x.html", "<p>", option="--out")
+    assert ".tmp-" not in str(e.value) and [p.name for p in tmp_path.iterdir()] == ["x.html"]
