@@ -196,3 +196,27 @@ def test_scores_with_several_references():
     assert m["exact_match"] == 0.5 and m["sentences"] == 2
     one = translation_metrics(hyps, [r[:1] for r in refs])  # a second reference can only help
     assert 0 < one["bleu"] < m["bleu"] <= 100 and one["exact_match"] == 0
+
+
+def test_a_source_past_the_limit_is_cut_with_a_word(dates_runs, caplog):
+    """A text longer than MAX_SOURCE_TOKENS is read up to the limit, and says so: a warning, `cut` on the result, a
+    note on the `qkv view` page; a text within the limit is not touched."""
+    from qkv.tasks.base import ViewInput
+    from qkv.tasks.translate import Translator
+    from qkv.tasks.translate.decode import MAX_SOURCE_TOKENS
+
+    tr = Translator.load(dates_runs["bahdanau"], "cpu")
+    long = "7 mars 2019 " * 40  # characters are the tokens of the dates task
+    n = len(tr.src_tok.encode(long))
+    assert n > MAX_SOURCE_TOKENS
+    with caplog.at_level("WARNING"):
+        short_result, long_result = tr.predict(["7 mars 2019", long], beam=1, max_len=5)
+    assert long_result.cut == n - MAX_SOURCE_TOKENS and len(long_result.source_tokens) == MAX_SOURCE_TOKENS
+    assert short_result.cut == 0
+    assert [r.getMessage() for r in caplog.records if "leaves out" in r.getMessage()] == \
+        [f"text 2 has {n} tokens: the translator reads the first {MAX_SOURCE_TOKENS} and leaves out the last "
+         f"{n - MAX_SOURCE_TOKENS}"]
+    page = tr.view(ViewInput(text=long), max_len=5)
+    assert any(f"{n - MAX_SOURCE_TOKENS} more were not read" in note for note in page.notes)
+    assert len(page.tokens["source"]) == MAX_SOURCE_TOKENS
+    assert not any("not read" in note for note in tr.view(ViewInput(text="7 mars 2019")).notes)

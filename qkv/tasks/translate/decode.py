@@ -3,12 +3,30 @@ its result, :class:`Translation`."""
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor, nn
 
-__all__ = ["Translation", "translate_batch"]
+__all__ = ["Translation", "translate_batch", "source_ids", "MAX_SOURCE_TOKENS"]
+
+logger = logging.getLogger(__name__)
+
+#: the longest source a translator reads, in tokens; longer ones are cut, with a warning
+MAX_SOURCE_TOKENS = 256
+
+
+def source_ids(src_tok, text: str, n: int = 1) -> tuple[list[int], int]:
+    """The token ids of ``text`` (text number ``n``) as the model reads them, and how many tokens were cut."""
+    from ...data import UNK_ID
+
+    ids = src_tok.encode(text)
+    cut = max(0, len(ids) - MAX_SOURCE_TOKENS)
+    if cut:
+        logger.warning("text %d has %d tokens: the translator reads the first %d and leaves out the last %d",
+                       n, len(ids), MAX_SOURCE_TOKENS, cut)
+    return ids[:MAX_SOURCE_TOKENS] or [UNK_ID], cut
 
 
 @dataclass
@@ -22,12 +40,13 @@ class Translation:
     source_tokens: list[str]
     attention: Tensor
     score: float
+    cut: int = 0  #: source tokens past :data:`MAX_SOURCE_TOKENS`, not read (a warning is logged)
 
 
 def translate_batch(model: nn.Module, src_tok, tgt_tok, texts: list[str], *, beam: int = 1, max_len: int = 64,
                     batch_size: int = 64, length_penalty: float = 0.6) -> list[Translation]:
     """Translate ``texts`` with ``model`` in length-sorted batches (greedy when ``beam`` is 1)."""
-    from ...data import UNK_ID, pad_sequences
+    from ...data import pad_sequences
     from ...models.decoding import beam_search
 
     device = next(model.parameters()).device
@@ -38,12 +57,14 @@ def translate_batch(model: nn.Module, src_tok, tgt_tok, texts: list[str], *, bea
     with torch.no_grad():
         for start in range(0, len(order), batch_size):
             idx = order[start:start + batch_size]
-            ids = [src_tok.encode(texts[i])[:256] or [UNK_ID] for i in idx]
+            read = [source_ids(src_tok, texts[i], i + 1) for i in idx]
+            ids = [x for x, _ in read]
             src, _, mask = pad_sequences(ids)
             hyps = beam_search(model, src.to(device), mask.to(device), beam=beam, max_len=max_len,
                                length_penalty=length_penalty)
-            for i, ids_i, h in zip(idx, ids, hyps, strict=True):
+            for i, (ids_i, cut), h in zip(idx, read, hyps, strict=True):
                 results[i] = Translation(texts[i], tgt_tok.decode(h.tokens), tgt_tok.tokens_of_ids(h.tokens),
-                                         src_tok.tokens_of_ids(ids_i), h.attention[:, :len(ids_i)], float(h.score))
+                                         src_tok.tokens_of_ids(ids_i), h.attention[:, :len(ids_i)], float(h.score),
+                                         cut)
     model.train(was_training)
     return [results[i] for i in range(len(texts))]

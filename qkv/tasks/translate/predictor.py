@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from ..base import PageInput, Predictor, ViewInput, load_run, need_text, upgrade_options
-from .decode import Translation, translate_batch
+from .decode import Translation, source_ids, translate_batch
 from .options import TranslateOptions
 from .task import TranslateTask, load_data
 
@@ -91,23 +91,28 @@ class Translator(Predictor):
             figures[f"sentences@{row['bucket']}"] = row["sentences"]
         return figures
 
-    def view(self, given: ViewInput) -> PageInput:
+    def view(self, given: ViewInput, *, max_len: int = 100) -> PageInput:
         """Every attention of the model translating ``given.text`` greedily: the decoding itself is recorded (its
         steps joined), so the target rows are the tokens it produced, ``<eos>`` included."""
         from ...capture import capture_attention
-        from ...data import EOS_ID, UNK_ID
+        from ...data import EOS_ID
         from ...models.decoding import greedy_decode
 
         text = need_text(given.text, "translation")
-        src_ids = self.src_tok.encode(text)[:256] or [UNK_ID]
+        src_ids, cut = source_ids(self.src_tok, text)
         src = torch.tensor([src_ids], device=self.device)
         with capture_attention(self.model) as records:
-            out = greedy_decode(self.model, src, torch.ones_like(src, dtype=torch.bool), max_len=100)[0].tokens
-        produced = out + [EOS_ID] if len(out) < 100 else out
+            hyp = greedy_decode(self.model, src, torch.ones_like(src, dtype=torch.bool), max_len=max_len)[0]
+        out = hyp.tokens
+        finished = hyp.attention.shape[0] > len(out)  # the step that chose the end has a row too
+        produced = out + [EOS_ID] if finished else out
         tokens = {"source": self.src_tok.tokens_of_ids(src_ids), "target": self.tgt_tok.tokens_of_ids(produced)}
-        return PageInput(records, tokens, title=f"{text} \u2192 {self.tgt_tok.decode(out)}",
-                         notes=[f"{self.options.model} translation model; target rows are the tokens it produced "
-                                "(greedy)"])
+        notes = [f"{self.options.model} translation model; target rows are the tokens it produced (greedy)"]
+        if cut:
+            notes.append(f"the source was cut to its first {len(src_ids)} tokens: {cut} more were not read")
+        if not finished:
+            notes.append(f"the translation stopped at {max_len} tokens without ending")
+        return PageInput(records, tokens, title=f"{text} \u2192 {self.tgt_tok.decode(out)}", notes=notes)
 
 
 def parse_buckets(text: str) -> tuple[tuple[int, int], ...]:
