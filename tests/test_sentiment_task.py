@@ -385,3 +385,21 @@ def test_mixed_precision_training_on_the_cpu(model, tmp_path):
     data = Path(__file__).parent / "data" / "v1" / "sentiment.tsv"
     assert main(["train", "sentiment", "--data", str(data), "--model", model, "--amp", "bf16", "--device", "cpu",
                  "--max-steps", "3", "--no-progress", "--out", str(tmp_path / "r")]) == 0
+
+
+def test_a_text_past_max_len_is_cut_with_a_word(trained, caplog):
+    """Words past the run's max_len are not read: a warning naming the text, `cut` on the prediction, a note on the
+    page; the prediction equals that of the text cut by hand."""
+    from qkv.tasks.base import ViewInput
+
+    run, _ = trained
+    clf = SentimentClassifier.load(run, "cpu")
+    words = ("a gorgeous witty seductive movie " * 40).split()
+    assert len(words) > clf.max_len
+    with caplog.at_level("WARNING"):
+        short, long = clf.predict(["a gorgeous movie", " ".join(words)])
+    assert long.cut == len(words) - clf.max_len and short.cut == 0
+    assert any(f"text 2 has {len(words)} tokens" in r.getMessage() for r in caplog.records)
+    (by_hand,) = clf.predict([" ".join(words[: clf.max_len])])
+    assert by_hand.probabilities == pytest.approx(long.probabilities) and by_hand.cut == 0
+    assert any("were not read" in note for note in clf.view(ViewInput(text=" ".join(words))).notes)

@@ -5,6 +5,7 @@ word)."""
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
 import os
 from dataclasses import dataclass
@@ -17,6 +18,8 @@ from ...data.text_classification import collate_texts
 from ..base import PageInput, Predictor, ViewInput, load_run, need_text, upgrade_options
 from .options import SentimentOptions
 from .task import SentimentTask
+
+logger = logging.getLogger(__name__)
 
 __all__ = ["SentimentPrediction", "SentimentClassifier", "Prediction"]
 
@@ -32,6 +35,7 @@ class SentimentPrediction:
     tokens: list[str]
     weights: list[float]
     value: float | None = None
+    cut: int = 0  #: tokens past the model's ``max_len``, not read (a warning is logged)
 
     @property
     def caption(self) -> str:
@@ -102,7 +106,12 @@ class SentimentClassifier(Predictor):
         out: list[SentimentPrediction] = []
         for s in range(0, len(texts), batch_size):
             chunk = texts[s:s + batch_size]
-            ids = [x[: self.max_len] for x in self.tokenizer.encode_batch(chunk)]
+            full = self.tokenizer.encode_batch(chunk)
+            for k, x in enumerate(full):
+                if len(x) > self.max_len:
+                    logger.warning("text %d has %d tokens: the model reads the first %d (max_len) and leaves out the "
+                                   "last %d", s + k + 1, len(x), self.max_len, len(x) - self.max_len)
+            ids = [x[: self.max_len] for x in full]
             batch = collate_texts([(x, 0) for x in ids])
             res = self.model(batch["ids"].to(self.device), batch["mask"].to(self.device))
             logits, weights = res.logits.float().cpu(), res.weights.float().cpu()
@@ -117,13 +126,14 @@ class SentimentClassifier(Predictor):
                 if self.regression:
                     v = float(logits[i, 0])
                     label = "positive" if v > 0 else "negative" if v < 0 else "neutral"
-                    out.append(SentimentPrediction(text, label, math.nan, {}, tokens, w, value=v))
+                    out.append(SentimentPrediction(text, label, math.nan, {}, tokens, w, value=v,
+                                                   cut=len(full[i]) - n))
                     continue
                 probs = logits[i].softmax(-1)
                 k = int(probs.argmax())
                 out.append(SentimentPrediction(text, self.label_names[k], float(probs[k]),
                                       {name: float(p) for name, p in zip(self.label_names, probs, strict=True)},
-                                      tokens, w))
+                                      tokens, w, cut=len(full[i]) - n))
         return out
 
     def evaluate(self, data: str | None = None, *, split: str = "test", limit: int | None = None,
@@ -157,8 +167,11 @@ class SentimentClassifier(Predictor):
         tokens: dict[str, list[str]] | list[str] = pred.tokens
         if getattr(self.model, "pooling", None) == "cls":  # a [CLS] query in front of the tokens, attending over them
             tokens = {"source": ["[CLS]", *pred.tokens], "target": ["[CLS]"]}
-        return PageInput(records, tokens, title=f"{text} \u2192 {label}",
-                         notes=[f"{self.options.model} sentiment model"])
+        notes = [f"{self.options.model} sentiment model"]
+        if pred.cut:
+            notes.append(f"the text was cut to its first {self.max_len} tokens (max_len): {pred.cut} more were not "
+                         "read")
+        return PageInput(records, tokens, title=f"{text} \u2192 {label}", notes=notes)
 
 
 Prediction = SentimentPrediction  # the name before 0.3
