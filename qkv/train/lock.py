@@ -93,6 +93,14 @@ def _read_info(fd: int) -> dict:
         return {}
 
 
+def _command() -> str:
+    """This process's command line, its program without the folder (``python -m qkv.cli ...``, ``qkv ...``)."""
+    argv = list(getattr(sys, "orig_argv", None) or sys.argv or ["python"])
+    if len(argv) > 2 and argv[1] == "-m" and Path(argv[0]).name.startswith("python"):
+        argv[0] = "python"
+    return " ".join([Path(argv[0]).name, *argv[1:]])
+
+
 class RunLock:
     """Hold ``directory``'s run lock: ``with RunLock(out, flag="--out"): ...`` (or :meth:`acquire`/:meth:`release`).
 
@@ -153,8 +161,7 @@ class RunLock:
                 _unlock(fd)
                 os.close(fd)
                 continue
-            info = {"pid": os.getpid(), "host": socket.gethostname(), "started": time.time(),
-                    "command": " ".join([Path(sys.argv[0]).name if sys.argv else "python", *sys.argv[1:]])}
+            info = {"pid": os.getpid(), "host": socket.gethostname(), "started": time.time(), "command": _command()}
             try:
                 os.ftruncate(fd, 0)
                 os.lseek(fd, 0, os.SEEK_SET)
