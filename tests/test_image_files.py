@@ -139,6 +139,7 @@ def test_flickr_captions_naming_unreadable_images(tmp_path, rng):
     assert "\n" not in str(e.value)
     cf = read_captions(path, on_error="skip")
     assert [p.name for p in cf.images] == ["ok0.png", "ok1.png", "ok2.png"]
+    assert cf.where[tmp_path / "ok2.png"] == f"{path}:4"  # for an image found damaged when it is read
     assert cf.skipped == 4
     assert [p.split(": ", 1)[0].rsplit("/", 1)[-1] for p in cf.problems] == \
         ["captions.txt:3", "captions.txt:5", "captions.txt:6", "captions.txt:7"]

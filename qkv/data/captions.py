@@ -36,12 +36,15 @@ ON_ERROR = ("raise", "skip")
 @dataclass
 class CaptionFile:
     """Captions read from a file: ``images`` (paths) with their ``captions`` (lists, same order), and how many
-    lines or entries were ``skipped`` (``on_error="skip"``) with the first ``problems`` (``file:line: why``)."""
+    lines or entries were ``skipped`` (``on_error="skip"``) with the first ``problems`` (``file:line: why``);
+    ``where`` names the line or entry that first named each image (``file:line``), for errors found later, when
+    the image itself is read."""
 
     images: list[Path]
     captions: list[list[str]]
     skipped: int = 0
     problems: list[str] = field(default_factory=list)
+    where: dict[Path, str] = field(default_factory=dict)
 
 
 class _Collector:
@@ -53,6 +56,7 @@ class _Collector:
         self.skipped = 0
         self.problems: list[str] = []
         self._checked: dict[Path, str | None] = {}
+        self.where: dict[Path, str] = {}
 
     def problem(self, where: str, why: str) -> None:
         message = f"{where}: {why}"
@@ -68,13 +72,15 @@ class _Collector:
             self._checked[file] = _open_problem(file)
         return self._checked[file]
 
-    def add(self, image: Path, caption: str) -> None:
+    def add(self, image: Path, caption: str, where: str) -> None:
         self.by_image.setdefault(image, []).append(caption)
+        self.where.setdefault(image, where)
 
     def result(self, path: Path) -> CaptionFile:
         if self.skipped:
             logger.warning("%s: skipped %d bad line(s) or entries, e.g. %s", path, self.skipped, self.problems[0])
-        return CaptionFile(list(self.by_image), list(self.by_image.values()), self.skipped, self.problems)
+        return CaptionFile(list(self.by_image), list(self.by_image.values()), self.skipped, self.problems,
+                           self.where)
 
 
 def _open_problem(file: Path) -> str | None:
@@ -126,7 +132,7 @@ def read_flickr_captions(path: str | os.PathLike, images: str | os.PathLike | No
         if (why := out.unreadable(file)) is not None:
             out.problem(f"{path}:{n}", why)
             continue
-        out.add(file, " ".join(caption.split()))
+        out.add(file, " ".join(caption.split()), f"{path}:{n}")
     return out.result(path)
 
 
@@ -146,6 +152,7 @@ def read_coco_captions(path: str | os.PathLike, images: str | os.PathLike | None
         raise ValueError(f"{path}: a COCO captions file is an object with 'images' and 'annotations' lists")
     out = _Collector(on_error)
     files: dict[object, Path] = {}
+    named: dict[Path, str] = {}
     for i, entry in enumerate(data["images"]):
         if not isinstance(entry, dict) or "id" not in entry or not isinstance(entry.get("file_name"), str):
             out.problem(f"{path}: images[{i}]", "expected {'id': ..., 'file_name': '...'}")
@@ -158,6 +165,7 @@ def read_coco_captions(path: str | os.PathLike, images: str | os.PathLike | None
             out.problem(f"{path}: images[{i}]", why)
             continue
         files[entry["id"]] = file
+        named.setdefault(file, f"{path}: images[{i}]")
     for i, entry in enumerate(data["annotations"]):
         if not isinstance(entry, dict) or not isinstance(entry.get("caption"), str) or "image_id" not in entry:
             out.problem(f"{path}: annotations[{i}]", "expected {'image_id': ..., 'caption': '...'}")
@@ -169,7 +177,7 @@ def read_coco_captions(path: str | os.PathLike, images: str | os.PathLike | None
         if not entry["caption"].strip():
             out.problem(f"{path}: annotations[{i}]", "empty caption")
             continue
-        out.add(files[entry["image_id"]], " ".join(entry["caption"].split()))
+        out.add(files[entry["image_id"]], " ".join(entry["caption"].split()), named[files[entry["image_id"]]])
     return out.result(path)
 
 
