@@ -1,13 +1,20 @@
 """Record every attention of a forward pass: ``with qkv.capture_attention(model) as records: model(x)``.
 
 Every call of :func:`qkv.attention` (and of :func:`qkv.weighted_sum`, for models that run the three stages
-themselves) made while a model runs inside :func:`capture_attention` is recorded under the
-name of the module that made it (a :class:`~qkv.MultiHeadAttention`, :class:`~qkv.Attention`,
-:class:`~qkv.SelfAttention`, :class:`~qkv.AttentionPooling`, a non-local block, or any module of the user's that
-calls the function), and so is every channel or spatial map of the vision blocks (SE, ECA, CBAM, SK, BiSeNet's
-ARM and FFM). The model's outputs are exactly those it gives without capturing: a call that did not ask for its
-weights is run unchanged, and the weights are computed beside it (without gradient, without dropout). Outside a
-capture the only cost is one test of a global variable per call.
+themselves) made while a model runs inside :func:`capture_attention` is recorded under the name of the innermost
+module of ``model`` whose ``forward`` made it (a :class:`~qkv.MultiHeadAttention`, a non-local block, a Hugging Face
+attention module, any module of the user's that calls the function), and so is every channel or spatial map of the
+vision blocks (SE, ECA, CBAM, SK, BiSeNet's ARM and FFM). The model's outputs are exactly those it gives without
+capturing: a call that did not ask for its weights is run unchanged, and the weights are computed beside it
+(without gradient, without dropout). Outside a capture the only cost is one test of a global variable per call.
+
+How it is wired: the core reports to :mod:`qkv.hooks`, and a capture subscribes a recorder there; forward hooks on
+``model``'s modules tell the recorder which module is running. The kind of a record comes from the nearest enclosing
+module that declares ``attention_kind`` (``"self"``, ``"cross"``, ``"pooling"``, ``"channel"``, ``"spatial"``); a
+module that declares None (its kind depends on the call, as :class:`~qkv.MultiHeadAttention`'s) is ``self`` when
+called without a key or with the query as key, ``cross`` otherwise; with no declaring module, the call decides
+(queries that are keys, or one input and as many queries as keys: ``self``). A module over a feature map gives the
+grids of its queries and keys with ``attention_grid(*inputs, **kwargs)`` (:class:`~qkv.vision.NonLocal`).
 
 Example::
 
@@ -29,13 +36,12 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from . import hooks
+from .hooks import KINDS
+
 __all__ = ["AttentionRecord", "capture_attention", "attention_rollout", "KINDS"]
 
-#: what a record can be: token-to-token attention (self, cross), a learned query over a sequence (pooling), a
-#: gate over channels (channel) or over positions of a feature map (spatial)
-KINDS = ("self", "cross", "pooling", "channel", "spatial")
-
-#: the active recorder, or None (the only thing the library checks when nobody captures)
+#: the active recorder, or None (kept for callers that test it; the core reports through :mod:`qkv.hooks`)
 ACTIVE: _Recorder | None = None
 
 
@@ -86,62 +92,22 @@ class _Frame:
     kwargs: dict
 
 
-@dataclass
-class _Recorder:
-    records: list[AttentionRecord] = field(default_factory=list)
-    stack: list[_Frame] = field(default_factory=list)
-    busy: bool = False  # inside the extra call that computes weights: record nothing
-    root: str = "attention"  # the name of calls made outside any module's forward (e.g. a decode_step method)
-
-    def frame(self) -> _Frame | None:
-        return self.stack[-1] if self.stack else None
-
-
 def _layer_of(name: str) -> int | None:
     numbers = re.findall(r"(?:^|\.)(\d+)(?=\.|$)", name)
     return int(numbers[-1]) if numbers else None
 
 
-def _attention_frame(rec: _Recorder) -> _Frame | None:
-    """The innermost frame of a qkv attention module, else the innermost frame of any module."""
-    from .layers import Attention, AttentionPooling, MultiHeadAttention, SelfAttention
-    from .vision import NonLocal
-
-    for f in reversed(rec.stack):
-        if isinstance(f.module, (MultiHeadAttention, Attention, SelfAttention, AttentionPooling, NonLocal)):
-            return f
-    return rec.frame()
+def _declares(module: nn.Module) -> bool:
+    """Whether a module says what attention it computes (``attention_kind``, None meaning: it depends on the call)."""
+    return hasattr(module, "attention_kind")
 
 
-def _kind(frame: _Frame | None, same: bool, tq: int, tk: int) -> str:
-    """self / cross / pooling, from the module that called, else from the call (``same``: queries are keys)."""
-    from .layers import AttentionPooling, MultiHeadAttention, SelfAttention
-    from .vision import NonLocal
-
-    module = None if frame is None else frame.module
-    if isinstance(module, AttentionPooling):
-        return "pooling"
-    if isinstance(module, (SelfAttention, NonLocal)):
-        return "self"
-    if isinstance(module, MultiHeadAttention):  # called as mha(query, key=None, ...), positionally or by name
-        query_in = frame.kwargs.get("query", frame.inputs[0] if frame.inputs else None)
-        key_in = frame.kwargs.get("key", frame.inputs[1] if len(frame.inputs) > 1 else None)
-        return "self" if key_in is None or key_in is query_in else "cross"
-    # a function call in a module of the user's: self when the queries and keys are one sequence
-    if same:
-        return "self"
-    one_input = frame is not None and len(frame.inputs) == 1 and not frame.kwargs.get("memory")
-    return "self" if one_input and tq == tk else "cross"
-
-
-def _grid(frame: _Frame | None) -> tuple[tuple[int, int], tuple[int, int]] | None:
-    from .vision import NonLocal
-
-    if frame is None or not isinstance(frame.module, NonLocal) or not frame.inputs:
-        return None
-    h, w = frame.inputs[0].shape[-2:]
-    keys = (h // 2, w // 2) if frame.module.subsample else (h, w)
-    return (int(h), int(w)), (int(keys[0]), int(keys[1]))
+def _inferred_kind(frame: _Frame) -> str:
+    """self / cross for a module whose kind depends on the call, ``forward(query, key=None, ...)``: self when no
+    key is given or the key is the query (by position or by name)."""
+    query_in = frame.kwargs.get("query", frame.inputs[0] if frame.inputs else None)
+    key_in = frame.kwargs.get("key", frame.inputs[1] if len(frame.inputs) > 1 else None)
+    return "self" if key_in is None or key_in is query_in else "cross"
 
 
 def _as_heads(weights: Tensor) -> Tensor:
@@ -154,55 +120,77 @@ def _as_heads(weights: Tensor) -> Tensor:
     return w.reshape(w.shape[0], -1, *w.shape[-2:])
 
 
-def record_call(fn: Callable[..., Any], query: Tensor, key: Tensor, value: Tensor, kwargs: dict[str, Any]) -> Any:
-    """Run ``fn(query, key, value, **kwargs)`` (:func:`qkv.attention`) unchanged and record its weights."""
-    rec = ACTIVE
-    assert rec is not None
-    rec.busy = True
-    try:
+@dataclass
+class _Recorder:
+    """The observer of :mod:`qkv.hooks` that :func:`capture_attention` subscribes; the frames are the modules whose
+    ``forward`` is running, innermost last."""
+
+    records: list[AttentionRecord] = field(default_factory=list)
+    stack: list[_Frame] = field(default_factory=list)
+    root: str = "attention"  # the name of calls made outside any module's forward (e.g. a decode_step method)
+
+    def frame(self) -> _Frame | None:
+        return self.stack[-1] if self.stack else None
+
+    def declaring(self) -> _Frame | None:
+        """The innermost frame of a module that declares ``attention_kind``."""
+        return next((f for f in reversed(self.stack) if _declares(f.module)), None)
+
+    # ------------------------------------------------------------------------------------- hooks.Observer
+    def on_call(self, fn: Callable[..., Any], query: Tensor, key: Tensor, value: Tensor,
+                kwargs: dict[str, Any]) -> Any:
+        """Run ``fn(query, key, value, **kwargs)`` (:func:`qkv.attention`) unchanged and record its weights."""
         result = fn(query, key, value, **kwargs)
         if kwargs.get("return_weights"):
             weights = result[1]
         else:
             with torch.no_grad():
                 _, weights = fn(query, key, value, **{**kwargs, "return_weights": True, "dropout": 0.0})
-    finally:
-        rec.busy = False
-    _append(rec, weights, query is key, bool(kwargs.get("is_causal")))
-    return result
+        self._append(weights, query is key, bool(kwargs.get("is_causal")))
+        return result
 
+    def on_weights(self, weights: Tensor) -> None:
+        self._append(weights, False, False)
 
-def _append(rec: _Recorder, weights: Tensor, same: bool, is_causal: bool) -> None:
-    frame = _attention_frame(rec)
-    name = frame.name if frame is not None else rec.root
-    module = type(frame.module).__name__ if frame is not None else "function"
-    kind = _kind(frame, same, weights.shape[-2], weights.shape[-1])
-    causal = is_causal or bool(frame is not None and frame.kwargs.get("is_causal"))
-    rec.records.append(AttentionRecord(name, module, kind, _layer_of(name), _as_heads(weights), causal=causal,
-                                       grid=_grid(frame)))
+    def on_map(self, kind: str, weights: Tensor) -> None:
+        frame = self.frame()
+        name = frame.name if frame is not None else kind
+        w = weights.detach().float().cpu()
+        if kind == "spatial":
+            w = w.reshape(w.shape[0], *w.shape[-2:])  # (B, 1, H, W) -> (B, H, W)
+        elif w.dim() == 4:
+            w = w.flatten(1)  # (B, C, 1, 1) -> (B, C); SK's (B, M, C) stays
+        module = type(frame.module).__name__ if frame is not None else kind
+        self.records.append(AttentionRecord(name, module, kind, _layer_of(name), w))
 
+    # -----------------------------------------------------------------------------------------------------
+    def _kind(self, frame: _Frame | None, owner: _Frame | None, same: bool, tq: int, tk: int) -> str:
+        """From the nearest module that declares its kind; else from the call (``same``: queries are keys)."""
+        if owner is not None:
+            kind = owner.module.attention_kind
+            if kind is not None:
+                if kind not in KINDS:
+                    raise ValueError(f"{type(owner.module).__name__}.attention_kind must be one of {KINDS} or None, "
+                                     f"got {kind!r}")
+                return kind
+            return _inferred_kind(owner)
+        # a function call in a module of the user's: self when the queries and keys are one sequence
+        if same:
+            return "self"
+        one_input = frame is not None and len(frame.inputs) == 1 and not frame.kwargs.get("memory")
+        return "self" if one_input and tq == tk else "cross"
 
-def record_weights(weights: Tensor) -> None:
-    """Record the weights given to :func:`qkv.functional.weighted_sum` by a model that runs the stages itself."""
-    rec = ACTIVE
-    if rec is not None and not rec.busy:
-        _append(rec, weights, False, False)
-
-
-def record_map(kind: str, weights: Tensor) -> None:
-    """Record a vision block's map (``channel`` ``(B, C, 1, 1)`` / ``(B, M, C)``, ``spatial`` ``(B, 1, H, W)``)."""
-    rec = ACTIVE
-    if rec is None or rec.busy:
-        return
-    frame = rec.frame()
-    name = frame.name if frame is not None else kind
-    w = weights.detach().float().cpu()
-    if kind == "spatial":
-        w = w.reshape(w.shape[0], *w.shape[-2:])  # (B, 1, H, W) -> (B, H, W)
-    elif w.dim() == 4:
-        w = w.flatten(1)  # (B, C, 1, 1) -> (B, C); SK's (B, M, C) stays
-    module = type(frame.module).__name__ if frame is not None else kind
-    rec.records.append(AttentionRecord(name, module, kind, _layer_of(name), w))
+    def _append(self, weights: Tensor, same: bool, is_causal: bool) -> None:
+        frame, owner = self.frame(), self.declaring()
+        name = frame.name if frame is not None else self.root
+        module = type(frame.module).__name__ if frame is not None else "function"
+        kind = self._kind(frame, owner, same, weights.shape[-2], weights.shape[-1])
+        causal = is_causal or any(f is not None and bool(f.kwargs.get("is_causal")) for f in (frame, owner))
+        grid = None
+        if owner is not None and owner.inputs and hasattr(owner.module, "attention_grid"):
+            grid = owner.module.attention_grid(*owner.inputs, **owner.kwargs)
+        self.records.append(AttentionRecord(name, module, kind, _layer_of(name), _as_heads(weights), causal=causal,
+                                            grid=grid))
 
 
 def _join(records: list[AttentionRecord]) -> list[AttentionRecord]:
@@ -240,7 +228,7 @@ def capture_attention(model: nn.Module, *, join_steps: bool = True) -> Iterator[
     global ACTIVE
     if not isinstance(model, nn.Module):
         raise TypeError(f"capture_attention needs an nn.Module, got {type(model).__name__}")
-    if ACTIVE is not None:
+    if ACTIVE is not None or hooks.observer() is not None:
         raise RuntimeError("capture_attention is already active; captures do not nest")
     rec = _Recorder(root=type(model).__name__)
     handles = []
@@ -258,11 +246,13 @@ def capture_attention(model: nn.Module, *, join_steps: bool = True) -> Iterator[
         handles.append(module.register_forward_pre_hook(enter(name), with_kwargs=True))
         handles.append(module.register_forward_hook(leave, with_kwargs=True, always_call=True))
     result: list[AttentionRecord] = []
+    hooks.subscribe(rec)
     ACTIVE = rec
     try:
         yield result
     finally:
         ACTIVE = None
+        hooks.unsubscribe(rec)
         for h in handles:
             h.remove()
         result.extend(_join(rec.records) if join_steps else rec.records)

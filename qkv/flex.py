@@ -13,10 +13,19 @@
 When ``torch.compile`` cannot build the kernel (no C++ compiler, an unsupported device) the reference path is used
 and the reason is logged once (:mod:`qkv.compiled`; ``QKV_NO_COMPILE=1`` turns it off). Fully masked rows give zero
 weights and a zero output on both paths.
+
+A user's modifier is checked once, on the reference path's index tensors (a few positions of each axis), before
+anything is compiled: one that raises, returns the wrong dtype or the wrong shape is a ``ValueError`` naming it. One
+that passes but cannot be compiled (FlexAttention traces it: no ``.item()``, no Python branches on tensors) runs on
+the reference path, said once, naming it; compiled kernels stay on for everything else. Only a failure with qkv's
+own modifiers turns them off.
 """
 
 from __future__ import annotations
 
+import contextlib
+import logging
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable
 
@@ -24,7 +33,11 @@ import torch
 from torch import Tensor
 
 from . import compiled
-from .mods import MaskMod, ScoreMod, and_masks, causal, offset, uses
+from .mods import MaskMod, ScoreMod, and_masks, causal, is_builtin, offset, uses
+from .normalize import softmax
+from .paths.common import finish, masked_normalize, needs_grad, scaled_scores, zero_unseen_keys
+
+logger = logging.getLogger(__name__)
 
 __all__ = ["attention_with_mods", "fused_available", "FUSED_MIN_SIZE"]
 
@@ -32,6 +45,8 @@ __all__ = ["attention_with_mods", "fused_available", "FUSED_MIN_SIZE"]
 FUSED_MIN_SIZE = 128 * 128
 
 _block_masks: OrderedDict = OrderedDict()
+_checked: weakref.WeakSet = weakref.WeakSet()  # user modifiers whose output was checked
+_eager_only: weakref.WeakSet = weakref.WeakSet()  # user modifiers FlexAttention could not compile
 
 
 def fused_available(device: torch.device | str = "cpu") -> bool:
@@ -100,16 +115,13 @@ def attention_with_mods(query: Tensor, key: Tensor, value: Tensor, *, sc, score_
                         key_prepared: bool, impl: str):
     """The body of :func:`qkv.attention` with modifiers (inputs already checked; ``allowed``/``bias`` from the
     mask, ``is_causal`` not yet folded in)."""
-    from .functional import _finish, _normalize, _scores, _zero_unseen_keys
-    from .normalize import softmax
-
     for name, fn in (("score_mod", score_mod), ("mask_mod", mask_mod)):
         if fn is not None and not callable(fn):
             raise ValueError(f"{name} must be a function (see qkv.mods), got {type(fn).__name__}")
     if q_offset < 0:
         raise ValueError(f"q_offset must be >= 0, got {q_offset}")
     if allowed is not None:  # keys no query may see: zeroed when they could hold NaN/inf (as the plain path)
-        key, value = _zero_unseen_keys(allowed, key, value, query.shape[-1])
+        key, value = zero_unseen_keys(allowed, key, value, query.shape[-1])
     q4, k4, v4 = _as_4d(query), _as_4d(key), _as_4d(value)
     b = max(q4.shape[0], k4.shape[0], v4.shape[0])
     h = max(q4.shape[1], k4.shape[1], v4.shape[1])
@@ -127,31 +139,29 @@ def attention_with_mods(query: Tensor, key: Tensor, value: Tensor, *, sc, score_
     fused = (impl == "auto" and pair is not None and normalizer is softmax and dropout == 0.0 and not return_weights
              and bias is None and (allowed is None or padding is not None) and tq * tk >= FUSED_MIN_SIZE
              and query.dtype in ((torch.float32,) if cpu else (torch.float32, torch.bfloat16, torch.float16))
-             and not (cpu and _needs_grad(query, key, value, score_mod, mask_mod)) and fused_available(query.device))
+             and not (cpu and needs_grad(query, key, value, score_mod, mask_mod))
+             and not any(m in _eager_only for m in _user_mods(score_mod, mask_mod)) and fused_available(query.device))
     if fused:
+        _check_mods(score_mod, smod, mask_mod, mmod, b, h, tq, tk, query)
         result = _fused(pair, v4, b, h, tq, tk, smod, mmod, padding, sc, query, key, scale, (score_mod, mask_mod,
                                                                                             q_offset, is_causal))
         if result is not None:
             return _from_4d(result, ndim)
 
     # reference: explicit scores, modifiers on broadcast indices
-    scores = _scores(sc, query, key, scale, key_prepared)
+    scores = scaled_scores(sc, query, key, scale, key_prepared)
     s4 = base = _as_4d(scores)
     bi, hi, qi, ki = _indices(s4.shape[0], s4.shape[1], tq, tk, scores.device)
     if smod is not None:
-        s4 = smod(s4, bi, hi, qi, ki)
-        if s4.shape[-2:] != (tq, tk):
-            raise ValueError(f"score_mod returned {tuple(s4.shape)}; it must keep the scores' shape")
+        s4 = _call_score_mod(score_mod, smod, s4, bi, hi, qi, ki)
     keep = None if allowed is None else _as_4d(allowed)
     if mmod is not None:
-        m = mmod(bi, hi, qi, ki)
-        if not isinstance(m, Tensor) or m.dtype != torch.bool:
-            raise ValueError("mask_mod must return a boolean tensor (True = may attend)")
+        m = _call_mask_mod(mask_mod, mmod, bi, hi, qi, ki, s4.shape)
         keep = m if keep is None else keep & m
     # the scores are ours to overwrite when the core made them (dot family) or a modifier returned new ones
     own = pair is not None if s4 is base else (s4.shape == base.shape and s4._base is None)
-    weights = _normalize(s4, keep, None if bias is None else _as_4d(bias), normalizer, inplace=own)
-    result = _finish(weights.to(query.dtype), v4, dropout, return_weights)
+    weights = masked_normalize(s4, keep, None if bias is None else _as_4d(bias), normalizer, inplace=own)
+    result = finish(weights.to(query.dtype), v4, dropout, return_weights)
     if return_weights:
         return _from_4d(result[0], ndim), _from_4d(result[1], ndim)
     return _from_4d(result, ndim)
@@ -166,20 +176,96 @@ def _from_4d(t: Tensor, ndim: int) -> Tensor:
     return t
 
 
-def _needs_grad(*things) -> bool:
-    """Whether a backward pass may go through this call (FlexAttention has none on the CPU): inputs, or learned
-    modifiers (a module such as T5's bias), that require gradients."""
-    if not torch.is_grad_enabled():
-        return False
-    for t in things:
-        if isinstance(t, Tensor) and t.requires_grad:
-            return True
-        if isinstance(t, torch.nn.Module) and any(p.requires_grad for p in t.parameters()):
-            return True
-    return False
+def _name(mod: Callable) -> str:
+    return getattr(mod, "__qualname__", None) or getattr(mod, "__name__", None) or type(mod).__name__
 
 
-def _fused(pair, v4, b, h, tq, tk, smod, mmod, padding, sc, query, key, scale, cache_key):
+def _indexes(b: int, h: int, tq: int, tk: int) -> str:
+    return f"b {(b, 1, 1, 1)}, h {(1, h, 1, 1)}, q_idx {(1, 1, tq, 1)}, kv_idx {(1, 1, 1, tk)}"
+
+
+def _call_score_mod(user: Callable, smod: Callable, s4: Tensor, bi, hi, qi, ki) -> Tensor:
+    """``smod`` (the user's ``score_mod``, shifted) on the scores; ``ValueError`` naming it if it fails or returns
+    anything but floating scores of the same shape."""
+    try:
+        out = smod(s4, bi, hi, qi, ki)
+    except Exception as e:  # noqa: BLE001 - the user's function: say whose error it is
+        raise ValueError(f"score_mod {_name(user)} failed on scores {tuple(s4.shape)} and index tensors "
+                         f"{_indexes(bi.shape[0], hi.shape[1], qi.shape[2], ki.shape[3])}: "
+                         f"{type(e).__name__}: {e}") from e
+    if not isinstance(out, Tensor) or not out.dtype.is_floating_point or out.shape != s4.shape:
+        got = f"{out.dtype} {tuple(out.shape)}" if isinstance(out, Tensor) else type(out).__name__
+        raise ValueError(f"score_mod {_name(user)} returned {got} for scores {s4.dtype} {tuple(s4.shape)}; it must "
+                         "keep the scores' shape and return floating scores")
+    return out
+
+
+def _call_mask_mod(user: Callable, mmod: Callable, bi, hi, qi, ki, shape) -> Tensor:
+    """``mmod`` (the user's ``mask_mod``, shifted) on the index tensors; ``ValueError`` naming it if it fails or does
+    not return a boolean tensor that broadcasts to ``shape``."""
+    try:
+        out = mmod(bi, hi, qi, ki)
+    except Exception as e:  # noqa: BLE001 - the user's function: say whose error it is
+        raise ValueError(f"mask_mod {_name(user)} failed on index tensors "
+                         f"{_indexes(bi.shape[0], hi.shape[1], qi.shape[2], ki.shape[3])}: "
+                         f"{type(e).__name__}: {e}") from e
+    ok = isinstance(out, Tensor) and out.dtype == torch.bool and out.dim() <= 4
+    if ok:
+        try:
+            ok = torch.broadcast_shapes(out.shape, shape) == tuple(shape)
+        except RuntimeError:
+            ok = False
+    if not ok:
+        got = f"{out.dtype} {tuple(out.shape)}" if isinstance(out, Tensor) else type(out).__name__
+        raise ValueError(f"mask_mod {_name(user)} returned {got} for index tensors "
+                         f"{_indexes(bi.shape[0], hi.shape[1], qi.shape[2], ki.shape[3])}; it must return a "
+                         f"boolean tensor (True = may attend) that broadcasts to {tuple(shape)}")
+    return out
+
+
+def _user_mods(*mods: Callable | None) -> list[Callable]:
+    return [m for m in mods if m is not None and not is_builtin(m)]
+
+
+def _check_mods(score_mod, smod, mask_mod, mmod, b: int, h: int, tq: int, tk: int, query: Tensor) -> None:
+    """Run the user's modifiers once on a corner of the reference path's index tensors (at most 2 of each axis)
+    before they are compiled: an error of theirs is a ``ValueError`` naming them, never a compilation failure."""
+    todo = [m for m in _user_mods(score_mod, mask_mod) if m not in _checked]
+    if not todo:
+        return
+    nb, nh, nq, nk = min(b, 2), min(h, 2), min(tq, 2), min(tk, 2)
+    bi, hi, qi, ki = _indices(nb, nh, nq, nk, query.device)
+    with torch.no_grad():
+        if score_mod is not None and score_mod in todo:
+            _call_score_mod(score_mod, smod, torch.zeros(nb, nh, nq, nk, dtype=query.dtype, device=query.device),
+                            bi, hi, qi, ki)
+        if mask_mod is not None and mask_mod in todo:
+            _call_mask_mod(mask_mod, mmod, bi, hi, qi, ki, (nb, nh, nq, nk))
+    for m in todo:
+        with contextlib.suppress(TypeError):  # not weakly referable: checked again next time
+            _checked.add(m)
+
+
+def _fused_failed(error: BaseException, score_mod, mask_mod) -> None:
+    """A failure of the fused path: the user's modifier's if there is one (it runs on the reference path from now
+    on, said once), else the compiler's (compiled kernels off, said once)."""
+    users = _user_mods(score_mod, mask_mod)
+    if not users or torch.compiler.is_compiling():
+        compiled.failed(error, "attention with score_mod/mask_mod")
+        return
+    first = str(error).strip().splitlines()[0] if str(error).strip() else ""
+    for m in users:
+        with contextlib.suppress(TypeError):  # not weakly referable: tried again next time
+            _eager_only.add(m)
+    logger.warning("qkv: FlexAttention could not compile %s (%s: %s); it runs on the reference path (compiled "
+                   "kernels stay on for everything else)", " and ".join(_name(m) for m in users),
+                   type(error).__name__, first)
+
+
+def _fused(pair, v4, b, h, tq, tk, smod, mmod, padding, sc, query, key, scale, mods):
+    """FlexAttention's fused kernel, or None when it failed (said once). ``mods``: ``(score_mod, mask_mod, q_offset,
+    is_causal)`` as given, which key the cached block masks."""
+    cache_key = mods
     q, k = _as_4d(pair[0]), _as_4d(pair[1])
     # contiguous (B, H, T, D): inductor's CPU template reads the layout of its inputs (a view fails inside a
     # caller's torch.compile)
@@ -199,5 +285,5 @@ def _fused(pair, v4, b, h, tq, tk, smod, mmod, padding, sc, query, key, scale, c
         with compiled.recompiles():
             return _flex()(q, k, v, score_mod=smod, block_mask=block_mask, scale=factor)
     except Exception as e:  # noqa: BLE001 - any failure to compile or run: the reference path, said once
-        compiled.failed(e, "attention with score_mod/mask_mod")
+        _fused_failed(e, mods[0], mods[1])
         return None

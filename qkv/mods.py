@@ -32,7 +32,7 @@ from torch import Tensor, nn
 
 __all__ = ["ScoreMod", "MaskMod", "uses", "alibi", "alibi_slopes", "RelativePositionBias", "relative_position_bias",
            "softcap", "causal", "sliding_window", "document", "prefix_lm", "and_masks", "or_masks", "chain",
-           "offset"]
+           "offset", "is_builtin"]
 
 ScoreMod = Callable[[Tensor, Tensor, Tensor, Tensor, Tensor], Tensor]
 MaskMod = Callable[[Tensor, Tensor, Tensor, Tensor], Tensor]
@@ -47,6 +47,21 @@ def uses(mod: Callable) -> frozenset[str]:
 def _uses(mod: Callable, *axes: str) -> Callable:
     mod.qkv_uses = frozenset(axes)
     return mod
+
+
+def _parts(mod: Callable, parts) -> Callable:
+    mod.qkv_parts = tuple(parts)  # the modifiers a combination is made of (see is_builtin)
+    return mod
+
+
+def is_builtin(mod: Callable) -> bool:
+    """Whether ``mod`` is one of the modifiers made here, or a combination of such only: a failure to compile it is
+    the compiler's, never a user's error (:mod:`qkv.flex`)."""
+    if isinstance(mod, RelativePositionBias):
+        return True
+    if getattr(mod, "__module__", None) != __name__:
+        return False
+    return all(is_builtin(p) for p in getattr(mod, "qkv_parts", ()))
 
 
 def alibi_slopes(num_heads: int) -> Tensor:
@@ -199,7 +214,7 @@ def _combine(mods: tuple[MaskMod, ...], op: Callable[[Tensor, Tensor], Tensor], 
             out = op(out, m(b, h, q_idx, kv_idx))
         return out
 
-    return _uses(combined, *frozenset().union(*(uses(m) for m in mods)))
+    return _parts(_uses(combined, *frozenset().union(*(uses(m) for m in mods))), mods)
 
 
 def and_masks(*mods: MaskMod) -> MaskMod:
@@ -222,7 +237,7 @@ def chain(*mods: ScoreMod) -> ScoreMod:
             score = m(score, b, h, q_idx, kv_idx)
         return score
 
-    return chained
+    return _parts(chained, mods)
 
 
 def offset(mod: Callable, by: int | Tensor, *, score: bool) -> Callable:
@@ -233,8 +248,8 @@ def offset(mod: Callable, by: int | Tensor, *, score: bool) -> Callable:
     if score:
         def shifted_score(s, b, h, q_idx, kv_idx):
             return mod(s, b, h, q_idx + by_t.to(q_idx.device), kv_idx)
-        return shifted_score
+        return _parts(shifted_score, (mod,))
 
     def shifted_mask(b, h, q_idx, kv_idx):
         return mod(b, h, q_idx + by_t.to(q_idx.device), kv_idx)
-    return _uses(shifted_mask, *uses(mod))
+    return _parts(_uses(shifted_mask, *uses(mod)), (mod,))

@@ -9,10 +9,8 @@ Two families, which decide the fast path the core can take:
   hands them to :func:`torch.nn.functional.scaled_dot_product_attention`.
 - **Pairwise family** (``Additive``, ``MLP``): a small network applied to every ``(q, k)`` pair. The
   textbook formula materialises a ``(..., Tq, Tk, hidden)`` tensor; here it is computed in tiles whose
-  size is bounded by ``max_elements``, and each tile is recomputed in the backward pass instead of stored
-  (activation checkpointing), so memory stays bounded in training too. Where ``torch.compile`` works, a large
-  tile of ``Additive`` (or of a one-layer ``MLP``) is one fused kernel, ``sum_h w_h act(qp_h + kp_h)``, that never
-  holds the ``(cq, ck, hidden)`` tile, forward or backward (:data:`FUSED_MIN_ELEMENTS`; :mod:`qkv.compiled`).
+  size is bounded by ``max_elements``, checkpointed in training and fused by the compiler where it can
+  (:mod:`qkv.tiling`: this module defines the scores, that one how they are computed under a memory bound).
 
 Parameter-free scores have names (``dot``, ``scaled_dot``, ``cosine``); parametric ones are modules
 built with their sizes, e.g. ``Additive(query_dim, key_dim, hidden_dim)``. Any callable
@@ -32,7 +30,9 @@ from collections.abc import Callable, Iterator, Sequence
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
-from torch.utils.checkpoint import checkpoint
+
+from . import tiling
+from .tiling import ACTIVATIONS, DEFAULT_MAX_ELEMENTS, FUSED_MIN_ELEMENTS  # noqa: F401 - (names kept here too)
 
 __all__ = [
     "Score",
@@ -48,24 +48,6 @@ __all__ = [
     "get_score",
     "create_score",
 ]
-
-# Default tile bound of the pairwise scores: 2**24 elements of the (..., Tq, Tk, hidden) tensor per tile
-# (64 MiB in float32).
-DEFAULT_MAX_ELEMENTS = 1 << 24
-#: pairwise tiles of at least this many ``(query, key, hidden)`` elements use the compiled fused kernel (smaller
-#: ones are cheaper eager than the first compilation)
-FUSED_MIN_ELEMENTS = 1 << 20
-
-#: elementwise activations the fused kernel knows, by module class name
-_ACTS = {"Tanh": torch.tanh, "ReLU": torch.relu, "GELU": F.gelu, "SiLU": F.silu, "Sigmoid": torch.sigmoid}
-
-
-def _pair_kernel(qp: Tensor, kp: Tensor, w: Tensor, b: Tensor | None, act: str) -> Tensor:
-    """``sum_h w_h act(qp[..., i, h] + kp[..., j, h]) (+ b)``: ``(..., cq, H)``, ``(..., ck, H)`` -> ``(..., cq, ck)``.
-    Compiled, the broadcast sum, the activation and the reduction are one loop: no ``(cq, ck, H)`` tensor."""
-    s = (_ACTS[act](qp[..., :, None, :] + kp[..., None, :, :]) * w).sum(-1)
-    return s if b is None else s + b
-
 
 class Score(nn.Module):
     """Base class of scores: ``forward(query, key) -> (..., Tq, Tk)`` raw (unscaled) scores."""
@@ -225,13 +207,8 @@ class PairwiseScore(Score):
         return self.pair(h)
 
     def tile_sizes(self, query: Tensor, key: Tensor) -> tuple[int, int]:
-        """``(cq, ck)``: query and key rows per tile under ``max_elements`` (at least 1 each, even for empty axes)."""
-        tq, tk = query.shape[-2], key.shape[-2]
-        lead = math.prod(torch.broadcast_shapes(query.shape[:-2], key.shape[:-2]))
-        per_pair = max(1, lead * self.hidden_dim)
-        ck = max(1, min(tk, self.max_elements // (per_pair * max(tq, 1))))
-        cq = max(1, min(tq, self.max_elements // (per_pair * ck)))
-        return cq, ck
+        """``(cq, ck)``: query and key rows per tile under ``max_elements`` (:func:`qkv.tiling.tile_sizes`)."""
+        return tiling.tile_sizes(self, query, key)
 
     def fused_form(self) -> tuple[Tensor, Tensor | None, str] | None:
         """``(w, b, act)`` when ``pair(h) = sum_h w_h act(h) + b`` (one elementwise layer, then a dot product):
@@ -240,64 +217,12 @@ class PairwiseScore(Score):
 
     def tiles(self, query: Tensor, key: Tensor, *, key_prepared: bool = False
               ) -> Iterator[tuple[slice, slice, Tensor]]:
-        """Yield ``(query_rows, key_rows, scores)`` tile by tile, never holding more than one tile."""
-        qp, kp = self.query_proj(query), key if key_prepared else self.key_proj(key)
-        cq, ck = self.tile_sizes(query, key)
-        tq, tk = qp.shape[-2], kp.shape[-2]
-        lead = math.prod(torch.broadcast_shapes(query.shape[:-2], key.shape[:-2]))
-        fused = self._fused(qp, lead * min(cq, tq) * min(ck, tk) * self.hidden_dim)
-        remat = torch.is_grad_enabled() and (cq < tq or ck < tk) and fused is None
-        for i in range(0, tq, cq):
-            qi = slice(i, min(i + cq, tq))
-            for j in range(0, tk, ck):
-                kj = slice(j, min(j + ck, tk))
-                s = None
-                if fused is not None:
-                    s = self._fused_tile(fused, qp[..., qi, :], kp[..., kj, :])
-                    fused = fused if s is not None else None
-                if s is None and remat:
-                    s = checkpoint(self._tile, qp[..., qi, :], kp[..., kj, :], use_reentrant=False)
-                elif s is None:
-                    s = self._tile(qp[..., qi, :], kp[..., kj, :])
-                yield qi, kj, s
-
-    def _tile(self, qp: Tensor, kp: Tensor) -> Tensor:
-        return self.pair(qp[..., :, None, :] + kp[..., None, :, :])
-
-    def _fused(self, qp: Tensor, elements: int) -> tuple[Tensor, Tensor | None, str] | None:
-        """The fused form, when a tile this large should use the compiled kernel."""
-        from . import compiled
-
-        if elements < FUSED_MIN_ELEMENTS or not compiled.available(qp.device) or qp.dtype == torch.float16:
-            return None
-        return self.fused_form()
-
-    def _fused_tile(self, form, qp: Tensor, kp: Tensor) -> Tensor | None:
-        """One tile by the compiled kernel (its backward recomputes the activation: no checkpoint needed), or
-        None when compiling failed (then the eager tiles run, and it is logged once)."""
-        from . import compiled
-
-        w, b, act = form
-        try:
-            with compiled.recompiles():
-                return compiled.kernel(_pair_kernel, dynamic=True)(qp, kp, w, b, act)
-        except Exception as e:  # noqa: BLE001 - no compiler, unsupported dtype...: the eager tiles
-            compiled.failed(e, f"the {type(self).__name__} score")
-            return None
+        """Yield ``(query_rows, key_rows, scores)`` tile by tile, never holding more than one tile
+        (:func:`qkv.tiling.tiles`)."""
+        return tiling.tiles(self, query, key, key_prepared=key_prepared)
 
     def forward(self, query, key, *, key_prepared=False):
-        tq, tk = query.shape[-2], key.shape[-2]
-        cq, ck = self.tile_sizes(query, key)
-        one = (cq >= tq and ck >= tk) or tq == 0 or tk == 0  # one tile (an empty one holds no elements)
-        if one and (tq * tk * self.hidden_dim < FUSED_MIN_ELEMENTS or self.fused_form() is None):
-            return self._tile(self.query_proj(query), key if key_prepared else self.key_proj(key))
-        rows, row = [], []
-        for _, kj, s in self.tiles(query, key, key_prepared=key_prepared):
-            row.append(s)
-            if kj.stop == tk:
-                rows.append(torch.cat(row, dim=-1))
-                row = []
-        return torch.cat(rows, dim=-2)
+        return tiling.tiled_scores(self, query, key, key_prepared=key_prepared)
 
 
 class Additive(PairwiseScore):
@@ -350,7 +275,7 @@ class MLP(PairwiseScore):
         return self.head(hidden).squeeze(-1)
 
     def fused_form(self):
-        if len(self.head) != 2 or type(self.head[0]).__name__ not in _ACTS:  # more than one hidden layer
+        if len(self.head) != 2 or type(self.head[0]).__name__ not in ACTIVATIONS:  # more than one hidden layer
             return None
         act, out = self.head
         if isinstance(act, nn.GELU) and act.approximate != "none":

@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 import qkv
-from qkv import compiled, mods, scores
+from qkv import compiled, mods, tiling
 from qkv.scores import MLP, Additive
 
 pytestmark = [pytest.mark.skipif(not compiled.available(), reason="torch.compile is not available here"),
@@ -18,7 +18,7 @@ pytestmark = [pytest.mark.skipif(not compiled.available(), reason="torch.compile
 @pytest.fixture
 def small_tiles(monkeypatch):
     """Fused tiles from any size, tiles of at most 4096 elements: several tiles per call on small inputs."""
-    monkeypatch.setattr(scores, "FUSED_MIN_ELEMENTS", 1)
+    monkeypatch.setattr(tiling, "FUSED_MIN_ELEMENTS", 1)
 
 
 def eager(monkeypatch):

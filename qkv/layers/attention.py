@@ -36,6 +36,8 @@ class Attention(nn.Module):
         >>> out, w = att(torch.randn(2, 3, 8), torch.randn(2, 5, 6), return_weights=True)
     """
 
+    attention_kind = None  #: self or cross, from the call (key is query or not)
+
     def __init__(self, score: str | Score | Callable = "scaled_dot", *, normalize: str | Callable = "softmax",
                  dropout: float = 0.0, scale: float | None = None, query_dim: int | None = None,
                  key_dim: int | None = None, hidden_dim: int | None = None, device=None, dtype=None):
@@ -70,6 +72,8 @@ class SelfAttention(nn.Module):
             dot product).
         dropout: on the weights, in training only.
     """
+
+    attention_kind = "self"  #: what qkv.capture_attention records
 
     def __init__(self, in_dim: int, qk_dim: int, v_dim: int | None = None, *, bias: bool = True,
                  scale: float | None = None, dropout: float = 0.0, device=None, dtype=None):

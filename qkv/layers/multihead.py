@@ -76,6 +76,8 @@ class MultiHeadAttention(nn.Module):
         >>> out, w = mha(x, is_causal=True, return_weights=True)   # w: (2, 10, 10), averaged over heads
     """
 
+    attention_kind = None  #: self or cross, from the call (no key, or the query as key: self)
+
     def __init__(self, dim: int, num_heads: int, *, kv_heads: int | None = None, kdim: int | None = None,
                  vdim: int | None = None, bias: bool = True, dropout: float = 0.0,
                  score: str | Score | Callable = "scaled_dot", normalize: str | Callable = "softmax",

@@ -30,6 +30,8 @@ class AttentionPooling(nn.Module):
         dropout: on the weights, in training only.
     """
 
+    attention_kind = "pooling"  #: learned queries over a sequence
+
     def __init__(self, dim: int, hidden_dim: int | None = None, *, num_queries: int = 1,
                  score: str | Score | Callable = "dot", bias: bool = True, dropout: float = 0.0,
                  device=None, dtype=None):

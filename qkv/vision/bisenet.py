@@ -18,7 +18,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from .. import capture
+from .. import hooks
 from ._common import LayerLike, check_input, check_positive, global_avg_pool, make_layer, reduced_channels
 from .squeeze_excite import scale_channels
 
@@ -35,6 +35,8 @@ class AttentionRefinement(nn.Module):
     Shapes: ``x (B, C, H, W) -> (B, C, H, W)``; attention ``(B, C, 1, 1)``.
     """
 
+    attention_kind = "channel"  #: what qkv.capture_attention records
+
     def __init__(self, channels: int, *, gate_layer: LayerLike = nn.Sigmoid,
                  norm_layer: type[nn.Module] | None = nn.BatchNorm2d, bias: bool | None = None,
                  device=None, dtype=None):
@@ -50,8 +52,8 @@ class AttentionRefinement(nn.Module):
     def forward(self, x: Tensor, *, return_attention: bool = False) -> Tensor | tuple[Tensor, Tensor]:
         check_input(x, self.channels, type(self).__name__)
         weights = self.gate(self.norm(self.conv(global_avg_pool(x))))
-        if capture.ACTIVE is not None:
-            capture.record_map("channel", weights)
+        if hooks.active():
+            hooks.report_map("channel", weights)
         out = scale_channels(x, weights)
         return (out, weights) if return_attention else out
 
@@ -68,6 +70,8 @@ class FeatureFusion(nn.Module):
     Shapes: ``*features (B, C_i, H, W)`` with ``sum C_i = channels`` -> ``(B, out_channels, H, W)``;
     attention ``(B, out_channels, 1, 1)``.
     """
+
+    attention_kind = "channel"  #: what qkv.capture_attention records
 
     def __init__(self, channels: int, out_channels: int | None = None, *, kernel_size: int = 1,
                  reduction: int = 1, act_layer: LayerLike = nn.ReLU, gate_layer: LayerLike = nn.Sigmoid,
@@ -97,7 +101,7 @@ class FeatureFusion(nn.Module):
         check_input(x, self.channels, f"FeatureFusion (inputs {shapes})")
         u = self.fuse(x)
         weights = self.attn(global_avg_pool(u))
-        if capture.ACTIVE is not None:
-            capture.record_map("channel", weights)
+        if hooks.active():
+            hooks.report_map("channel", weights)
         out = u + scale_channels(u, weights)
         return (out, weights) if return_attention else out

@@ -26,7 +26,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor, nn
 
-from .. import capture
+from .. import hooks
 from ._common import LayerLike, check_input, check_positive, global_avg_pool, global_max_pool, make_layer
 from .squeeze_excite import SqueezeExcite
 
@@ -73,6 +73,8 @@ class SpatialAttention(nn.Module):
     Shapes: ``x (B, C, H, W) -> (B, C, H, W)``; attention ``(B, 1, H, W)``.
     """
 
+    attention_kind = "spatial"  #: what qkv.capture_attention records
+
     def __init__(self, channels: int, kernel_size: int = 7, *, gate_layer: LayerLike = nn.Sigmoid,
                  bias: bool = False, norm_layer: type[nn.Module] | None = None, device=None, dtype=None):
         super().__init__()
@@ -88,8 +90,8 @@ class SpatialAttention(nn.Module):
     def forward(self, x: Tensor, *, return_attention: bool = False) -> Tensor | tuple[Tensor, Tensor]:
         check_input(x, self.channels, type(self).__name__)
         weights = self.gate(self.norm(self.conv(channel_pool(x))))
-        if capture.ACTIVE is not None:
-            capture.record_map("spatial", weights)
+        if hooks.active():
+            hooks.report_map("spatial", weights)
         out = x * weights
         return (out, weights) if return_attention else out
 

@@ -19,7 +19,7 @@ import math
 
 from torch import Tensor, nn
 
-from .. import capture
+from .. import hooks
 from ._common import LayerLike, check_input, check_positive, global_avg_pool, make_layer
 from .squeeze_excite import scale_channels
 
@@ -48,6 +48,8 @@ class ECA(nn.Module):
     Shapes: ``x (B, C, H, W) -> (B, C, H, W)``; attention ``(B, C, 1, 1)``.
     """
 
+    attention_kind = "channel"  #: what qkv.capture_attention records
+
     def __init__(self, channels: int, kernel_size: int | None = None, *, gamma: float = 2.0, b: float = 1.0,
                  gate_layer: LayerLike = nn.Sigmoid, bias: bool = False, device=None, dtype=None):
         super().__init__()
@@ -66,8 +68,8 @@ class ECA(nn.Module):
         b, c = x.shape[:2]
         y = global_avg_pool(x).view(b, 1, c)
         weights = self.gate(self.conv(y)).view(b, c, 1, 1)
-        if capture.ACTIVE is not None:
-            capture.record_map("channel", weights)
+        if hooks.active():
+            hooks.report_map("channel", weights)
         out = scale_channels(x, weights)
         return (out, weights) if return_attention else out
 

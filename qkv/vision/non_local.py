@@ -65,6 +65,8 @@ class NonLocal(nn.Module):
     Attention: ``(B, HW, HW')``, row ``i`` over the keys ``j`` (positions flattened row-major).
     """
 
+    attention_kind = "self"  #: attention between the positions of one feature map
+
     def __init__(self, channels: int, reduction: int = 2, *, mode: str = "embedded_gaussian",
                  subsample: bool = False, norm_layer: type[nn.Module] | None = nn.BatchNorm2d,
                  zero_init: bool = True, bias: bool = True, device=None, dtype=None):
@@ -113,6 +115,12 @@ class NonLocal(nn.Module):
         y = y.transpose(1, 2).reshape(x.shape[0], -1, *x.shape[-2:])  # (B, HW, C') -> (B, C', H, W)
         out = self.norm(self.out(y)) + x
         return (out, weights) if return_attention else out
+
+    def attention_grid(self, x: Tensor, **forward_kwargs) -> tuple[tuple[int, int], tuple[int, int]]:
+        """The ``(height, width)`` of the queries' and the keys' grids for the input ``x (B, C, H, W)`` (for
+        :func:`qkv.capture_attention`: the attention ``(B, HW, HW')`` is between positions of these grids)."""
+        h, w = (int(n) for n in x.shape[-2:])
+        return (h, w), ((h // 2, w // 2) if self.subsample else (h, w))
 
     def extra_repr(self) -> str:
         return f"channels={self.channels}, inner_channels={self.inner_channels}, mode={self.mode!r}, " \

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor, nn
 
-from .. import capture
+from .. import hooks
 from ._common import LayerLike, check_input, check_positive, global_avg_pool, make_layer, reduced_channels
 
 __all__ = ["SelectiveKernel", "select_branches"]
@@ -50,6 +50,8 @@ class SelectiveKernel(nn.Module):
 
     Attention: ``(B, M, C_out)`` branch weights, softmax over the ``M`` branches.
     """
+
+    attention_kind = "channel"  #: what qkv.capture_attention records (over branches)
 
     def __init__(self, channels: int, out_channels: int | None = None, *, kernel_sizes: Sequence[int] = (3, 5),
                  stride: int = 1, groups: int = 1, reduction: int = 16, min_hidden_channels: int = 32,
@@ -89,6 +91,6 @@ class SelectiveKernel(nn.Module):
         z = self.reduce(global_avg_pool(u.sum(dim=1)))  # (B, d, 1, 1)
         logits = self.select(z).view(x.shape[0], len(self.branches), self.out_channels)
         out, weights = select_branches(u, logits)
-        if capture.ACTIVE is not None:
-            capture.record_map("channel", weights)
+        if hooks.active():
+            hooks.report_map("channel", weights)
         return (out, weights) if return_attention else out

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
-from .. import capture
+from .. import hooks
 from ._common import LayerLike, check_input, check_positive, global_avg_pool, make_layer, reduced_channels
 
 __all__ = ["SqueezeExcite", "scale_channels"]
@@ -40,6 +40,8 @@ class SqueezeExcite(nn.Module):
 
     Shapes: ``x (B, C, H, W) -> (B, C, H, W)``; attention ``(B, C, 1, 1)`` in the gate's range.
     """
+
+    attention_kind = "channel"  #: what qkv.capture_attention records
 
     def __init__(self, channels: int, reduction: int = 16, *, hidden_channels: int | None = None,
                  act_layer: LayerLike = nn.ReLU, gate_layer: LayerLike = nn.Sigmoid, bias: bool = True,
@@ -66,7 +68,7 @@ class SqueezeExcite(nn.Module):
     def forward(self, x: Tensor, *, return_attention: bool = False) -> Tensor | tuple[Tensor, Tensor]:
         check_input(x, self.channels, type(self).__name__)
         weights = self.attention(x)
-        if capture.ACTIVE is not None:
-            capture.record_map("channel", weights)
+        if hooks.active():
+            hooks.report_map("channel", weights)
         out = scale_channels(x, weights)
         return (out, weights) if return_attention else out
