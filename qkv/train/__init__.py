@@ -2,9 +2,9 @@
 
 The task gives the model, the examples, ``collate``, ``loss`` (summed, with its count) and ``evaluate``; the
 trainer does the rest: AdamW with warm-up and decay, clipping, mixed precision, progress bars,
-``metrics.jsonl``, atomic pickle-free checkpoints, exact resume, a time budget, early stopping and
-DistributedDataParallel under ``torchrun``. :func:`load_model` and :func:`load_checkpoint` read a run back for
-inference.
+``metrics.jsonl``, atomic pickle-free checkpoints, exact resume, a time budget, early stopping,
+DistributedDataParallel under ``torchrun``, a lock on the run directory and SIGTERM handled like Ctrl-C.
+:func:`load_model` and :func:`load_checkpoint` read a run back for inference.
 
 Example:
     >>> from qkv.train import TrainConfig, train
@@ -15,6 +15,8 @@ Example:
 from .checkpoint import Checkpoint, load_checkpoint, load_model, resolve_checkpoint
 from .config import TrainConfig
 from .distributed import resolve_device
+from .interrupt import Interrupted
+from .lock import RunInUseError, RunLock
 from .schedule import epoch_batches, lr_factor
 from .task import Task, to_device
 from .trainer import Trainer, TrainResult, TrainState, train
@@ -34,4 +36,7 @@ __all__ = [
     "epoch_batches",
     "lr_factor",
     "to_device",
+    "Interrupted",
+    "RunInUseError",
+    "RunLock",
 ]
