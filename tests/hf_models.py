@@ -87,3 +87,9 @@ def inputs(name: str, padded: bool, gen: torch.Generator) -> dict[str, torch.Ten
         out["decoder_input_ids"] = torch.cat([torch.full((2, 1), BOS), ids[:, :5]], dim=1).clamp_min(len(SPECIALS))
         out["decoder_input_ids"][:, 0] = BOS
     return out
+
+
+def save(name: str, directory) -> None:
+    """``name``'s tiny model and the tokenizer, written with ``save_pretrained`` (safetensors) to ``directory``."""
+    model(name, "eager").save_pretrained(directory)
+    tokenizer().save_pretrained(directory)

@@ -259,8 +259,7 @@ def saved(tmp_path_factory):
     out = {}
     for name in NAMES:
         out[name] = root / name
-        hf.model(name, "qkv").save_pretrained(out[name])
-        hf.tokenizer().save_pretrained(out[name])
+        hf.save(name, out[name])
     return out
 
 
