@@ -10,7 +10,7 @@ from .captioning import (
     TransformerCaptioner,
 )
 from .classifiers import ClassifierOutput, RNNClassifier, TransformerClassifier, create_classifier, load_word_vectors
-from .decoding import Hypothesis, beam_search, greedy_decode
+from .decoding import Decodable, Hypothesis, PrefixScorer, beam_search, greedy_decode, search
 from .legacy import upgrade_state_dict
 from .reading import QA_MODELS, AttentiveReader, BiDAFReader, ReaderOutput, TransformerReader, decode_spans
 from .registry import create, list_models
@@ -24,7 +24,9 @@ __all__ = [
     "create", "list_models", "upgrade_state_dict",
     # translation
     "EncoderDecoder", "RNNConfig", "FixedContextSeq2Seq", "BahdanauSeq2Seq", "LuongSeq2Seq", "TransformerConfig",
-    "TransformerSeq2Seq", "reorder_state", "Hypothesis", "greedy_decode", "beam_search",
+    "TransformerSeq2Seq", "reorder_state",
+    # the one decoder (every generator)
+    "Decodable", "Hypothesis", "PrefixScorer", "search", "greedy_decode", "beam_search",
     # images
     "ResNet", "create_resnet", "resnet18", "resnet34", "resnet50", "resnet101", "sknet50", "SmallCNN",
     # text classification

@@ -1,6 +1,7 @@
 """The Transformer captioner: causal self-attention over the words, cross-attention to a CNN feature grid.
 
-Part of :mod:`qkv.models.captioning` (imported and registered there as ``caption-transformer``).
+Part of :mod:`qkv.models.captioning` (re-exported and registered there as ``caption-transformer``); built on
+:mod:`~qkv.models.caption_base` and :mod:`~qkv.models.caption_encoder`, never on :mod:`~qkv.models.captioning`.
 """
 
 from __future__ import annotations
@@ -11,8 +12,8 @@ import torch
 from torch import Tensor, nn
 
 from ..layers import KVCache, PositionalEncoding, TransformerLayer
+from .caption_base import CaptionOutput, rows_of
 from .caption_encoder import GridEncoder
-from .captioning import CaptionOutput, _rows
 
 __all__ = ["TransformerCaptioner"]
 
@@ -63,7 +64,7 @@ class TransformerCaptioner(nn.Module):
 
     def forward(self, images: Tensor, tgt_in: Tensor, owner: Tensor | None = None) -> CaptionOutput:
         """Teacher forcing over the whole caption at once (causal mask); ``owner`` as for the LSTM captioners."""
-        state = _rows(self.encode(images), owner)
+        state = rows_of(self.encode(images), owner)
         logits, attn = self._decode(tgt_in, 0, state["memory"])
         return CaptionOutput(logits, attn)
 

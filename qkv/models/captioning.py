@@ -42,39 +42,28 @@ positions, ``D`` feature channels, ``H`` decoder state, ``E`` word embedding, ``
   self-attention and cross-attention to the grid (:class:`~qkv.layers.TransformerLayer`).
 
 Every model: ``forward(images, tgt_in) -> CaptionOutput``; ``encode(images)`` and
-``decode_step(y_prev, state) -> (logits (B, V), attention (B, L), state)`` for greedy and beam search.
+``decode_step(y_prev, state) -> (logits (B, V), attention (B, L), state)``, the
+:class:`~qkv.models.decoding.Decodable` protocol: ``beam_search(model, images, ...)`` decodes with the one decoder,
+the attention rows being the maps over the ``L`` grid cells. The module is split in three, a tree of imports:
+:mod:`~qkv.models.caption_base` (:class:`CaptionOutput`), :mod:`~qkv.models.caption_encoder` (:class:`GridEncoder`)
+and :mod:`~qkv.models.caption_transformer`, all re-exported here.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
 import torch
 from torch import Tensor, nn
 
 from ..functional import attention
 from ..layers import Attention
+from .caption_base import CaptionOutput, rows_of
 from .caption_encoder import GridEncoder, grid_coords
+from .caption_transformer import TransformerCaptioner
 
 __all__ = ["CAPTION_MODELS", "CaptionOutput", "GridEncoder", "SoftCaptioner", "HardCaptioner", "FixedCaptioner",
            "TransformerCaptioner", "doubly_stochastic_penalty", "reinforce_loss", "grid_coords"]
-
-
-@dataclass
-class CaptionOutput:
-    """What a captioner's teacher-forced ``forward`` returns (weights returned, not stashed).
-
-    ``logits (B, T, V)``; ``attention (B, T, L)``; ``beta (B, T)`` (soft model's gate, else None);
-    ``sample_log_prob (B, T)`` ``log alpha_t[s_t]`` and ``entropy (B, T)`` of ``alpha_t`` (hard model in
-    training, else None).
-    """
-
-    logits: Tensor
-    attention: Tensor
-    beta: Tensor | None = None
-    sample_log_prob: Tensor | None = None
-    entropy: Tensor | None = None
 
 
 def doubly_stochastic_penalty(attn: Tensor, mask: Tensor) -> Tensor:
@@ -112,13 +101,6 @@ class _Window(nn.Module):
 
         z, w = attention(loc[:, None], coords, a, score=score, mask=salience, return_weights=True)
         return z[:, 0], w[:, 0]
-
-
-def _rows(state: dict, owner: Tensor | None) -> dict:
-    """A decoding state with its per-image tensors taken at ``owner`` (unchanged for None)."""
-    if owner is None:
-        return state
-    return {k: v[owner] if isinstance(v, Tensor) else v for k, v in state.items()}
 
 
 class _LSTMCaptioner(nn.Module):
@@ -279,7 +261,7 @@ class _LSTMCaptioner(nn.Module):
     def forward(self, images: Tensor, tgt_in: Tensor, owner: Tensor | None = None) -> CaptionOutput:
         """Teacher forcing: ``images (B, C, H, W)``, ``tgt_in (B, T)`` starting with BOS -> :class:`CaptionOutput`;
         ``owner (R,)``: the image of each row of ``tgt_in (R, T)`` (several captions of an image, encoded once)."""
-        state = _rows(self.encode(images), owner)
+        state = rows_of(self.encode(images), owner)
         logits, attns, extras = [], [], []
         for t in range(tgt_in.shape[1]):
             lg, attn, state, ex = self.step(tgt_in[:, t], state)
@@ -395,8 +377,6 @@ class FixedCaptioner(_LSTMCaptioner):
         uniform = torch.full(a.shape[:2], 1.0 / a.shape[1], dtype=a.dtype, device=a.device)
         return self.project(state["mean"]), uniform, a.new_zeros(a.shape[0], 2), {}
 
-
-from .caption_transformer import TransformerCaptioner  # noqa: E402  (it builds on the classes above)
 
 #: model name -> constructor taking keyword arguments (registered in :mod:`qkv.models.registry`)
 CAPTION_MODELS: dict[str, Callable[..., nn.Module]] = {

@@ -7,7 +7,8 @@ Every model has the same interface (:class:`EncoderDecoder`), used by training (
 ``forward``) and by greedy and beam decoding (``encode`` once, then ``decode_step`` per token):
 
 - ``forward(src, src_mask, tgt_in, return_attention=False) -> logits (B, T, V)`` [, ``attn (B, T, S)``];
-- ``encode(src, src_mask) -> state``; ``decode_step(y_prev (B,), state) -> (logits (B, V), attn (B, S), state)``.
+- ``encode(src, src_mask) -> state``; ``decode_step(y_prev (B,), state) -> (logits (B, V), attn (B, S), state)``:
+  the :class:`~qkv.models.decoding.Decodable` protocol of the one decoder (:func:`~qkv.models.decoding.beam_search`).
 
 Papers, and what differs here:
 
@@ -34,32 +35,27 @@ import torch
 from torch import Tensor, nn
 
 from ..functional import attention
-from ..layers import KVCache
 from ..scores import create_score
+from .decoding import reorder_state
 
 __all__ = ["EncoderDecoder", "RNNConfig", "FixedContextSeq2Seq", "BahdanauSeq2Seq", "LuongSeq2Seq",
-           "reorder_state", "RNN_MODELS"]
+           "reorder_state", "check_source", "RNN_MODELS"]
 
 
-def reorder_state(state: Any, index: Tensor) -> Any:
-    """Select batch rows ``index`` of every tensor (and :class:`~qkv.layers.KVCache`) in a decoding state."""
-    if isinstance(state, Tensor):
-        return state.index_select(0, index)
-    if isinstance(state, KVCache):
-        state.reorder(index)
-        return state
-    if isinstance(state, dict):
-        return {k: reorder_state(v, index) for k, v in state.items()}
-    if isinstance(state, list | tuple):
-        return type(state)(reorder_state(v, index) for v in state)
-    return state
+def check_source(src: Tensor, src_mask: Tensor) -> None:
+    """A ``ValueError`` unless ``src`` is ``(B, S)`` and ``src_mask`` a bool tensor of the same shape."""
+    if src.dim() != 2 or src_mask.shape != src.shape or src_mask.dtype != torch.bool:
+        raise ValueError(f"src must be (B, S) token ids and src_mask a bool tensor of the same shape, got "
+                         f"{tuple(src.shape)} and {tuple(src_mask.shape)} {src_mask.dtype}")
 
 
 class EncoderDecoder(nn.Module, ABC):
     """Interface of the translation models (see the module docstring): every model implements the three methods.
 
-    ``forward`` is teacher forcing over a whole target, ``encode`` + ``decode_step`` decode token by token
-    (greedy and beam search, :mod:`qkv.models.decoding`) and give the same logits as ``forward``.
+    ``forward`` is teacher forcing over a whole target, ``encode`` + ``decode_step`` decode token by token and
+    give the same logits as ``forward``; the two are the :class:`~qkv.models.decoding.Decodable` protocol of the
+    one decoder (``beam_search(model, src, src_mask, ...)``), whose default :func:`reorder_state` fits every
+    state here.
     """
 
     @abstractmethod
@@ -122,6 +118,7 @@ class RNNEncoder(nn.Module):
         self.bridge = nn.Linear(cfg.hidden_dim, cfg.hidden_dim)
 
     def forward(self, src: Tensor, src_mask: Tensor) -> tuple[Tensor, Any]:
+        check_source(src, src_mask)
         lengths = src_mask.sum(dim=1).clamp(min=1).cpu()
         x = self.dropout(self.embed(src))
         packed = nn.utils.rnn.pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)

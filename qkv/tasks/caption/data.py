@@ -118,23 +118,10 @@ class Caption:
     score: float
 
 
-class _ImageRows:
-    """Adapter for :func:`qkv.models.decoding.beam_search`, whose "source" rows here carry the image's row number
-    (column 0) and are as long as the grid, so that its alignments ``(T, L)`` are the attention maps."""
-
-    def __init__(self, model: nn.Module, images: Tensor):
-        self.model, self.images = model, images
-
-    def encode(self, src: Tensor, src_mask: Tensor):
-        return self.model.encode(self.images[src[:, 0]])
-
-    def decode_step(self, y_prev: Tensor, state):
-        return self.model.decode_step(y_prev, state)
-
-
 def caption_images(model: nn.Module, tokenizer, images: Tensor, *, beam: int = 1, max_len: int = 40,
                    batch_size: int = 100, length_penalty: float = 0.0) -> list[Caption]:
-    """Caption ``images (N, C, S, S)`` (uint8, or float in [0, 1]) with ``model`` (greedy when ``beam`` is 1)."""
+    """Caption ``images (N, C, S, S)`` (uint8, or float in [0, 1]) with ``model`` (greedy when ``beam`` is 1),
+    through the one decoder: the images are the model's encoder input, its attention rows the maps."""
     from ...models.decoding import beam_search
 
     device = next(model.parameters()).device
@@ -147,11 +134,7 @@ def caption_images(model: nn.Module, tokenizer, images: Tensor, *, beam: int = 1
             for start in range(0, len(images), batch_size):
                 x = images[start:start + batch_size]
                 x = (x.float() / 255.0 if x.dtype == torch.uint8 else x.float()).to(device)
-                rows = torch.zeros(len(x), h * w, dtype=torch.long, device=device)
-                rows[:, 0] = torch.arange(len(x), device=device)
-                mask = torch.ones_like(rows, dtype=torch.bool)
-                for hyp in beam_search(_ImageRows(model, x), rows, mask, beam=beam, max_len=max_len,
-                                       length_penalty=length_penalty):
+                for hyp in beam_search(model, x, beam=beam, max_len=max_len, length_penalty=length_penalty):
                     words = tokenizer.tokens_of_ids(hyp.tokens)
                     out.append(Caption(tokenizer.decode(hyp.tokens), words,
                                        hyp.attention[:len(words)].reshape(len(words), h, w), hyp.score))
