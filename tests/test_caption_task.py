@@ -256,3 +256,25 @@ def test_a_run_saved_before_the_scene_options_reports_the_model_it_built(tmp_pat
     assert cap.model.encoder.padding == "zeros" and cap.model.keys == "features" and not cap.model.glimpse
     fresh = CaptionOptions()
     assert (fresh.padding, fresh.keys, fresh.glimpse, fresh.references) == ("circular", "positions", True, "best")
+
+
+def test_evaluate_on_another_captions_file_naming_missing_images(tmp_path, capsys):
+    """`qkv caption RUN --evaluate --data FILE`: a line naming a missing image is a one-line error at file:line, or
+    skipped and counted with --on-error skip; --on-error without --data is refused."""
+    root = _flickr(tmp_path / "flickr")
+    out = tmp_path / "run"
+    assert main(["train", "caption", "--data", str(root / "captions.txt"), "--image-size", "16", "--min-freq", "1",
+                 "--valid", "0.2", "--test", "0.2", *RNN, "--attn-dim", "8", *SMALL, "--max-steps", "1",
+                 "--out", str(out)]) == 0
+    other = _flickr(tmp_path / "other", n=12)
+    with open(other / "captions.txt", "a") as f:
+        f.write("gone.png#0\ta red picture\n")  # line 25
+    capsys.readouterr()
+    args = ["caption", str(out), "--evaluate", "--data", str(other / "captions.txt"), "--beam", "1"]
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "captions.txt:25" in err and "gone.png" in err
+    assert main([*args, "--on-error", "skip"]) == 0
+    assert "| BLEU-1 |" in capsys.readouterr().out
+    assert main(["caption", str(out), "--index", "0", "--on-error", "skip"]) == 2
+    assert "--on-error goes with --evaluate --data" in capsys.readouterr().err

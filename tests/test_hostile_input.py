@@ -175,10 +175,14 @@ def test_a_crash_inside_a_save_leaves_nothing_behind_at_the_next_save(tmp_path):
 
 def test_outputs_that_cannot_be_written_are_one_line_errors(tmp_path, capsys):
     run = V1 / "translate-bahdanau"
-    for bad in (tmp_path, Path("/proc/qkv-out.txt"), tmp_path / "missing-dir" / "x" / "out.txt"):
+    for bad in (tmp_path, Path("/proc/qkv-out.txt")):
         code = main(["translate", str(run), "7 mars 2019", "--beam", "1", "--output", str(bad)])
         err = capsys.readouterr().err.strip()
         assert code == 2 and err.startswith("qkv: error: ") and "\n" not in err, err
+        assert f"{bad}" in err and "--output" in err and ".tmp-" not in err, err
+    new = tmp_path / "missing-dir" / "x" / "out.txt"  # a folder that does not exist yet is made
+    assert main(["translate", str(run), "7 mars 2019", "--beam", "1", "--output", str(new)]) == 0
+    assert f"to {new}" in capsys.readouterr().out and new.read_text(encoding="utf-8").strip()
 
 
 def test_terminal_output_does_not_echo_escape_sequences(capsys):
@@ -188,7 +192,8 @@ def test_terminal_output_does_not_echo_escape_sequences(capsys):
 
 
 @pytest.mark.slow
-def test_ctrl_c_saves_and_exits_130_with_the_resume_command(tmp_path):
+@pytest.mark.parametrize("sig, code, word", [(signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "terminated")])
+def test_ctrl_c_and_sigterm_save_and_exit_with_the_resume_command(tmp_path, sig, code, word):
     out = tmp_path / "run"
     cmd = [sys.executable, "-m", "qkv.cli", "--threads", "1", "train", "translate", "--n-train", "20000",
            "--hidden-dim", "16", "--embed-dim", "8", "--batch-size", "8", "--out", str(out), "--no-progress",
@@ -198,11 +203,11 @@ def test_ctrl_c_saves_and_exits_130_with_the_resume_command(tmp_path):
     while time.time() < deadline and not ((out / "metrics.jsonl").exists() and
                                           '"train"' in (out / "metrics.jsonl").read_text()):
         time.sleep(0.2)
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(sig)
     _, err = proc.communicate(timeout=120)
-    assert proc.returncode == 130, err
+    assert proc.returncode == code, err
     last = err.strip().splitlines()[-1]
-    assert last.startswith("qkv: interrupted: the checkpoint is in") and last.endswith("--resume")
+    assert last.startswith(f"qkv: {word}: the checkpoint is in") and last.endswith("--resume")
     assert "Traceback" not in err and (out / "checkpoint" / "model.safetensors").is_file()
 
 

@@ -71,16 +71,18 @@ def _one_line(e: BaseException) -> str:
     return " ".join(text.split())
 
 
-def _interrupted(args) -> str:
-    """The line printed after Ctrl-C: where the checkpoint is and how to continue, for a training command."""
+def _interrupted(args, e: BaseException | None = None) -> str:
+    """The line printed after Ctrl-C or SIGTERM: where the checkpoint is and how to continue, for a training
+    command."""
     from pathlib import Path
 
+    what = "terminated" if getattr(e, "signum", None) == 15 else "interrupted"
     out = getattr(args, "out", None)
     if args.command == "train" and out and (Path(out) / "checkpoint" / "model.safetensors").is_file():
         argv = sys.argv[1:]
         again = " ".join(["qkv", *argv] + ([] if "--resume" in argv else ["--resume"]))
-        return f"qkv: interrupted: the checkpoint is in {Path(out) / 'checkpoint'} — continue with: {again}"
-    return "qkv: interrupted"
+        return f"qkv: {what}: the checkpoint is in {Path(out) / 'checkpoint'} — continue with: {again}"
+    return f"qkv: {what}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -100,9 +102,9 @@ def main(argv: list[str] | None = None) -> int:
         keep_freed_memory()
     try:
         return args.func(args)
-    except KeyboardInterrupt:
-        print(_interrupted(args), file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM (qkv.train.interrupt.Interrupted carries its exit code)
+        print(_interrupted(args, e), file=sys.stderr)
+        return getattr(e, "exit_code", 130)
     except _user_errors() as e:
         if options.verbose:
             traceback.print_exc()

@@ -32,6 +32,8 @@ class CaptionCommand:
                               "word, its attention map upsampled and overlaid")
     evaluate: bool = option(False, help="caption the whole split and print BLEU-1..4, exact match and grounding")
     data: str | None = option(None, help="--evaluate on another captions file (default: the run's data)")
+    on_error: str = option("raise", choices=("raise", "skip"), help="with --evaluate --data: captions naming missing "
+                           "or unreadable images: stop, or skip and count them")
     max_images: int | None = option(None, low=1, help="--evaluate at most this many images")
     json: str | None = option(None, help="write the --evaluate figures as JSON")
     device: str = option("auto", help="auto (CUDA if available), cpu, cuda or cuda:N")
@@ -39,7 +41,7 @@ class CaptionCommand:
 
 def _evaluate(captioner: task.Captioner, o: CaptionCommand) -> None:
     m = captioner.evaluate(o.data, split=o.split, limit=o.max_images, beam=o.beam, max_len=o.max_len,
-                           hard_test=o.hard_test)
+                           hard_test=o.hard_test, on_error=o.on_error)
     print(f"split {o.split}, beam {o.beam}, {int(m['images'])} images")
     print("| BLEU-1 | BLEU-2 | BLEU-3 | BLEU-4 | exact match |" + (" grounding | > 0.5 |" if "grounding" in m else ""))
     print("|---|---|---|---|---|" + ("---|---|" if "grounding" in m else ""))
@@ -66,6 +68,8 @@ def caption(args) -> int:
         raise ValueError("give image files, --index N (an image of the test split) or --evaluate")
     if o.data and not o.evaluate:
         raise ValueError("--data goes with --evaluate")
+    if o.on_error != "raise" and not o.data:
+        raise ValueError("--on-error goes with --evaluate --data FILE")
     captioner = task.Captioner.load(o.run, o.device)
     if o.hard_test and not hasattr(captioner.model, "test_attention"):
         raise ValueError("--hard-test applies to hard attention runs only")

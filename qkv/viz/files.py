@@ -66,8 +66,9 @@ def write_atomic(path: str | os.PathLike, data: str | bytes, *, option: str = "p
             tmp.write_bytes(data)
         os.replace(tmp, path)
     except OSError as e:
-        why = e.strerror or type(e).__name__
-        raise OSError(e.errno, f"cannot write {path} ({option}): {why}") from None
+        err = OSError(f"cannot write {path} ({option}): {e.strerror or type(e).__name__}")
+        err.errno = e.errno
+        raise err from None
     finally:
         with contextlib.suppress(OSError):
             tmp.unlink(missing_ok=True)

@@ -69,12 +69,14 @@ class Captioner(Predictor):
             raise ValueError(f"no image file {str(path)!r}")
         return load_image(path, self.image_size, grey=self.channels == 1)
 
-    def data(self, data: str | None = None) -> CaptionData:
-        """The run's data (generated or read again), or another captions file ``data``."""
+    def data(self, data: str | None = None, on_error: str = "raise") -> CaptionData:
+        """The run's data (generated or read again), or another captions file ``data`` (``on_error="skip"``: its
+        captions naming missing or unreadable images are skipped and counted)."""
         if data is not None:
             from ..base import upgrade_options
 
-            return load_data(upgrade_options(CaptionOptions, {**dataclasses.asdict(self.options), "data": data}))
+            return load_data(upgrade_options(CaptionOptions, {**dataclasses.asdict(self.options), "data": data,
+                                                              "on_error": on_error}))
         if self._data is None:
             self._data = load_data(self.options)
         return self._data
@@ -126,12 +128,12 @@ class Captioner(Predictor):
             self.model.test_attention = before
 
     def evaluate(self, data: str | None = None, *, split: str = "test", limit: int | None = None, beam: int = 1,
-                 max_len: int = 40, hard_test: str | None = None) -> dict[str, float]:
+                 max_len: int = 40, hard_test: str | None = None, on_error: str = "raise") -> dict[str, float]:
         """:func:`caption_metrics` of ``split`` (of the run's data, or of another captions file ``data``), at most
         ``limit`` images: BLEU-1..4, exact match, and on scenes grounding and the figures by number of items."""
         if split not in ("valid", "test"):
             raise ValueError(f"no split {split!r}; one of valid, test")
-        d = self.data(data)
+        d = self.data(data, on_error)
         part = d.splits[split].head(limit or len(d.splits[split]))
         captions = self.predict(part.batch(range(len(part))), beam=beam, max_len=max_len, hard_test=hard_test)
         return caption_metrics([c.text for c in captions], part.references, captions=captions, scenes=part.scenes,
