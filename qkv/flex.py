@@ -228,13 +228,21 @@ def _user_mods(*mods: Callable | None) -> list[Callable]:
 
 
 def _check_mods(score_mod, smod, mask_mod, mmod, b: int, h: int, tq: int, tk: int, query: Tensor) -> None:
-    """Run the user's modifiers once on a corner of the reference path's index tensors (at most 2 of each axis)
-    before they are compiled: an error of theirs is a ``ValueError`` naming them, never a compilation failure."""
+    """Run the user's modifiers once on the corners of the reference path's index tensors (the first and the last
+    index of each axis) before they are compiled: an error of theirs is a ``ValueError`` naming them, never a
+    compilation failure."""
     todo = [m for m in _user_mods(score_mod, mask_mod) if m not in _checked]
     if not todo:
         return
-    nb, nh, nq, nk = min(b, 2), min(h, 2), min(tq, 2), min(tk, 2)
-    bi, hi, qi, ki = _indices(nb, nh, nq, nk, query.device)
+
+    def corners(n: int, axis: int) -> Tensor:  # the first and the last index of an axis
+        idx = sorted({0, max(n - 1, 0)})
+        shape = [1, 1, 1, 1]
+        shape[axis] = len(idx)
+        return torch.tensor(idx, device=query.device).view(shape)
+
+    bi, hi, qi, ki = corners(b, 0), corners(h, 1), corners(tq, 2), corners(tk, 3)
+    nb, nh, nq, nk = bi.shape[0], hi.shape[1], qi.shape[2], ki.shape[3]
     with torch.no_grad():
         if score_mod is not None and score_mod in todo:
             _call_score_mod(score_mod, smod, torch.zeros(nb, nh, nq, nk, dtype=query.dtype, device=query.device),

@@ -243,3 +243,89 @@ def test_layers_called_by_keyword(gen):
         mha(query=x)
         mha(query=x, key=mem)
     assert [(r.kind, tuple(r.weights.shape)) for r in records] == [("self", (1, 2, 4, 4)), ("cross", (1, 2, 4, 6))]
+
+
+class _HFLikeAttention(nn.Module):
+    """What the Hugging Face integration makes of a model's attention module: it sets ``attention_kind`` on the
+    instance and calls qkv.attention inside (here through a submodule of its own, that declares nothing)."""
+
+    def __init__(self, dim=8, heads=2, via_child=False):
+        super().__init__()
+        self.q, self.k, self.v = (nn.Linear(dim, dim) for _ in range(3))
+        self.heads, self.via_child = heads, via_child
+        self.core = _Core()
+
+    def forward(self, hidden_states, encoder_hidden_states=None):
+        kv = hidden_states if encoder_hidden_states is None else encoder_hidden_states
+        q, k, v = (t.view(t.shape[0], t.shape[1], self.heads, -1).transpose(1, 2)
+                   for t in (self.q(hidden_states), self.k(kv), self.v(kv)))
+        out = self.core(q, k, v) if self.via_child else qkv.attention(q, k, v)
+        return out.transpose(1, 2).flatten(2)
+
+
+class _Core(nn.Module):
+    def forward(self, q, k, v):
+        return qkv.attention(q, k, v)
+
+
+def test_any_module_calling_qkv_attention_is_recorded_with_the_kind_it_declares(gen):
+    """Names come from the module whose forward made the call, kinds from the nearest enclosing module that declares
+    ``attention_kind`` (set on an instance, as the Hugging Face integration does); a module declaring None is self
+    when called with one sequence; capture itself knows no layer class."""
+    model = nn.ModuleDict({"enc": _HFLikeAttention(), "dec": _HFLikeAttention(via_child=True),
+                           "plain": _HFLikeAttention()})
+    model["enc"].attention_kind = None  # kind from the call: one sequence -> self
+    model["dec"].attention_kind = "cross"  # declared, though the call inside passes k computed from the same x
+    x, mem = torch.randn(2, 4, 8, generator=gen), torch.randn(2, 6, 8, generator=gen)
+    with qkv.capture_attention(model) as records:
+        model["enc"](x)
+        model["dec"](x)
+        model["dec"](x, mem)
+        model["plain"](x, mem)
+    got = [(r.name, r.module, r.kind, tuple(r.weights.shape)) for r in records]
+    assert got == [("enc", "_HFLikeAttention", "self", (2, 2, 4, 4)),
+                   ("dec.core", "_Core", "cross", (2, 2, 8, 6)),  # two calls joined: 4 + 4 queries, keys padded
+                   ("plain", "_HFLikeAttention", "cross", (2, 2, 4, 6))]
+    assert records[1].calls == 2
+    with torch.no_grad():
+        q = model["enc"].q(x).view(2, 4, 2, 4).transpose(1, 2)
+        k = model["enc"].k(x).view(2, 4, 2, 4).transpose(1, 2)
+    torch.testing.assert_close(records[0].weights, torch.softmax(q @ k.transpose(-2, -1) / 2.0, -1))
+    model["dec"].attention_kind = "sideways"
+    with pytest.raises(ValueError, match="attention_kind must be one of"), qkv.capture_attention(model):
+        model["dec"](x)
+
+
+def test_the_observer_point():
+    """qkv.hooks: one observer at a time; its own calls of the core are not reported back to it."""
+    from qkv import hooks
+
+    seen = []
+
+    class Observer:
+        def on_call(self, fn, q, k, v, kwargs):
+            seen.append("call")
+            fn(q, k, v, **{**kwargs, "return_weights": True})  # not reported again
+            return fn(q, k, v, **kwargs)
+
+        def on_weights(self, weights):
+            seen.append("weights")
+
+        def on_map(self, kind, weights):
+            seen.append(kind)
+
+    x = torch.randn(1, 3, 4)
+    assert not hooks.active()
+    obs = Observer()
+    hooks.subscribe(obs)
+    try:
+        with pytest.raises(RuntimeError, match="already subscribed"):
+            hooks.subscribe(Observer())
+        assert hooks.active()
+        torch.testing.assert_close(qkv.attention(x, x, x), torch.softmax(x @ x.mT / 2.0, -1) @ x)
+        qkv.weighted_sum(torch.ones(1, 3, 3) / 3, x)
+        SqueezeExcite(4, reduction=2)(torch.randn(1, 4, 2, 2))
+    finally:
+        hooks.unsubscribe(obs)
+    assert seen == ["call", "weights", "channel"] and not hooks.active()
+    assert SqueezeExcite.attention_kind == "channel" and qkv.MultiHeadAttention.attention_kind is None

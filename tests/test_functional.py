@@ -364,3 +364,22 @@ def test_mixed_dtypes_under_autocast_are_cast_like_sdpa(score, return_weights, g
         torch.testing.assert_close(g, w, atol=2e-2, rtol=2e-2)  # bfloat16 rounding, inside and outside autocast
     with pytest.raises(ValueError, match="must share a dtype"):
         qkv.attention(q, k, v, score=score)
+
+
+@pytest.mark.parametrize("kw", [{}, {"impl": "reference"}, {"return_weights": True}, {"mask_mod": qkv.mods.causal},
+                                {"score": S.Additive(4, 4, 5, dtype=torch.float64)}])
+def test_a_mask_with_more_batch_axes_than_the_inputs(gen, kw):
+    """Issue 28 item 9: a mask whose batch axes would enlarge the output is refused on every path with both shapes
+    named; extra leading axes of size 1 are dropped, so every path gives (*batch, Tq, Dv)."""
+    q = torch.randn(2, 3, 4, generator=gen, dtype=D64)
+    k, v = torch.randn(2, 5, 4, generator=gen, dtype=D64), torch.randn(2, 5, 6, generator=gen, dtype=D64)
+    with pytest.raises(ValueError, match=r"mask \(4, 2, 1, 5\).*query \(2, 3, 4\)"):
+        qkv.attention(q, k, v, mask=torch.ones(4, 2, 1, 5, dtype=torch.bool), **kw)
+    with pytest.raises(ValueError, match=r"mask \(3, 3, 5\).*batch axes \(1,\)"):
+        qkv.attention(q[:1], k[:1], v[:1], mask=torch.ones(3, 3, 5, dtype=torch.bool), **kw)
+    allowed = torch.rand(2, 1, 5, generator=gen) > 0.3
+    out = qkv.attention(q, k, v, mask=allowed[None, None], **kw)
+    want = qkv.attention(q, k, v, mask=allowed, **kw)
+    out, want = (out[0], want[0]) if kw.get("return_weights") else (out, want)
+    assert out.shape == (2, 3, 6)
+    torch.testing.assert_close(out, want)

@@ -292,3 +292,56 @@ def test_which_axes_a_mask_uses():
     assert mods.uses(lambda b, h, q_idx, kv_idx: h > 0) == {"b", "h"}  # a function of the user's: both, to be safe
     assert mods.uses(mods.and_masks(mods.causal, mods.prefix_lm(torch.tensor([1, 2])))) == {"b"}
     assert mods.uses(mods.offset(mods.causal, 3, score=False)) == frozenset()
+
+
+# ------------------------------------------------------------------------- a user's modifier is the user's error
+
+
+@fused
+@pytest.mark.parametrize("bad,match", [
+    ({"mask_mod": lambda b, h, q_idx, kv_idx: q_idx - kv_idx}, r"mask_mod .*<lambda> returned torch.int64"),
+    ({"mask_mod": lambda b, h, q_idx, kv_idx: torch.ones(3, dtype=torch.bool)}, r"mask_mod .*broadcasts to"),
+    ({"score_mod": lambda s, b, h, q_idx, kv_idx: s[..., :1]}, r"score_mod .*<lambda> returned .*keep the scores"),
+    ({"score_mod": lambda s, b, h, q_idx, kv_idx: s + torch.zeros(100)[kv_idx]}, r"score_mod .*<lambda> failed"),
+])
+def test_a_bad_user_modifier_is_named_and_never_turns_compilation_off(gen, monkeypatch, bad, match):
+    """Issue 28 item 8: on inputs the fused path takes, a modifier with the wrong dtype or shape, or one that fails
+    (here: an index past the end of its table, at the last key), is a ValueError naming it, before anything is
+    compiled; compiled kernels stay on for the rest of the process."""
+    monkeypatch.setattr(compiled, "_broken", None)
+    q, k, v = qkv_(gen, b=1, h=2, tq=128, tk=128, d=8, dtype=torch.float32)
+    with torch.no_grad(), pytest.raises(ValueError, match=match):
+        qkv.attention(q, k, v, **bad)
+    with pytest.raises(ValueError, match=match):
+        qkv.attention(q, k, v, impl="reference", **bad)  # the same words on the reference path
+    assert compiled.reason() is None and flex.fused_available()
+
+
+@fused
+def test_a_user_modifier_that_cannot_compile_runs_on_the_reference_path_alone(gen, monkeypatch, caplog):
+    """A modifier that is right but that FlexAttention cannot compile (simulated) runs on the reference path from
+    then on, said once and named; a failure with qkv's own modifiers still means the compiler is broken."""
+    monkeypatch.setattr(compiled, "_broken", None)
+    q, k, v = qkv_(gen, b=1, h=2, tq=128, tk=128, d=8, dtype=torch.float32)
+
+    def odd_window(b, h, q_idx, kv_idx):
+        return (q_idx - kv_idx).abs() < 9
+
+    tries = []
+
+    def cannot(*a, **kw):
+        tries.append(1)
+        raise RuntimeError("Unsupported: data-dependent operator")
+
+    monkeypatch.setattr(flex, "_flex", lambda: cannot)
+    with caplog.at_level(logging.WARNING), torch.no_grad():
+        out = qkv.attention(q, k, v, mask_mod=odd_window)
+        again = qkv.attention(q, k, v, mask_mod=odd_window)
+    said = [r.getMessage() for r in caplog.records if "could not compile" in r.getMessage()]
+    assert len(said) == 1 and "odd_window" in said[0] and tries == [1]  # tried once, said once
+    assert compiled.reason() is None and flex.fused_available()
+    torch.testing.assert_close(out, qkv.attention(q, k, v, mask_mod=odd_window, impl="reference"))
+    assert torch.equal(out, again)
+    with torch.no_grad():
+        qkv.attention(q, k, v, mask_mod=mods.sliding_window(9))  # qkv's own: the compiler's fault
+    assert not flex.fused_available() and "Unsupported" in compiled.reason()
