@@ -29,7 +29,9 @@ width (``dim``, the paper's ``d_model``).
 Incremental decoding (:meth:`TransformerSeq2Seq.decode_step`) keeps a :class:`~qkv.layers.KVCache` of the
 self-attention keys/values of every decoder layer, and a static one of the cross-attention keys/values
 (projected once from the encoder's output), so that a step attends over the cache instead of re-running the
-prefix.
+prefix. ``encode`` + ``decode_step`` are the :class:`~qkv.models.decoding.Decodable` protocol of the one decoder
+(``beam_search(model, src, src_mask, ...)``); the default :func:`~qkv.models.decoding.reorder_state` reorders
+the caches by beam.
 """
 
 from __future__ import annotations
