@@ -275,7 +275,7 @@ def test_is_hf_model_dir(saved, tmp_path):
 
 @pytest.mark.parametrize("name", NAMES)
 def test_view_writes_the_page_of_a_saved_model(name, saved, tmp_path):
-    view = view_page_input(saved[name], "the big cat sat on a red mat")
+    view = view_page_input(saved[name], "the big cat sat on a red mat", device="auto" if name == "gpt2" else "cpu")
     kinds = {r.kind for r in view.records}
     assert kinds == ({"self", "cross"} if name == "bart" else {"self"})
     layers = hf.config(name).num_hidden_layers

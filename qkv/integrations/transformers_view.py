@@ -49,7 +49,8 @@ def is_hf_model_dir(path: str | os.PathLike) -> bool:
 
 def load_model(path: str | os.PathLike, device: str | torch.device = "cpu"):
     """``(model, tokenizer)`` of a ``save_pretrained`` directory (or a hub name), on qkv's attention backend, in eval
-    mode: a sequence-to-sequence model with its language-model head (to generate), any other without its head.
+    mode on ``device`` (``auto``: CUDA when there is one): a sequence-to-sequence model with its language-model head
+    (to generate), any other without its head.
 
     Weights are read from safetensors only (qkv never unpickles); a directory with only ``pytorch_model.bin`` is a
     ``ValueError``.
@@ -60,6 +61,8 @@ def load_model(path: str | os.PathLike, device: str | torch.device = "cpu"):
 
     name = register()
     path = os.fspath(path)
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
     config = AutoConfig.from_pretrained(path)
     cls = AutoModelForSeq2SeqLM if getattr(config, "is_encoder_decoder", False) else AutoModel
     if Path(path).is_dir() and not any(Path(path).glob("*.safetensors")):
@@ -87,6 +90,7 @@ def view_page_input(path: str | os.PathLike, text: str, device: str | torch.devi
         raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
     PageInput = _page_input_class()
     model, tok = load_model(path, device)
+    device = model.device
     enc = tok(text, return_tensors="pt", truncation=True, max_length=MAX_TOKENS)
     enc = {k: v.to(device) for k, v in enc.items() if k in ("input_ids", "attention_mask", "token_type_ids")}
     source = tok.convert_ids_to_tokens(enc["input_ids"][0].tolist())
