@@ -311,3 +311,26 @@ def test_readme_hugging_face_example_runs(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     for i, block in enumerate(blocks):
         exec(compile(block, f"README.md[Hugging Face block {i}]", "exec"), {"__name__": "readme"})
+
+
+def test_t5_position_bias_equals_eager(gen):
+    """T5 passes its relative position bias as position_bias: it joins the mask (padded encoder input)."""
+    cfg = transformers.T5Config(vocab_size=hf.VOCAB, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_decoder_layers=2,
+                                num_heads=4, dropout_rate=0.0, decoder_start_token_id=hf.PAD, pad_token_id=hf.PAD,
+                                eos_token_id=hf.EOS)
+    torch.manual_seed(0)
+    model = transformers.AutoModelForSeq2SeqLM.from_config(cfg, attn_implementation="qkv").eval()
+    x = hf.inputs("bart", True, gen)
+    out = {}
+    with torch.no_grad():
+        for impl in ("qkv", "eager"):
+            model.set_attn_implementation(impl)
+            out[impl] = (_fields(model(**x, output_attentions=True)),
+                         model.generate(input_ids=x["input_ids"], attention_mask=x["attention_mask"],
+                                        max_new_tokens=6, do_sample=False))
+    ours, eager = out["qkv"][0], out["eager"][0]
+    assert len(ours["cross_attentions"]) == 2
+    for field in ("logits", "encoder_attentions", "decoder_attentions", "cross_attentions"):
+        for a, e in zip(ours[field], eager[field], strict=True):
+            torch.testing.assert_close(a, e, atol=1e-6, rtol=1e-5)
+    assert torch.equal(out["qkv"][1], out["eager"][1])
