@@ -4,6 +4,7 @@ exactly the file it wrote), and written atomically (a failed write leaves no hal
 - :func:`picture_path`: ``plots/noext`` -> ``plots/noext.png``; a folder, a name that is only an extension
   (``plots/.png``) or an unknown format (``w.xyz``) is a ``ValueError`` naming the option;
 - :func:`page_path`: the same for HTML pages (``.html``);
+- :func:`save_figure`: a matplotlib figure through :func:`picture_path` and :func:`write_atomic`;
 - :func:`write_atomic`: text or bytes to a temporary file beside ``path``, then renamed over it; an ``OSError``
   (read-only folder, full disk, a folder in the way) names ``path`` and the option, never the temporary file.
 """
@@ -14,7 +15,8 @@ import contextlib
 import os
 from pathlib import Path
 
-__all__ = ["PICTURE_SUFFIXES", "PAGE_SUFFIXES", "picture_path", "page_path", "output_path", "write_atomic"]
+__all__ = ["PICTURE_SUFFIXES", "PAGE_SUFFIXES", "picture_path", "page_path", "output_path", "write_atomic",
+           "save_figure"]
 
 #: formats every matplotlib backend writes
 PICTURE_SUFFIXES = (".png", ".svg", ".pdf", ".jpg", ".jpeg")
@@ -73,3 +75,21 @@ def write_atomic(path: str | os.PathLike, data: str | bytes, *, option: str = "p
         with contextlib.suppress(OSError):
             tmp.unlink(missing_ok=True)
     return path
+
+
+def save_figure(fig, path: str | Path, *, close: bool = True, dpi: int = 120, option: str = "path") -> Path:
+    """Save ``fig`` (tight layout) to ``path`` (``.png`` added when it has no extension; written atomically, its
+    folder made); close it unless ``close=False``. Returns the file written."""
+    import io
+
+    import matplotlib.pyplot as plt
+
+    path = picture_path(path, option=option)
+    fig.tight_layout()
+    buf = io.BytesIO()
+    try:
+        fig.savefig(buf, format=path.suffix[1:].lower(), dpi=dpi)
+    finally:
+        if close:
+            plt.close(fig)
+    return write_atomic(path, buf.getvalue(), option=option)

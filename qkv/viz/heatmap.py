@@ -75,7 +75,7 @@ def heatmap(weights, *, x_labels: Sequence[str] | None = None, y_labels: Sequenc
                 ax.text(j, i, f"{w[i, j]:.2f}", ha="center", va="center",
                         color="black" if w[i, j] > 0.6 * w.max() else "white", fontsize=8)
     if path is not None:
-        from .vision import save_figure
+        from .files import save_figure
 
         written = save_figure(ax.figure, path, close=own, dpi=150)
         logger.info("saved heatmap to %s", written)

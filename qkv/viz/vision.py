@@ -22,6 +22,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from .files import save_figure
 from .heatmap import _pyplot
 
 logger = logging.getLogger(__name__)
@@ -80,22 +81,6 @@ def _finish(ax, own: bool, path, what: str):
     return ax
 
 
-def save_figure(fig, path: str | Path, *, close: bool = True, dpi: int = 120, option: str = "path") -> Path:
-    """Save ``fig`` (tight layout) to ``path`` (``.png`` added when it has no extension; written atomically, its
-    folder made); close it unless ``close=False``. Returns the file written."""
-    import io
-
-    from .files import picture_path, write_atomic
-
-    path = picture_path(path, option=option)
-    fig.tight_layout()
-    buf = io.BytesIO()
-    try:
-        fig.savefig(buf, format=path.suffix[1:].lower(), dpi=dpi)
-    finally:
-        if close:
-            _pyplot().close(fig)
-    return write_atomic(path, buf.getvalue(), option=option)
 
 
 def overlay(image, attention, *, ax=None, title: str | None = None, alpha: float = 0.5, cmap: str = "jet",
