@@ -11,6 +11,7 @@ from torch import Tensor, nn
 
 from ..functional import attention
 from ..scores import Score, create_score
+from ._renamed import renamed
 
 __all__ = ["Attention", "SelfAttention"]
 
@@ -27,7 +28,8 @@ class Attention(nn.Module):
     Args:
         score: a name (``dot``, ``scaled_dot``, ``cosine``, ``general``, ``additive``, ``mlp``), a
             :class:`qkv.scores.Score` or a callable ``(q, k) -> scores``. Parametric names need
-            ``query_dim`` (and ``key_dim``/``hidden_dim`` where they differ).
+            ``query_dim`` (and ``key_dim``/``hidden_dim`` where they differ): the features of the queries and keys
+            given to ``forward``, and the score's hidden size.
         normalize: ``softmax``, ``sparsemax`` or a callable.  dropout: on the weights, in training only.
         scale: factor on the scores (default ``1/sqrt(Dk)`` for ``scaled_dot``, else 1).
 
@@ -66,30 +68,38 @@ class SelfAttention(nn.Module):
     ``softmax(Q K^T / sqrt(d_k)) V``. The value size may differ from the query/key size.
 
     Args:
-        in_dim: features of each input.  qk_dim: size of queries and keys.  v_dim: size of values
-            (default ``qk_dim``).  bias: biases on the projections.
-        scale: factor on the scores: ``None`` for ``1/sqrt(qk_dim)``, a number otherwise (``1.0`` is the plain
+        dim: features of each input.  key_dim: size of the queries and keys it makes.  value_dim: size of the
+            values (default ``key_dim``).  (The old names ``in_dim``, ``qk_dim``, ``v_dim`` still work, with a
+            ``DeprecationWarning``.)  bias: biases on the projections.
+        scale: factor on the scores: ``None`` for ``1/sqrt(key_dim)``, a number otherwise (``1.0`` is the plain
             dot product).
         dropout: on the weights, in training only.
     """
 
     attention_kind = "self"  #: what qkv.capture_attention records
 
-    def __init__(self, in_dim: int, qk_dim: int, v_dim: int | None = None, *, bias: bool = True,
-                 scale: float | None = None, dropout: float = 0.0, device=None, dtype=None):
+    def __init__(self, dim: int | None = None, key_dim: int | None = None, value_dim: int | None = None, *,
+                 bias: bool = True, scale: float | None = None, dropout: float = 0.0, device=None, dtype=None,
+                 **old_names):
         super().__init__()
+        sizes = renamed("SelfAttention", old_names, {"in_dim": "dim", "qk_dim": "key_dim", "v_dim": "value_dim"},
+                        {"dim": dim, "key_dim": key_dim, "value_dim": value_dim})
+        dim, key_dim, value_dim = sizes["dim"], sizes["key_dim"], sizes["value_dim"]
+        if dim is None or key_dim is None:
+            raise TypeError("SelfAttention() needs dim (the input's features) and key_dim (the queries' and keys')")
         _check_scale(scale)
-        v_dim = qk_dim if v_dim is None else v_dim
+        value_dim = key_dim if value_dim is None else value_dim
+        self.dim, self.key_dim, self.value_dim = dim, key_dim, value_dim
         fk = {"device": device, "dtype": dtype}
-        self.q_proj = nn.Linear(in_dim, qk_dim, bias=bias, **fk)
-        self.k_proj = nn.Linear(in_dim, qk_dim, bias=bias, **fk)
-        self.v_proj = nn.Linear(in_dim, v_dim, bias=bias, **fk)
+        self.q_proj = nn.Linear(dim, key_dim, bias=bias, **fk)
+        self.k_proj = nn.Linear(dim, key_dim, bias=bias, **fk)
+        self.v_proj = nn.Linear(dim, value_dim, bias=bias, **fk)
         self.scale = scale
         self.dropout = dropout
 
     def forward(self, x: Tensor, *, mask: Tensor | None = None, is_causal: bool = False,
                 return_weights: bool = False):
-        """``x (..., T, in_dim)`` -> ``(..., T, v_dim)`` (and weights ``(..., T, T)``)."""
+        """``x (..., T, dim)`` -> ``(..., T, value_dim)`` (and weights ``(..., T, T)``)."""
         return attention(self.q_proj(x), self.k_proj(x), self.v_proj(x),
                          score="scaled_dot", scale=self.scale, mask=mask,
                          dropout=self.dropout if self.training else 0.0, is_causal=is_causal,

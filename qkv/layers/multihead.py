@@ -19,6 +19,7 @@ from torch import Tensor, nn
 from ..functional import attention
 from ..masks import causal_mask, combine_masks
 from ..scores import Score, create_score
+from ._renamed import renamed
 
 __all__ = ["MultiHeadAttention", "KVCache"]
 
@@ -60,7 +61,8 @@ class MultiHeadAttention(nn.Module):
         num_heads: ``H``; must divide ``E``.
         kv_heads: ``G`` key/value heads shared by ``H / G`` query heads each (grouped-query attention;
             1 is multi-query). Default ``H``.
-        kdim, vdim: feature sizes of the key and value inputs (default ``E``).
+        key_dim, value_dim: feature sizes of the key and value inputs (default ``E``; the old names ``kdim``,
+            ``vdim`` still work, with a ``DeprecationWarning``).
         bias: biases on the four projections.  dropout: on the weights, in training only.
         score: the score of every head: a name (``scaled_dot``, ``dot``, ``cosine``, ``general``,
             ``additive``, ``mlp``; parametric ones are built with size ``D`` and shared by the heads), a
@@ -78,11 +80,15 @@ class MultiHeadAttention(nn.Module):
 
     attention_kind = None  #: self or cross, from the call (no key, or the query as key: self)
 
-    def __init__(self, dim: int, num_heads: int, *, kv_heads: int | None = None, kdim: int | None = None,
-                 vdim: int | None = None, bias: bool = True, dropout: float = 0.0,
+    def __init__(self, dim: int, num_heads: int, *, kv_heads: int | None = None, key_dim: int | None = None,
+                 value_dim: int | None = None, bias: bool = True, dropout: float = 0.0,
                  score: str | Score | Callable = "scaled_dot", normalize: str | Callable = "softmax",
-                 score_mod: Callable | None = None, mask_mod: Callable | None = None, device=None, dtype=None):
+                 score_mod: Callable | None = None, mask_mod: Callable | None = None, device=None, dtype=None,
+                 **old_names):
         super().__init__()
+        sizes = renamed("MultiHeadAttention", old_names, {"kdim": "key_dim", "vdim": "value_dim"},
+                        {"key_dim": key_dim, "value_dim": value_dim})
+        key_dim, value_dim = sizes["key_dim"], sizes["value_dim"]
         kv_heads = num_heads if kv_heads is None else kv_heads
         if dim <= 0 or num_heads <= 0 or dim % num_heads:
             raise ValueError(f"dim ({dim}) must be a positive multiple of num_heads ({num_heads})")
@@ -93,17 +99,27 @@ class MultiHeadAttention(nn.Module):
         fk = {"device": device, "dtype": dtype}
         self.dim, self.num_heads, self.kv_heads = dim, num_heads, kv_heads
         self.head_dim = dim // num_heads
-        self.kdim = dim if kdim is None else kdim
-        self.vdim = dim if vdim is None else vdim
+        self.key_dim = dim if key_dim is None else key_dim
+        self.value_dim = dim if value_dim is None else value_dim
         self.dropout = dropout
         self.normalize = normalize
         self.q_proj = nn.Linear(dim, dim, bias=bias, **fk)
-        self.k_proj = nn.Linear(self.kdim, kv_heads * self.head_dim, bias=bias, **fk)
-        self.v_proj = nn.Linear(self.vdim, kv_heads * self.head_dim, bias=bias, **fk)
+        self.k_proj = nn.Linear(self.key_dim, kv_heads * self.head_dim, bias=bias, **fk)
+        self.v_proj = nn.Linear(self.value_dim, kv_heads * self.head_dim, bias=bias, **fk)
         self.out_proj = nn.Linear(dim, dim, bias=bias, **fk)
         self.score = create_score(score, self.head_dim, self.head_dim, **fk)
         self.score_mod, self.mask_mod = score_mod, mask_mod  # a module score_mod registers as a submodule
         self.reset_parameters()
+
+    @property
+    def kdim(self) -> int:
+        """The old name of :attr:`key_dim` (as ``torch.nn.MultiheadAttention`` calls it)."""
+        return self.key_dim
+
+    @property
+    def vdim(self) -> int:
+        """The old name of :attr:`value_dim`."""
+        return self.value_dim
 
     def reset_parameters(self) -> None:
         for lin in (self.q_proj, self.k_proj, self.v_proj, self.out_proj):
@@ -129,7 +145,7 @@ class MultiHeadAttention(nn.Module):
         """Attend from ``query`` to ``key``/``value`` (self-attention when ``key`` is None).
 
         Args:
-            query: ``(B, Tq, E)``.  key: ``(B, Tk, kdim)``.  value: ``(B, Tk, vdim)`` (default ``key``).
+            query: ``(B, Tq, E)``.  key: ``(B, Tk, key_dim)``.  value: ``(B, Tk, value_dim)`` (default ``key``).
             mask: boolean (True = may attend) or additive float, broadcastable to ``(B, H, Tq, Tk)``;
                 ``(Tq, Tk)`` and ``(B, Tq, Tk)`` masks are broadcast over the heads.
             key_mask: ``(B, Tk)`` boolean, True at real (non-padding) keys.
@@ -154,7 +170,7 @@ class MultiHeadAttention(nn.Module):
         else:
             key = query if key is None else key
             value = key if value is None else value
-            for name, t, size in (("key", key, self.kdim), ("value", value, self.vdim)):
+            for name, t, size in (("key", key, self.key_dim), ("value", value, self.value_dim)):
                 if t.dim() != 3 or t.shape[0] != b or t.shape[-1] != size:
                     raise ValueError(f"{name} must be (B={b}, Tk, {size}), got {tuple(t.shape)} "
                                      f"for query {tuple(query.shape)}")
@@ -210,7 +226,7 @@ class MultiHeadAttention(nn.Module):
         if module.bias_k is not None or module.add_zero_attn:
             raise ValueError("from_torch does not support add_bias_kv or add_zero_attn")
         p = next(module.parameters())
-        new = cls(module.embed_dim, module.num_heads, kdim=module.kdim, vdim=module.vdim,
+        new = cls(module.embed_dim, module.num_heads, key_dim=module.kdim, value_dim=module.vdim,
                   bias=module.in_proj_bias is not None, dropout=module.dropout, device=p.device, dtype=p.dtype)
         e = module.embed_dim
         with torch.no_grad():

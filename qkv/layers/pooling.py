@@ -24,8 +24,9 @@ class AttentionPooling(nn.Module):
     """Pool ``(B, T, D)`` into ``(B, D)`` (one query) or ``(B, R, D)`` (``num_queries=R``).
 
     Args:
-        dim: ``D``, the features of each position.  hidden_dim: size of the keys ``tanh(W h + b)`` and of
-            the learned queries (default ``D``).  num_queries: ``R`` hops.
+        dim: ``D``, the features of each position.  hidden_dim: the hidden size of the scoring, that of the keys
+            ``tanh(W h + b)`` and of the learned queries (default ``D``; like the additive score's ``hidden_dim``,
+            and what the RNN models call ``attn_dim``).  num_queries: ``R`` hops.
         score: score between the learned queries and the keys (default ``dot``, as in both papers).
         dropout: on the weights, in training only.
     """
