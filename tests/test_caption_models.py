@@ -440,3 +440,40 @@ def test_local_salience_reads_what_each_place_holds_itself(gen):
     assert not torch.allclose(changed["a"].reshape(2, 4, 4, -1)[:, 2, 2], state["a"].reshape(2, 4, 4, -1)[:, 2, 2])
     with pytest.raises(ValueError, match="salience"):
         SoftCaptioner(**{**MODELS["caption-soft"], "salience": "pixels"})
+
+
+def test_each_captioner_owns_its_loss_terms(gen):
+    """`auxiliary_loss`: the soft model's penalty (weighted, none at 0), the hard model's REINFORCE terms against its
+    baseline (set by the first batch, then a moving average), nothing for the fixed and Transformer captioners —
+    each equal to the terms computed by hand from the same forward pass."""
+    x = torch.rand(3, 1, 32, 32, generator=gen)
+    tgt = torch.randint(4, 11, (3, 5), generator=gen)
+    mask = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0], [1, 1, 0, 0, 0]], dtype=torch.bool)
+    ll = -torch.rand(3, generator=gen) * 10
+    soft = SoftCaptioner(**MODELS["caption-soft"])
+    out = soft(x, tgt)
+    loss, stats = soft.auxiliary_loss(out, ll, mask, doubly_stochastic=0.3)
+    by_hand = doubly_stochastic_penalty(out.attention.float(), mask)
+    assert torch.allclose(loss, 0.3 * by_hand) and torch.allclose(stats["penalty"], by_hand)
+    assert soft.auxiliary_loss(out, ll, mask, doubly_stochastic=0.0) == (None, {})
+
+    torch.manual_seed(0)
+    hard = HardCaptioner(**MODELS["caption-hard"], expected_share=0.0).train()
+    out = hard(x, tgt)
+    assert not bool(hard.baseline_ready)
+    loss, _ = hard.auxiliary_loss(out, ll, mask, reward_weight=0.7, entropy_weight=0.05, baseline_decay=0.8)
+    expect = reinforce_loss(ll, out.sample_log_prob.float(), out.entropy.float(), mask, ll.mean(), reward_weight=0.7,
+                            entropy_weight=0.05)  # the first batch's baseline is its own mean
+    assert torch.allclose(loss, expect)
+    assert float(hard.baseline) == pytest.approx(float(ll.mean()))  # 0.8 b + 0.2 mean, with b = mean
+    ll2 = ll - 3
+    loss2, _ = hard.auxiliary_loss(out, ll2, mask, reward_weight=0.7, entropy_weight=0.05, baseline_decay=0.8)
+    expect2 = reinforce_loss(ll2, out.sample_log_prob.float(), out.entropy.float(), mask, ll.mean(),
+                             reward_weight=0.7, entropy_weight=0.05)
+    assert torch.allclose(loss2, expect2)
+    assert float(hard.baseline) == pytest.approx(0.8 * float(ll.mean()) + 0.2 * float(ll2.mean()))
+    assert hard.eval().auxiliary_loss(hard(x, tgt), ll, mask) == (None, {})  # no sample outside training
+
+    for name, images in (("caption-fixed", x), ("caption-transformer", x[..., :16, :16])):  # a 2x2 grid
+        model = create(name, **MODELS[name])
+        assert model.auxiliary_loss(model(images, tgt), ll, mask, doubly_stochastic=1.0) == (None, {})

@@ -12,13 +12,13 @@ import torch
 from torch import Tensor, nn
 
 from ..layers import KVCache, PositionalEncoding, TransformerLayer
-from .caption_base import CaptionOutput, rows_of
+from .caption_base import CaptionLosses, CaptionOutput, rows_of
 from .caption_encoder import GridEncoder
 
 __all__ = ["TransformerCaptioner"]
 
 
-class TransformerCaptioner(nn.Module):
+class TransformerCaptioner(CaptionLosses, nn.Module):
     """A Transformer decoder over the grid: causal self-attention over the words, cross-attention to the
     annotations (projected to ``dim``, plus a learned embedding of each grid position), pre-norm
     :class:`~qkv.layers.TransformerLayer` s. ``attention`` is the last layer's cross-attention averaged over heads.

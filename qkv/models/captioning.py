@@ -58,33 +58,12 @@ from torch import Tensor, nn
 
 from ..functional import attention
 from ..layers import Attention
-from .caption_base import CaptionOutput, rows_of
+from .caption_base import CaptionLosses, CaptionOutput, doubly_stochastic_penalty, reinforce_loss, rows_of
 from .caption_encoder import GridEncoder, grid_coords
 from .caption_transformer import TransformerCaptioner
 
 __all__ = ["CAPTION_MODELS", "CaptionOutput", "GridEncoder", "SoftCaptioner", "HardCaptioner", "FixedCaptioner",
            "TransformerCaptioner", "doubly_stochastic_penalty", "reinforce_loss", "grid_coords"]
-
-
-def doubly_stochastic_penalty(attn: Tensor, mask: Tensor) -> Tensor:
-    """Xu et al.'s ``sum_b sum_i (1 - sum_t alpha_bti)^2`` over the real steps: ``attn (B, T, L)``, ``mask (B, T)``
-    bool (True at real target positions, padding excluded). Returns a scalar (summed over the batch)."""
-    per_location = (attn * mask[..., None].to(attn.dtype)).sum(dim=1)  # (B, L)
-    return ((1.0 - per_location) ** 2).sum()
-
-
-def reinforce_loss(log_likelihood: Tensor, sample_log_prob: Tensor, entropy: Tensor, mask: Tensor,
-                   baseline: float | Tensor, *, reward_weight: float = 1.0, entropy_weight: float = 0.0) -> Tensor:
-    """The hard-attention terms of Xu et al.'s learning rule (their eq. 12), as a loss to minimise (summed).
-
-    ``-reward_weight * sum_b (R_b - baseline) sum_t log p(s_bt) - entropy_weight * sum_b sum_t H_bt`` with
-    ``R_b = log_likelihood (B,)`` (detached here), ``sample_log_prob, entropy (B, T)`` and ``mask (B, T)`` bool.
-    Its gradient is the score-function estimate of ``d E[R] / d alpha`` plus the entropy bonus; the caption's
-    own cross-entropy (the first term of eq. 12) is the caller's.
-    """
-    m = mask.to(sample_log_prob.dtype)
-    advantage = (log_likelihood.detach() - baseline).to(sample_log_prob.dtype)
-    return -reward_weight * (advantage * (sample_log_prob * m).sum(1)).sum() - entropy_weight * (entropy * m).sum()
 
 
 KEYS = ("features", "both", "positions")
@@ -103,7 +82,7 @@ class _Window(nn.Module):
         return z[:, 0], w[:, 0]
 
 
-class _LSTMCaptioner(nn.Module):
+class _LSTMCaptioner(CaptionLosses, nn.Module):
     """What the three LSTM captioners share: encoder, embedding, LSTM cell, initial state, deep output.
 
     Args (keyword): in_channels, widths, coords, padding: the :class:`GridEncoder`'s.  embed_dim, hidden_dim: word
@@ -287,6 +266,13 @@ class SoftCaptioner(_LSTMCaptioner):
                          keys=keys, init_state=init_state, glimpse=glimpse, salience=salience)
         self.f_beta = nn.Linear(self.hidden_dim, 1)
 
+    def auxiliary_loss(self, out, log_likelihood, mask, *, doubly_stochastic=0.0, **_):
+        """Xu et al.'s doubly stochastic penalty, weighted by ``doubly_stochastic`` (none at 0)."""
+        if not doubly_stochastic:
+            return None, {}
+        penalty = doubly_stochastic_penalty(out.attention.float(), mask)
+        return doubly_stochastic * penalty, {"penalty": penalty.detach()}
+
     def context(self, state):
         z, alpha, loc = self._look(state)
         beta = torch.sigmoid(self.f_beta(state["h"]))  # (B, 1)
@@ -328,6 +314,19 @@ class HardCaptioner(_LSTMCaptioner):
             self.baseline_ready.fill_(True)
         else:
             self.baseline.mul_(decay).add_((1 - decay) * mean)
+
+    def auxiliary_loss(self, out, log_likelihood, mask, *, reward_weight=1.0, entropy_weight=0.0, baseline_decay=0.9,
+                       **_):
+        """The REINFORCE terms of a training batch (none outside training), against the moving-average baseline
+        of the captions' log-likelihood, which is then updated with this batch (the first batch sets it)."""
+        if out.sample_log_prob is None:
+            return None, {}
+        if not bool(self.baseline_ready):
+            self.update_baseline(log_likelihood, baseline_decay)
+        loss = reinforce_loss(log_likelihood, out.sample_log_prob.float(), out.entropy.float(), mask, self.baseline,
+                              reward_weight=reward_weight, entropy_weight=entropy_weight)
+        self.update_baseline(log_likelihood, baseline_decay)
+        return loss, {}
 
     def context(self, state):
         z, alpha, loc = self._look(state)

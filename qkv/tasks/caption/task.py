@@ -140,24 +140,13 @@ class CaptionTask(Task):
                              label_smoothing=o.label_smoothing)  # (B, T)
         loss = ce.sum()
         stats: dict[str, Any] = {"token_acc": ((out.logits.argmax(-1) == target) & mask).sum()}
-        if o.model == "soft" and o.doubly_stochastic:
-            from ...models.captioning import doubly_stochastic_penalty
-
-            penalty = doubly_stochastic_penalty(out.attention.float(), mask)
-            loss = loss + o.doubly_stochastic * penalty
-            stats["penalty"] = penalty.detach()
-        if o.model == "hard" and out.sample_log_prob is not None:
-            from ...models.captioning import reinforce_loss
-
-            module = getattr(model, "module", model)  # the DDP wrapper's model
-            log_likelihood = -ce.detach().sum(1)
-            if not bool(module.baseline_ready):
-                module.update_baseline(log_likelihood, o.baseline_decay)
-            loss = loss + reinforce_loss(log_likelihood, out.sample_log_prob.float(), out.entropy.float(), mask,
-                                         module.baseline, reward_weight=o.reward_weight,
-                                         entropy_weight=o.entropy_weight)
-            module.update_baseline(log_likelihood, o.baseline_decay)
-        return loss, mask.sum(), stats
+        module = getattr(model, "module", model)  # the DDP wrapper's model
+        extra, more = module.auxiliary_loss(  # the model's own terms (penalty, REINFORCE), weighted by the options
+            out, -ce.detach().sum(1), mask, doubly_stochastic=o.doubly_stochastic or 0.0,
+            reward_weight=o.reward_weight, entropy_weight=o.entropy_weight, baseline_decay=o.baseline_decay)
+        if extra is not None:
+            loss = loss + extra
+        return loss, mask.sum(), {**stats, **more}
 
     def evaluate(self, model, split: str) -> dict[str, float]:
         if split not in ("valid", "test"):
