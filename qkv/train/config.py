@@ -21,7 +21,8 @@ AMP_MODES = ("auto", "off", "bf16", "fp16")
 
 # Fields that change what an exact resume computes; a resumed run warns when one of them differs.
 RESULT_FIELDS = ("seed", "batch_size", "lr", "weight_decay", "betas", "eps", "schedule", "warmup_steps",
-                 "min_lr_ratio", "clip_norm", "drop_last", "bucket_batches", "epochs", "amp")
+                 "min_lr_ratio", "clip_norm", "drop_last", "bucket_batches", "epochs", "amp", "max_minutes",
+                 "schedule_steps")
 
 
 @dataclass
@@ -32,9 +33,13 @@ class TrainConfig:
     """
 
     # --- length and stopping -------------------------------------------------------------------------
-    epochs: int = option(10, low=1, help="passes over the training data; also the length of the LR schedule")
+    epochs: int = option(10, low=1, help="passes over the training data; also the length of the LR schedule "
+                         "(unless --max-minutes ends the run first)")
     max_minutes: float | None = option(None, low=0, low_open=True,
-                                       help="time budget: stop cleanly with a checkpoint and a final evaluation")
+                                       help="time budget of the run (over every --resume): the LR schedule ends "
+                                       "where the measured step time says the budget ends, leaving time to "
+                                       "evaluate, save and pick the best model; whichever ends first, epochs or "
+                                       "time, sets the schedule's length")
     max_steps: int | None = option(None, low=1, help="stop after this many optimizer steps in total")
     schedule_steps: int | None = option(None, low=1, help="length of the LR schedule in optimizer steps "
                                         "(default: epochs x batches per epoch)")

@@ -1,23 +1,35 @@
 """The trainer and its run directory: holding it for the run's life (:func:`hold_run_directory`), finding the
-checkpoint to resume (:func:`find_checkpoint`) and restoring the training state from it (:func:`restore`)."""
+checkpoint to resume (:func:`find_checkpoint`), writing the training state (:func:`save`) and restoring it
+(:func:`restore`)."""
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import torch
 
 from . import rng
-from .checkpoint import VERSION, Checkpoint, load_checkpoint, optimizer_from_files, resolve_checkpoint
+from .budget import Horizon
+from .checkpoint import (
+    VERSION,
+    Checkpoint,
+    load_checkpoint,
+    optimizer_from_files,
+    optimizer_to_files,
+    resolve_checkpoint,
+    write_checkpoint,
+)
 from .config import RESULT_FIELDS
 from .lock import RunInUseError, RunLock
 from .parts import TrainState
 from .schedule import derive_seed
 
-__all__ = ["hold_run_directory", "find_checkpoint", "restore"]
+__all__ = ["hold_run_directory", "find_checkpoint", "save", "restore"]
 
 log = logging.getLogger("qkv.train.trainer")
 
@@ -73,6 +85,32 @@ def find_checkpoint(out: Path | None, resume: bool) -> Checkpoint | None:
     return ckpt
 
 
+def save(trainer, collective: bool = True) -> None:
+    """Write ``trainer.out/checkpoint`` (rank 0): weights, assets, position, optimizer, scaler, the schedule's
+    horizon and the time budget's estimates, and the RNG states of every rank when ``collective``."""
+    d, st = trainer.dist, trainer.state
+    states = rng.capture()
+    rng_tensors = {}
+    if d.enabled and collective:
+        for name in sorted(states):
+            for r, t in enumerate(d.all_gather(states[name])):
+                rng_tensors[f"rng.{r}.{name}"] = t
+    else:
+        rng_tensors = {f"rng.{d.rank}.{k}": v for k, v in states.items()}
+    if d.is_main:
+        opt_tensors, opt_meta = optimizer_to_files(trainer.optimizer.state_dict())
+        scaler = trainer.scaler.state_dict() if trainer.scaler.is_enabled() else None
+        budget = trainer.budget.state_dict() if trainer.budget is not None else None
+        state = {"position": dataclasses.asdict(st), "train_config": trainer.config.to_dict(),
+                 "optimizer": opt_meta, "scaler": scaler, "world_size": d.world_size,
+                 "num_examples": len(trainer.examples), "steps_per_epoch": trainer.steps_per_epoch,
+                 "total_steps": trainer.horizon.total, "horizon": dataclasses.asdict(trainer.horizon),
+                 "budget": budget, "torch": torch.__version__, "saved_at": time.time()}
+        write_checkpoint(trainer.out / "checkpoint", weights=trainer.module.state_dict(), task=trainer.task.name,
+                         config=trainer.task.config(), save_assets=trainer.task.save_assets, state=state,
+                         state_tensors={**opt_tensors, **rng_tensors}, flag="--out")
+
+
 def restore(trainer, ckpt: Checkpoint, n: int) -> None:
     """Set ``trainer``'s state, optimizer, scaler and RNGs from ``ckpt`` (``n``: the number of training examples,
     which must not have changed)."""
@@ -88,6 +126,15 @@ def restore(trainer, ckpt: Checkpoint, n: int) -> None:
         log.warning("resuming with different settings; the run will not match an uninterrupted one (%s)",
                     "; ".join(changed))
     trainer.state = TrainState(**saved["position"])
+    # the schedule goes on from the progress it reached (a checkpoint without it: the length it had, fixed)
+    if saved.get("horizon") is not None:
+        trainer.horizon = Horizon(**saved["horizon"])
+    if trainer.budget is not None:
+        trainer.budget.horizon = trainer.horizon
+    if trainer.budget is not None and saved.get("budget") is not None:
+        trainer.budget.load_state_dict(saved["budget"])  # the next fit moves the horizon if the settings changed
+    else:
+        trainer.horizon.move(trainer.state.global_step, trainer.total_steps)
     tensors = ckpt.state_tensors()
     trainer.optimizer.load_state_dict(optimizer_from_files(tensors, saved["optimizer"]))
     if saved.get("scaler") and trainer.scaler.is_enabled():

@@ -15,12 +15,15 @@ __all__ = ["lr_factor", "epoch_batches", "num_batches", "derive_seed"]
 
 
 def lr_factor(step: int, total_steps: int, *, schedule: str = "cosine", warmup_steps: int = 0,
-              min_lr_ratio: float = 0.0) -> float:
+              min_lr_ratio: float = 0.0, progress: float | None = None) -> float:
     """Multiplier of the peak learning rate for optimizer step ``step`` (0-based) of ``total_steps``.
 
     Linear warm-up over ``warmup_steps`` (step 0 uses ``1/warmup_steps``), then ``constant``, ``linear`` or
     ``cosine`` decay to ``min_lr_ratio`` at ``total_steps``, or ``inverse_sqrt`` (Vaswani et al., 2017:
     ``sqrt(warmup_steps / (step + 1))``, no floor). Steps past the end keep the final value.
+
+    ``progress`` (in ``[0, 1]``) replaces ``(step - warmup_steps) / (total_steps - warmup_steps)``: the position in
+    the decay of a schedule whose length moves (:class:`qkv.train.budget.Horizon`).
     """
     if step < warmup_steps:
         return (step + 1) / warmup_steps
@@ -28,7 +31,8 @@ def lr_factor(step: int, total_steps: int, *, schedule: str = "cosine", warmup_s
         return 1.0
     if schedule == "inverse_sqrt":
         return math.sqrt(max(warmup_steps, 1) / (step + 1))
-    progress = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))
+    if progress is None:
+        progress = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))
     if schedule == "linear":
         shape = 1.0 - progress
     elif schedule == "cosine":

@@ -4,7 +4,8 @@ One optimizer step per global batch: the batch's examples are split across proce
 loss, the counts are summed over processes, and the gradient is that of ``sum of losses / global count``,
 exactly as in one process on the whole batch. AdamW, warm-up + decay, gradient clipping, mixed precision,
 progress bars, ``metrics.jsonl``, checkpoints (every epoch, at the end, on the time budget, on Ctrl-C or
-SIGTERM) and an exact resume. The run directory is locked for the run's life (:mod:`qkv.train.lock`): a second
+SIGTERM) and an exact resume. With a time budget the run and its LR schedule end when the measured time says
+(:mod:`qkv.train.budget`). The run directory is locked for the run's life (:mod:`qkv.train.lock`): a second
 training of it is refused at once.
 """
 
@@ -25,11 +26,12 @@ from torch.nn.parallel import DistributedDataParallel
 from tqdm.auto import tqdm
 
 from . import distributed, rng
-from .checkpoint import load_checkpoint, optimizer_to_files, write_checkpoint
+from .budget import Horizon, TimeBudget
+from .checkpoint import load_checkpoint, write_checkpoint
 from .config import TrainConfig
 from .interrupt import Interrupted, StopFlag, terminate_raises
 from .parts import MetricsLog, TrainResult, TrainState, amp_dtype, dtype_name, param_groups
-from .rundir import find_checkpoint, hold_run_directory, restore
+from .rundir import find_checkpoint, hold_run_directory, restore, save
 from .schedule import derive_seed, epoch_batches, lr_factor, num_batches
 from .task import Task
 
@@ -41,7 +43,8 @@ log = logging.getLogger(__name__)
 Callback = Callable[[TrainState, dict[str, float]], Any]
 
 
-def train(task: Task, config: TrainConfig, callbacks: Sequence[Callback] = ()) -> TrainResult:
+def train(task: Task, config: TrainConfig, callbacks: Sequence[Callback] = (), *,
+          clock: Callable[[], float] = time.monotonic) -> TrainResult:
     """Train ``task``'s model as ``config`` says; see the module docstring and :class:`TrainConfig`.
 
     ``callbacks`` are called after every optimizer step as ``callback(state, logs)`` with
@@ -49,6 +52,7 @@ def train(task: Task, config: TrainConfig, callbacks: Sequence[Callback] = ()) -
     writes a checkpoint and is raised again; the first Ctrl-C or SIGTERM stops at the end of the current step
     (then :class:`~qkv.train.interrupt.Interrupted`, a ``KeyboardInterrupt`` whose ``exit_code`` is 130 or 143, is
     raised), a second one at once. Under ``torchrun`` every process calls ``train`` with the same arguments.
+    ``clock`` is the time source, in seconds (the time budget, ``elapsed``, rates): tests pass a fake one.
 
     Raises:
         ValueError: bad settings, or data that no longer matches the checkpoint being resumed.
@@ -56,18 +60,19 @@ def train(task: Task, config: TrainConfig, callbacks: Sequence[Callback] = ()) -
             holds ``config.out`` (:class:`~qkv.train.lock.RunInUseError`).
         OSError: ``config.out`` cannot be written (the message names the path and ``--out``).
     """
-    return Trainer(task, config, callbacks).fit()
+    return Trainer(task, config, callbacks, clock=clock).fit()
 
 
 class Trainer:
     """The loop behind :func:`train`; use :func:`train` unless you need the pieces."""
 
-    def __init__(self, task: Task, config: TrainConfig, callbacks: Sequence[Callback] = ()):
+    def __init__(self, task: Task, config: TrainConfig, callbacks: Sequence[Callback] = (), *,
+                 clock: Callable[[], float] = time.monotonic):
         if not isinstance(task, Task):
             raise TypeError(f"task must be a qkv.train.Task, got {type(task).__name__}")
         if not isinstance(config, TrainConfig):
             raise TypeError(f"config must be a TrainConfig, got {type(config).__name__}")
-        self.task, self.config, self.callbacks = task, config, list(callbacks)
+        self.task, self.config, self.callbacks, self.clock = task, config, list(callbacks), clock
         self.out = Path(config.out) if config.out is not None else None
 
     # --- entry -----------------------------------------------------------------------------------------
@@ -101,6 +106,11 @@ class Trainer:
             raise ValueError(f"{n} training examples make no batch of batch_size={cfg.batch_size}"
                              f"{' with drop_last' if cfg.drop_last else ''}")
         self.total_steps = cfg.schedule_steps or cfg.epochs * self.steps_per_epoch  # the LR schedule's length
+        self.horizon = Horizon(self.total_steps, cfg.warmup_steps)  # which a time budget moves
+        self.budget = None if cfg.max_minutes is None else TimeBudget(
+            60.0 * cfg.max_minutes, self.horizon, self.total_steps, cfg.epochs * self.steps_per_epoch,
+            self.steps_per_epoch, cfg.eval_every, evaluates=bool(cfg.eval_split), saves=self.out is not None,
+            final_evals=len(cfg.final_splits))
         self.optimizer = torch.optim.AdamW(param_groups(self.module, cfg.weight_decay), lr=cfg.lr,
                                            betas=cfg.betas, eps=cfg.eps)
         self.amp_dtype = amp_dtype(cfg.amp, d.device)
@@ -134,9 +144,15 @@ class Trainer:
     # --- the loop --------------------------------------------------------------------------------------
     def _loop(self) -> str:
         cfg, st, d = self.config, self.state, self.dist
-        start = time.monotonic()
+        start = self.clock()
         elapsed0 = st.elapsed
+        self._now = lambda: elapsed0 + self.clock() - start  # seconds of training over all invocations
         self._interval = {"loss": 0.0, "count": 0.0, "stats": {}, "seconds": 0.0}
+        self._spent = [0.0, 0, 0.0, 0]  # since the last step: seconds and number of evaluations, of checkpoints
+        if self.budget is not None and self.budget.begin(st.global_step, elapsed0):
+            log.warning("the time budget (max_minutes=%g) is spent: %.1f s trained; pass a larger one to train on",
+                        cfg.max_minutes, elapsed0)
+            return "time"
         self._phase = None  # "step" while a step computes, "update" while it changes the weights
         self._agreed_interrupt = False
         with StopFlag() as flag:
@@ -147,15 +163,15 @@ class Trainer:
                                             bucket_batches=cfg.bucket_batches, min_batch=d.world_size)
                     bar = tqdm(total=len(batches), initial=st.step, disable=not self.show_progress, unit="step",
                                desc=f"epoch {st.epoch + 1}/{cfg.epochs}", dynamic_ncols=True, leave=True)
-                    epoch_t0, epoch_units = time.monotonic(), 0.0
+                    epoch_t0, epoch_units = self.clock(), 0.0
                     try:
                         for indices in batches[st.step:]:
-                            over_time = cfg.max_minutes is not None and time.monotonic() - start > 60 * cfg.max_minutes
-                            logs = self._step(indices, interrupt=flag.set, over_time=over_time)
-                            st.elapsed = elapsed0 + time.monotonic() - start
+                            logs = self._step(indices, interrupt=flag.set)
+                            st.elapsed = self._now()
+                            over_time = self._budget_step(logs)
                             epoch_units += logs["count"]
                             bar.update(1)
-                            rate = epoch_units / max(time.monotonic() - epoch_t0, 1e-9)
+                            rate = epoch_units / max(self.clock() - epoch_t0, 1e-9)
                             bar.set_postfix(loss=f"{logs['loss']:.4g}", lr=f"{logs['lr']:.3g}",
                                             **{f"{self.task.unit}/s": f"{rate:.4g}"}, refresh=False)
                             if st.global_step % cfg.log_every == 0:
@@ -166,18 +182,21 @@ class Trainer:
                                 self._agreed_interrupt = True
                                 raise Interrupted(flag.signum)
                             if cfg.eval_every and st.global_step % cfg.eval_every == 0 and st.step < len(batches):
-                                self._periodic_eval()
-                            if logs["over_time"]:
+                                self._timed(self._periodic_eval, 0)
+                            if over_time:
                                 return "time"
+                            if self.budget is not None and self.budget.wants_timing() and not self._spent[1]:
+                                self._timed(self._periodic_eval, 0)  # once: the end's time must be known
+                                self._timed(self._save, 2)
                             if cfg.max_steps is not None and st.global_step >= cfg.max_steps:
                                 return "max_steps"
                             if st.stopped_early:
                                 return "early_stop"
                     finally:
                         bar.close()
-                    self._periodic_eval()
+                    self._timed(self._periodic_eval, 0)
                     st.epoch, st.step = st.epoch + 1, 0
-                    self._save()
+                    self._timed(self._save, 2)
                 return "early_stop" if st.stopped_early else "epochs"
             except KeyboardInterrupt:
                 if self._phase == "update":
@@ -192,14 +211,15 @@ class Trainer:
                                 self.out / "checkpoint")
                 raise
 
-    def _step(self, indices: list[int], *, interrupt: bool, over_time: bool) -> dict[str, float]:
+    def _step(self, indices: list[int], *, interrupt: bool) -> dict[str, float]:
         cfg, d, st = self.config, self.dist, self.state
-        t0 = time.monotonic()
+        t0 = self.clock()
         self._phase = "step"
         local = distributed.shard(indices, d.rank, d.world_size)
         batch = self.task.to_device(self.task.collate([self.examples[i] for i in local]), d.device)
-        lr = cfg.lr * lr_factor(st.global_step, self.total_steps, schedule=cfg.schedule,
-                                warmup_steps=cfg.warmup_steps, min_lr_ratio=cfg.min_lr_ratio)
+        lr = cfg.lr * lr_factor(st.global_step, self.horizon.total, schedule=cfg.schedule,
+                                warmup_steps=cfg.warmup_steps, min_lr_ratio=cfg.min_lr_ratio,
+                                progress=self.horizon.progress(st.global_step))
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         with self._autocast():
@@ -207,12 +227,13 @@ class Trainer:
         if not torch.is_tensor(loss_sum) or loss_sum.ndim != 0:
             raise ValueError(f"{type(self.task).__name__}.loss must return a scalar tensor (the summed loss) "
                              f"first, got {type(loss_sum).__name__}")
-        # one all-reduce per step: loss and count for normalising and logging, and the stop flags
-        shared = torch.stack([loss_sum.detach().to(torch.float64),
-                              torch.as_tensor(count, dtype=torch.float64, device=d.device),
-                              torch.tensor(float(interrupt), dtype=torch.float64, device=d.device),
-                              torch.tensor(float(over_time), dtype=torch.float64, device=d.device)])
-        total_loss, total_count, n_interrupt, n_over_time = d.all_reduce_sum(shared).tolist()
+        # one all-reduce per step: loss and count for normalising and logging, the interrupt flag, and rank 0's
+        # clock with the seconds of its evaluations and checkpoints since the last step (for the time budget)
+        clock = [self._now(), self._spent[0], self._spent[2]] if d.is_main else [0.0, 0.0, 0.0]
+        shared = torch.cat([loss_sum.detach().to(torch.float64).reshape(1),
+                            torch.tensor([float(count), float(interrupt), *clock], dtype=torch.float64,
+                                         device=d.device)])
+        total_loss, total_count, n_interrupt, now, eval_s, save_s = d.all_reduce_sum(shared).tolist()
         if total_count <= 0:
             raise ValueError(f"{type(self.task).__name__}.loss counted nothing in batch {st.step} of epoch "
                              f"{st.epoch}: count must be the number of items or tokens summed over")
@@ -242,9 +263,24 @@ class Trainer:
         for k, v in stats.items():
             iv["stats"][k] = iv["stats"].get(k, 0.0) + (v.detach().to(torch.float64) if torch.is_tensor(v) else v)
         iv["grad_norm"] = grad_norm
-        iv["seconds"] += time.monotonic() - t0
-        return {"loss": total_loss / total_count, "lr": lr, "count": total_count,
-                "interrupt": n_interrupt > 0, "over_time": n_over_time > 0}
+        iv["seconds"] += self.clock() - t0
+        return {"loss": total_loss / total_count, "lr": lr, "count": total_count, "interrupt": n_interrupt > 0,
+                "now": now, "eval_seconds": eval_s, "save_seconds": save_s}
+
+    def _timed(self, fn: Callable[[], bool], slot: int) -> None:
+        """Run an evaluation (``slot`` 0) or a checkpoint (2), adding its seconds for the time budget."""
+        t0 = self.clock()
+        if fn():
+            self._spent[slot] += self.clock() - t0
+            self._spent[slot + 1] += 1
+
+    def _budget_step(self, logs: dict[str, float]) -> bool:
+        """Tell the time budget of the step (rank 0's clock, the same on every rank); whether to stop now."""
+        spent, self._spent = self._spent, [0.0, 0, 0.0, 0]
+        if self.budget is None:
+            return False
+        return self.budget.record(self.state.global_step, logs["now"], eval_seconds=logs["eval_seconds"],
+                                  evals=spent[1], save_seconds=logs["save_seconds"], saves=spent[3])
 
     def _non_finite(self, what: str, value: float) -> None:
         """Stop before a non-finite loss or gradient reaches the weights: the saved checkpoints stay good."""
@@ -274,6 +310,8 @@ class Trainer:
         if iv.get("grad_norm") is not None:
             record["grad_norm"] = float(iv["grad_norm"])
         record.update({k: v / count for k, v in stats.items()})
+        if self.budget is not None:
+            record["schedule_steps"] = self.horizon.total
         record["time"] = round(st.elapsed, 3)
         self.metrics.write(record)
         if d.is_main:
@@ -299,11 +337,12 @@ class Trainer:
                  ", ".join(f"{k} {v:.4g}" for k, v in metrics.items()) or "(no metrics)")
         return metrics
 
-    def _periodic_eval(self) -> None:
+    def _periodic_eval(self) -> bool:
         """Evaluate ``eval_split`` on rank 0, track the best model, decide early stopping for every rank."""
         cfg, st, d = self.config, self.state, self.dist
         if not cfg.eval_split:
-            return
+            return False
+        self._evaluated_at = st.global_step
         stop = torch.zeros(1, dtype=torch.float64, device=d.device)
         if d.is_main:
             metrics = self._evaluate(cfg.eval_split, "eval")
@@ -324,32 +363,16 @@ class Trainer:
                                  cfg.monitor, st.bad_evals, st.best, st.best_step)
                         stop.fill_(1.0)
         st.stopped_early = bool(d.broadcast(stop).item())
+        return True
 
     # --- checkpoints -------------------------------------------------------------------------------------
-    def _save(self, collective: bool = True) -> None:
-        """Write ``out/checkpoint`` (rank 0), with the RNG states of every rank when ``collective``."""
-        d, st = self.dist, self.state
+    def _save(self, collective: bool = True) -> bool:
+        """Write ``out/checkpoint`` (rank 0) unless it holds this position; whether it was written."""
         if self.out is None or self._saved_at_step == self._position():
-            return
-        states = rng.capture()
-        rng_tensors = {}
-        if d.enabled and collective:
-            for name in sorted(states):
-                for r, t in enumerate(d.all_gather(states[name])):
-                    rng_tensors[f"rng.{r}.{name}"] = t
-        else:
-            rng_tensors = {f"rng.{d.rank}.{k}": v for k, v in states.items()}
-        if d.is_main:
-            opt_tensors, opt_meta = optimizer_to_files(self.optimizer.state_dict())
-            state = {"position": dataclasses.asdict(st), "train_config": self.config.to_dict(),
-                     "optimizer": opt_meta, "scaler": self.scaler.state_dict() if self.scaler.is_enabled() else None,
-                     "world_size": d.world_size, "num_examples": len(self.examples),
-                     "steps_per_epoch": self.steps_per_epoch, "total_steps": self.total_steps,
-                     "torch": torch.__version__, "saved_at": time.time()}
-            write_checkpoint(self.out / "checkpoint", weights=self.module.state_dict(), task=self.task.name,
-                             config=self.task.config(), save_assets=self.task.save_assets, state=state,
-                             state_tensors={**opt_tensors, **rng_tensors}, flag="--out")
+            return False
+        save(self, collective)
         self._saved_at_step = self._position()
+        return True
 
     def _epoch_float(self) -> float:
         return round(self.state.epoch + self.state.step / self.steps_per_epoch, 4)
@@ -369,6 +392,8 @@ class Trainer:
     # --- the end -----------------------------------------------------------------------------------------
     def _finish(self, stopped: str) -> TrainResult:
         cfg, d, st = self.config, self.dist, self.state
+        if stopped == "time" and getattr(self, "_evaluated_at", None) != st.global_step:
+            self._periodic_eval()  # the annealed model may be the best: within the budget's time kept for the end
         self._save()
         log.info("training stopped (%s) at epoch %d, step %d", stopped, st.epoch, st.global_step)
         results: dict[str, dict[str, float]] = {}
@@ -382,6 +407,7 @@ class Trainer:
                     self.module.load_state_dict(best)
             for split in cfg.final_splits:
                 results[split] = self._evaluate(split, "final")
+            st.elapsed = self._now()
             self.metrics.write({"event": "end", "stopped": stopped, "global_step": st.global_step,
                                 "best": st.best, "best_step": st.best_step, "time": round(st.elapsed, 3)})
         return TrainResult(model=self.module, state=st, metrics=results, stopped=stopped, out=self.out)
