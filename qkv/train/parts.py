@@ -13,7 +13,7 @@ from typing import Any
 import torch
 from torch import nn
 
-__all__ = ["TrainState", "TrainResult", "MetricsLog", "param_groups", "dtype_name", "amp_dtype"]
+__all__ = ["TrainState", "TrainResult", "MetricsLog", "log_train", "param_groups", "dtype_name", "amp_dtype"]
 
 log = logging.getLogger("qkv.train.trainer")
 
@@ -117,6 +117,32 @@ class MetricsLog:
                 raise self._error(e, "append to") from None
         finally:
             os.close(fd)
+
+
+def log_train(trainer, logs: dict[str, Any]) -> None:
+    """Write the ``train`` line of ``metrics.jsonl`` for the steps since the last one (``trainer._interval``), and
+    log it; the task's stats are summed over processes (every rank reaches this step)."""
+    iv, st, d = trainer._interval, trainer.state, trainer.dist
+    names = sorted(iv["stats"])
+    stats = {}
+    if names:
+        vals = torch.stack([torch.as_tensor(iv["stats"][k], dtype=torch.float64).to(d.device) for k in names])
+        stats = dict(zip(names, d.all_reduce_sum(vals).tolist(), strict=True))
+    count = max(iv["count"], 1e-12)
+    record = {"event": "train", "epoch": trainer._epoch_float(),
+              "global_step": st.global_step, "loss": iv["loss"] / count, "lr": logs["lr"],
+              f"{trainer.task.unit}_per_s": iv["count"] / max(iv["seconds"], 1e-9)}
+    if iv.get("grad_norm") is not None:
+        record["grad_norm"] = float(iv["grad_norm"])
+    record.update({k: v / count for k, v in stats.items()})
+    if trainer.budget is not None:
+        record["schedule_steps"] = trainer.horizon.total  # where the time budget's fit ends the LR schedule
+    record["time"] = round(st.elapsed, 3)
+    trainer.metrics.write(record)
+    if d.is_main:
+        (log.debug if trainer.show_progress else log.info)(
+            "step %d (epoch %.2f): %s", st.global_step, record["epoch"],
+            ", ".join(f"{k} {v:.4g}" for k, v in record.items() if k not in ("event", "epoch", "global_step", "time")))
 
 
 def param_groups(module: nn.Module, weight_decay: float) -> list[dict[str, Any]]:

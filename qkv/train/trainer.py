@@ -12,7 +12,6 @@ training of it is refused at once.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import logging
 import math
 import sys
@@ -30,7 +29,7 @@ from .budget import Horizon, TimeBudget
 from .checkpoint import load_checkpoint, write_checkpoint
 from .config import TrainConfig
 from .interrupt import Interrupted, StopFlag, terminate_raises
-from .parts import MetricsLog, TrainResult, TrainState, amp_dtype, dtype_name, param_groups
+from .parts import MetricsLog, TrainResult, TrainState, amp_dtype, dtype_name, log_train, param_groups
 from .rundir import find_checkpoint, hold_run_directory, restore, save
 from .schedule import derive_seed, epoch_batches, lr_factor, num_batches
 from .task import Task
@@ -297,28 +296,7 @@ class Trainer:
 
     # --- logging -----------------------------------------------------------------------------------------
     def _log_train(self, logs: dict[str, float]) -> None:
-        iv, st, d = self._interval, self.state, self.dist
-        names = sorted(iv["stats"])
-        stats = {}
-        if names:  # the task's stats, summed over processes (every rank reaches this step)
-            vals = torch.stack([torch.as_tensor(iv["stats"][k], dtype=torch.float64).to(d.device) for k in names])
-            stats = dict(zip(names, d.all_reduce_sum(vals).tolist(), strict=True))
-        count = max(iv["count"], 1e-12)
-        record = {"event": "train", "epoch": self._epoch_float(),
-                  "global_step": st.global_step, "loss": iv["loss"] / count, "lr": logs["lr"],
-                  f"{self.task.unit}_per_s": iv["count"] / max(iv["seconds"], 1e-9)}
-        if iv.get("grad_norm") is not None:
-            record["grad_norm"] = float(iv["grad_norm"])
-        record.update({k: v / count for k, v in stats.items()})
-        if self.budget is not None:
-            record["schedule_steps"] = self.horizon.total
-        record["time"] = round(st.elapsed, 3)
-        self.metrics.write(record)
-        if d.is_main:
-            (log.debug if self.show_progress else log.info)(
-                "step %d (epoch %.2f): %s", st.global_step, record["epoch"],
-                ", ".join(f"{k} {v:.4g}" for k, v in record.items()
-                          if k not in ("event", "epoch", "global_step", "time")))
+        log_train(self, logs)
         self._interval = {"loss": 0.0, "count": 0.0, "stats": {}, "seconds": 0.0}
 
     # --- evaluation ----------------------------------------------------------------------------------------
