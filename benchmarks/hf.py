@@ -1,0 +1,154 @@
+"""Hugging Face models on qkv's attention backend: forward time and peak memory against transformers' own.
+
+    python benchmarks/hf.py --threads 1                     # BERT-base and Llama-style, T = 512 and 2048, CPU
+    python benchmarks/hf.py --threads 1 --seq 128 --reps 1  # a smoke test
+    python benchmarks/hf.py --device cuda                   # on a GPU
+
+Two random 12-layer models made from configs (no download): ``bert`` (BERT-base: hidden 768, 12 heads, FFN 3072)
+and ``llama`` (the same widths, grouped-query attention with 4 key/value heads, SwiGLU FFN 2048, rotary positions,
+causal). Batch 1, float32, inference (``torch.no_grad``), no padding. For each model and length, one fresh process
+runs the two implementations of each pair alternately (so that load from other processes hits both alike):
+
+- with attentions (``output_attentions=True``, every layer's ``(B, H, T, T)`` weights returned): ``qkv`` vs
+  ``eager``, the only implementation of ``transformers`` that returns them (target: qkv faster, at the same or a
+  lower peak);
+- without attentions: ``qkv`` vs ``sdpa`` (target: qkv's speed >= 0.95x sdpa's).
+
+Time: the fastest of ``--reps`` forward passes (default 9 at T <= 512, 3 above; after one warm-up pass on 16
+tokens for each implementation): on a shared machine other processes only ever add time, and a median of a few
+passes still moved by 2x between runs.
+Peak memory: the growth of the process's resident set (RSS, sampled every millisecond from /proc) above its level
+before the pass, the largest over the reps (the returned weights included: 2.25 GiB at T = 2048); on a GPU, the
+growth of ``torch.cuda.max_memory_allocated``. The allocator is glibc's default (``qkv.memory.keep_freed_memory``
+is not called: a user's Python process has the default).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from attention import RssPeak, machine, sync  # noqa: E402
+
+MODELS = ("bert", "llama")
+PAIRS = {"with attentions": ("qkv", "eager"), "without attentions": ("qkv", "sdpa")}
+
+
+def build(name: str, impl: str, max_len: int):
+    import transformers as tf
+
+    if name == "bert":
+        cfg = tf.BertConfig(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072,
+                            max_position_embeddings=max_len)
+        return tf.AutoModel.from_config(cfg, attn_implementation=impl)
+    cfg = tf.LlamaConfig(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, num_key_value_heads=4,
+                         intermediate_size=2048, max_position_embeddings=max_len, vocab_size=32000)
+    return tf.AutoModel.from_config(cfg, attn_implementation=impl)
+
+
+def measure(name: str, seq: int, reps: int, device: str) -> dict:
+    """In this process: ``{pair: {impl: {"s": fastest seconds, "peak": bytes}}}`` for one model and length."""
+    from qkv.integrations.transformers import register
+
+    register()
+    dev = torch.device(device)
+    torch.manual_seed(0)
+    model = build(name, "qkv", seq).to(dev).eval()
+    ids = torch.randint(5, model.config.vocab_size, (1, seq), device=dev)
+    out: dict = {}
+    with torch.no_grad():
+        for pair, impls in PAIRS.items():
+            attentions = pair == "with attentions"
+            times = {i: [] for i in impls}
+            peaks = {i: 0 for i in impls}
+
+            def run(impl, x, attentions=attentions):
+                model.set_attn_implementation(impl)
+                r = model(input_ids=x, output_attentions=attentions)
+                assert (r.attentions is not None) == attentions
+                return r
+
+            for impl in impls:
+                run(impl, ids[:, :16])
+            for rep in range(reps):
+                for impl in impls if rep % 2 == 0 else impls[::-1]:  # each goes first as often
+                    sync(dev)
+                    if dev.type == "cuda":
+                        torch.cuda.reset_peak_memory_stats()
+                        base = torch.cuda.memory_allocated()
+                    with RssPeak() as rss:
+                        t0 = time.perf_counter()
+                        r = run(impl, ids)
+                        sync(dev)
+                        times[impl].append(time.perf_counter() - t0)
+                    grown = torch.cuda.max_memory_allocated() - base if dev.type == "cuda" else rss.bytes
+                    peaks[impl] = max(peaks[impl], grown)
+                    del r
+            out[pair] = {i: {"s": min(times[i]), "peak": peaks[i]} for i in impls}
+    return out
+
+
+def gib(n: float) -> str:
+    return f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.0f} MiB"
+
+
+def table(results: dict, seqs: list[int]) -> list[str]:
+    lines = ["| model | T | pair | qkv | other | qkv speed (other / qkv time) | peak qkv / other |",
+             "|---|---|---|---|---|---|---|"]
+    for name in MODELS:
+        for seq in seqs:
+            res = results.get(f"{name}-{seq}")
+            if res is None:
+                continue
+            for pair, (ours, other) in PAIRS.items():
+                a, b = res[pair][ours], res[pair][other]
+                lines.append(f"| {name} | {seq} | {pair} | {a['s']:.2f} s | {other} {b['s']:.2f} s | "
+                             f"{b['s'] / a['s']:.2f}x | {gib(a['peak'])} / {gib(b['peak'])} |")
+    return lines
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--threads", type=int, default=None, help="torch threads (CPU)")
+    ap.add_argument("--seq", type=int, action="append", help="lengths (default 512 and 2048)")
+    ap.add_argument("--model", choices=MODELS, action="append", help="models (default both)")
+    ap.add_argument("--reps", type=int, default=None, help="passes of each (default 9 at T <= 512, else 3)")
+    ap.add_argument("--child", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    if args.child:
+        name, seq = args.child.rsplit("-", 1)
+        print(json.dumps(measure(name, int(seq), args.reps or (9 if int(seq) <= 512 else 3), args.device)))
+        return
+    seqs = args.seq or [512, 2048]
+    results = {}
+    for name in args.model or MODELS:
+        for seq in seqs:
+            cmd = [sys.executable, __file__, "--child", f"{name}-{seq}", "--device", args.device]
+            cmd += (["--threads", str(args.threads)] if args.threads else []) + (
+                ["--reps", str(args.reps)] if args.reps else [])
+            done = subprocess.run(cmd, capture_output=True, text=True, check=True)
+            results[f"{name}-{seq}"] = json.loads(done.stdout.strip().splitlines()[-1])
+            print(f"{name} T={seq}: {results[f'{name}-{seq}']}", file=sys.stderr)
+    import transformers
+
+    reps = args.reps or "9 (T <= 512) or 3"
+    print(f"{machine(torch.device(args.device))}, transformers {transformers.__version__}, batch 1, float32, "
+          f"fastest of {reps} passes\n")
+    print("\n".join(table(results, seqs)))
+
+
+if __name__ == "__main__":
+    main()
