@@ -52,10 +52,14 @@ def load_model(path: str | os.PathLike, device: str | torch.device = "cpu"):
     mode on ``device`` (``auto``: CUDA when there is one): a sequence-to-sequence model with its language-model head
     (to generate), any other without its head.
 
-    Weights are read from safetensors only (qkv never unpickles); a directory with only ``pytorch_model.bin`` is a
-    ``ValueError``.
+    Weights are read from safetensors only (qkv never unpickles); a directory with only ``pytorch_model.bin``, or
+    no ``transformers`` installed, is a ``ValueError``.
     """
-    from transformers import AutoConfig, AutoModel, AutoModelForSeq2SeqLM, AutoTokenizer
+    try:
+        from transformers import AutoConfig, AutoModel, AutoModelForSeq2SeqLM, AutoTokenizer
+    except ImportError as e:  # a ValueError: qkv's command line reports it in one line
+        raise ValueError(f"{os.fspath(path)} is a Hugging Face model; reading it needs transformers: "
+                         "pip install 'qkv[hf]'") from e
 
     from .transformers import register
 
