@@ -1,5 +1,6 @@
 """Tokenisers with one small interface: characters (dates, any script), subwords (BPE or unigram, trained with
-Hugging Face ``tokenizers``) and words (a regular expression with a frequency cut-off, for classification).
+Hugging Face ``tokenizers``) and words (with a frequency cut-off; CJK one character at a time, Latin words and
+numbers whole, full-width forms normalised: :mod:`qkv.data.pretokenize`).
 
 Every tokeniser has the same four special tokens at the same ids (``<pad>`` 0, ``<bos>`` 1, ``<eos>`` 2,
 ``<unk>`` 3), ``encode``/``decode``/``tokens``, ``vocab_size``, and ``save(dir)``/``load_tokenizer(dir)`` as JSON
@@ -26,6 +27,8 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Literal
+
+from .pretokenize import join_mixed, mixed_tokens, split_mixed
 
 PAD, BOS, EOS, UNK = "<pad>", "<bos>", "<eos>", "<unk>"
 SPECIALS = (PAD, BOS, EOS, UNK)
@@ -175,32 +178,42 @@ _WORD_RE = re.compile(r"\w+(?:['’]\w+)*|[^\w\s]")
 
 
 class WordTokenizer(Tokenizer):
-    """Words and punctuation marks split by a regular expression; a vocabulary of the words seen at least
-    ``min_freq`` times (at most ``max_size``, most frequent first). ``decode`` joins words with spaces."""
+    """Words and punctuation marks; a vocabulary of the words seen at least ``min_freq`` times (at most
+    ``max_size``, most frequent first).
+
+    With ``mixed`` (what :meth:`train` makes) text is cut by :func:`qkv.data.pretokenize.split_mixed`: every CJK
+    character is a word of its own (so spaces between them change nothing), Latin words and numbers stay whole
+    (``1905年`` -> ``1905``, ``年``), full-width letters, digits and punctuation are normalised (NFKC), and
+    ``decode`` puts spaces between words but not around CJK. Without it (a tokeniser saved before ``mixed``
+    existed) words are runs of word characters of the NFC text, CJK runs included, joined by spaces in ``decode``.
+    """
 
     kind = "word"
 
-    def __init__(self, words: Iterable[str], *, lowercase: bool = True):
+    def __init__(self, words: Iterable[str], *, lowercase: bool = True, mixed: bool = False):
         self._words = list(dict.fromkeys(words))
-        self.lowercase = lowercase
+        self.lowercase, self.mixed = lowercase, bool(mixed)
         self._index = {w: i + len(SPECIALS) for i, w in enumerate(self._words)}
 
     def split(self, text: str) -> list[str]:
+        if self.mixed:
+            return mixed_tokens(text, lowercase=self.lowercase)
         text = unicodedata.normalize("NFC", text)
         if self.lowercase:
             text = text.lower()
         return _WORD_RE.findall(text)
 
+    def spans(self, text: str) -> list[tuple[int, int]]:
+        """``(start, end)`` offsets of the words of ``text`` in ``text`` itself (one per id of ``encode(text)``:
+        the words as typed, before normalisation), e.g. to print an answer span as the text's own characters."""
+        if self.mixed:
+            return [(a, b) for a, b, _ in split_mixed(text)]
+        return [m.span() for m in _WORD_RE.finditer(text)]
+
     @classmethod
-    def train(
-        cls,
-        texts: Iterable[str],
-        *,
-        min_freq: int = 2,
-        max_size: int | None = None,
-        lowercase: bool = True,
-    ) -> WordTokenizer:
-        probe = cls([], lowercase=lowercase)
+    def train(cls, texts: Iterable[str], *, min_freq: int = 2, max_size: int | None = None, lowercase: bool = True,
+              mixed: bool = True) -> WordTokenizer:
+        probe = cls([], lowercase=lowercase, mixed=mixed)
         counts: Counter[str] = Counter()
         for t in texts:
             counts.update(probe.split(t))
@@ -208,7 +221,7 @@ class WordTokenizer(Tokenizer):
                         key=lambda w: (-counts[w], w))
         if max_size is not None:
             ranked = ranked[: max(0, max_size - len(SPECIALS))]
-        return cls(ranked, lowercase=lowercase)
+        return cls(ranked, lowercase=lowercase, mixed=mixed)
 
     @property
     def vocab_size(self) -> int:
@@ -219,7 +232,8 @@ class WordTokenizer(Tokenizer):
         return [get(w, UNK_ID) for w in self.split(text)]
 
     def _decode(self, ids: list[int]) -> str:
-        return " ".join(self.tokens_of_ids(ids))
+        words = self.tokens_of_ids(ids)
+        return join_mixed(words) if self.mixed else " ".join(words)
 
     def tokens(self, text: str) -> list[str]:
         return self.split(text)
@@ -229,7 +243,7 @@ class WordTokenizer(Tokenizer):
         return [SPECIALS[i] if i < n else self._words[i - n] for i in (int(i) for i in ids)]
 
     def _config(self) -> dict:
-        return {"lowercase": self.lowercase, "words": self._words}
+        return {"lowercase": self.lowercase, "mixed": self.mixed, "words": self._words}
 
     @classmethod
     def load(cls, directory: str | os.PathLike) -> WordTokenizer:
@@ -366,7 +380,7 @@ def load_tokenizer(directory: str | os.PathLike) -> Tokenizer:
     if kind == "char":
         return CharTokenizer(config["chars"])
     if kind == "word":
-        return WordTokenizer(config["words"], lowercase=config["lowercase"])
+        return WordTokenizer(config["words"], lowercase=config["lowercase"], mixed=config.get("mixed", False))
     if kind == "subword":
         from tokenizers import Tokenizer as HFTokenizer
 
