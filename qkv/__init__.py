@@ -3,12 +3,12 @@
 The three stages (similarity -> normalisation -> weighted sum) are plain functions in
 :mod:`qkv.functional`; scores live in :mod:`qkv.scores`, normalisers in :mod:`qkv.normalize`, masks in
 :mod:`qkv.masks`; the layers (:class:`Attention`, :class:`SelfAttention`, :class:`MultiHeadAttention`)
-hold parameters and call them.
+hold parameters and call them. The core reports to :mod:`qkv.hooks`, which :func:`capture_attention` subscribes to.
 """
 
 __version__ = "0.1.0"
 
-from . import masks, mods, normalize, scores
+from . import hooks, masks, mods, normalize, scores
 from .capture import AttentionRecord, attention_rollout, capture_attention
 from .functional import attention, compute_scores, normalize_scores, weighted_sum
 from .layers import Attention, AttentionPooling, KVCache, MultiHeadAttention, SelfAttention
@@ -27,6 +27,7 @@ __all__ = [
     "capture_attention",
     "AttentionRecord",
     "attention_rollout",
+    "hooks",
     "masks",
     "mods",
     "normalize",
