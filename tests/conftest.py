@@ -22,3 +22,21 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="session")
+def tiny_run(tmp_path_factory):
+    """``tiny_run(name)``: the directory of a tiny trained run of application ``name`` (see ``tests.helpers``),
+    trained once per session (per test worker) and shared by the tests that only read it."""
+    from tests.helpers import train_tiny
+
+    root = tmp_path_factory.mktemp("tiny-runs")
+    cache: dict[str, object] = {}
+
+    def get(name: str):
+        if name not in cache:
+            cache[name] = train_tiny(name, root)
+        return cache[name]
+
+    get.root = root
+    return get

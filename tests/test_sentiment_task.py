@@ -25,35 +25,11 @@ from qkv.tasks.sentiment import (
 )
 from qkv.train import TrainConfig, load_model, train
 from qkv.train.checkpoint import load_weights
+from tests.helpers import SENTIMENT_TINY as TINY
+from tests.helpers import SENTIMENT_TINY_TRANSFORMER as TINY_TRANSFORMER
+from tests.helpers import single_thread, write_reviews
 
 pytestmark = pytest.mark.usefixtures("one_thread")
-
-FILLER = ["the", "movie", "plot", "actor", "scene", "story", "film", "script", "cast", "director", "music", "ending",
-          "camera", "moment", "hour", "character", "dialogue", "year", "studio", "screen"]
-COMMON = ["--embed-dim", "16", "--dropout", "0", "--embed-dropout", "0", "--no-progress", "--lr", "1e-2",
-          "--batch-size", "16", "--warmup-steps", "0"]
-TINY = [*COMMON, "--hidden-dim", "32"]  # the RNN's output, both directions together: 16 per direction
-TINY_TRANSFORMER = [*COMMON, "--dim", "16", "--num-heads", "2", "--num-layers", "1"]
-
-
-def sentences(n, seed=0):
-    """Filler sentences where one planted word decides: 'wonderful' (positive) or 'awful' (negative)."""
-    rng = random.Random(seed)
-    out = []
-    for i in range(n):
-        words = [rng.choice(FILLER) for _ in range(rng.randint(3, 8))]
-        positive = i % 2 == 0
-        words.insert(rng.randrange(len(words) + 1), "wonderful" if positive else "awful")
-        rating = rng.uniform(0.5, 3.5) * (1 if positive else -1)
-        out.append((" ".join(words).capitalize() + ".", rating))
-    return out
-
-
-def write_reviews(path, n=600):
-    lines = ["id\tsentiment\ttext"] + [f"{i}\t{r:.3f}\t{t}" for i, (t, r) in enumerate(sentences(n), 1)]
-    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    return path
-
 
 @pytest.fixture
 def reviews(tmp_path):
@@ -66,14 +42,9 @@ def trained(tmp_path_factory):
     root = tmp_path_factory.mktemp("sentiment")
     reviews = write_reviews(root / "reviews.tsv")
     run = root / "run"
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
     printed = io.StringIO()
-    try:
-        with contextlib.redirect_stdout(printed):
-            rc = main(["train", "sentiment", "--data", str(reviews), "--out", str(run), "--epochs", "6", *TINY])
-    finally:
-        torch.set_num_threads(before)
+    with single_thread(), contextlib.redirect_stdout(printed):
+        rc = main(["train", "sentiment", "--data", str(reviews), "--out", str(run), "--epochs", "6", *TINY])
     assert rc == 0
     return run, printed.getvalue()
 
