@@ -25,9 +25,9 @@ from qkv.tasks.sentiment import (
 )
 from qkv.train import TrainConfig, load_model, train
 from qkv.train.checkpoint import load_weights
+from tests.helpers import FILLER, single_thread, write_reviews
 from tests.helpers import SENTIMENT_TINY as TINY
 from tests.helpers import SENTIMENT_TINY_TRANSFORMER as TINY_TRANSFORMER
-from tests.helpers import single_thread, write_reviews
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -6,10 +6,10 @@ import pytest
 import torch
 
 from qkv.cli import main
-from qkv.tasks.translate import parse_buckets as _buckets
 from qkv.metrics import translation_metrics
 from qkv.models import create
 from qkv.tasks.translate import TranslateOptions, Translator, build_model, load_data, model_spec
+from qkv.tasks.translate import parse_buckets as _buckets
 from qkv.train import resolve_checkpoint
 
 TINY = ["--n-train", "300", "--eval-max", "20", "--hidden-dim", "32", "--embed-dim", "16", "--batch-size", "32",
