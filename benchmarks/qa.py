@@ -42,7 +42,7 @@ PRESETS = {"transformer": {"dim": 64, "dropout": 0.0, "word_dropout": 0.3}}
 
 def per_kind(reader, examples, chars: bool) -> dict[str, float]:
     """Exact match of each question kind (who/when/where/what)."""
-    return {k: reader.evaluate([e for e in examples if e.kind == k], chars=chars)["exact_match"]
+    return {k: reader.score([e for e in examples if e.kind == k], chars=chars)["exact_match"]
             for k in QUESTION_KINDS}
 
 

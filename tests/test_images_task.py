@@ -5,6 +5,9 @@ the library (options, model spec, `ImageClassifier`), checkpoints, exact resume 
 from __future__ import annotations
 
 import json
+import logging
+import math
+import re
 from pathlib import Path
 
 import pytest
@@ -13,10 +16,12 @@ import torch
 pytest.importorskip("sklearn")
 pytest.importorskip("matplotlib")
 
+from qkv.capture import AttentionRecord  # noqa: E402
 from qkv.cli import main  # noqa: E402
 from qkv.data.idx import FASHION_MNIST_ROOT, write_idx  # noqa: E402
 from qkv.data.images import ImageData, load_image_splits, normalize, random_shift_flip, read_image  # noqa: E402
 from qkv.models import create, resnet18  # noqa: E402
+from qkv.tasks import ViewInput, application, application_of, load_predictor  # noqa: E402
 from qkv.tasks.images import (  # noqa: E402
     ImageClassifier,
     ImageOptions,
@@ -251,12 +256,15 @@ def test_flip_tta_averages_the_probabilities_of_each_image_and_its_mirror():
 
 # --------------------------------------------------------------------------------------------- training
 
-def test_digits_cbam_reaches_85_percent_in_one_epoch(tmp_path, capsys):
+def test_digits_cbam_reaches_85_percent_in_one_epoch(tmp_path, capsys, caplog):
     out = tmp_path / "cbam"
-    rc = main(["train", "images", "--data", "digits", "--attn", "cbam", "--epochs", "1", "--out", str(out), *FAST])
+    with caplog.at_level(logging.INFO, logger="qkv.tasks.images.task"):  # the size of the model is logged (-v)
+        rc = main(["train", "images", "--data", "digits", "--attn", "cbam", "--epochs", "1", "--out", str(out),
+                   *FAST])
     assert rc == 0
     printed = capsys.readouterr().out
-    assert "small-cnn with attention cbam" in printed and "test: accuracy" in printed
+    assert "test: accuracy" in printed
+    assert re.search(r"small-cnn with attention cbam: [\d,]+ parameters", caplog.text)
     metrics = final_metrics(out)
     assert metrics["test"]["accuracy"] >= 0.85, metrics
     assert metrics["valid"]["accuracy"] >= 0.85, metrics
@@ -518,6 +526,92 @@ def test_model_without_attention_has_nothing_to_show(tmp_path, capsys):
     assert len(clf.predict(x)) == 3  # it still predicts
     with pytest.raises(ValueError, match="no attention maps"):
         clf.attention(x)
+
+
+# --------------------------------------------------------------------------------------------- the contract
+
+def test_images_is_an_application_of_the_registry(trained):
+    import qkv.cli.images as command
+
+    app = application("images")
+    assert (app.options, app.task, app.predictor) == (ImageOptions, ImageTask, ImageClassifier)
+    assert not hasattr(command, "train")  # `qkv train images` is the registry's (qkv.cli.apps)
+    assert application_of(trained / "se") is app and isinstance(load_predictor(trained / "se"), ImageClassifier)
+
+
+def test_predict_takes_a_tensor_or_a_list_of_files_and_tensors(trained, digit_png):
+    clf = ImageClassifier.load(trained / "cbam")
+    x = clf.test_images()[0][:2]
+    batch = clf.predict(torch.stack([x[0].float() / 255, clf.read(digit_png), x[1].float() / 255]))
+    listed = clf.predict([x[0], str(digit_png), x[1].float() / 255])  # uint8, a file, a float tensor
+    for a, b in zip(batch, listed, strict=True):
+        assert a.label == b.label and a.probabilities == pytest.approx(b.probabilities, abs=1e-6)
+    inverted = clf.predict([digit_png], invert=True)[0]
+    assert inverted.probabilities == pytest.approx(clf.predict((1 - clf.read(digit_png))[None])[0].probabilities,
+                                                   abs=1e-6)
+    with pytest.raises(ValueError, match="must be a batch"):
+        clf.predict(str(digit_png))
+    with pytest.raises(ValueError, match=r"image 2 must be a file or an \(16, 16\) tensor, got \(8, 8\)"):
+        clf.predict([x[0], x[1, :8, :8]])
+    with pytest.raises(ValueError, match="no images to classify"):
+        clf.predict([])
+
+
+def test_evaluate_is_accuracy_and_loss_of_predict(trained):
+    clf = ImageClassifier.load(trained / "se")
+    images, labels = clf.test_images()
+    predictions = clf.predict(images[:50])
+    truth = [clf.class_names[int(y)] for y in labels[:50]]
+    accuracy = sum(p.label == t for p, t in zip(predictions, truth, strict=True)) / 50
+    loss = -sum(math.log(p.probabilities[t]) for p, t in zip(predictions, truth, strict=True)) / 50
+    got = clf.evaluate(limit=50)
+    assert set(got) == {"accuracy", "loss", "examples"} and got["examples"] == 50
+    assert got["accuracy"] == pytest.approx(accuracy, abs=1.01 / 50)  # a near tie may break the other way
+    assert got["loss"] == pytest.approx(loss, rel=1e-4)
+    valid = clf.evaluate(split="valid")
+    assert valid["examples"] == len(clf.data().splits["valid"][1]) == 144
+    with pytest.raises(ValueError, match="no split 'train'"):
+        clf.evaluate(split="train")
+    with pytest.raises(ValueError, match="take no beam setting"):
+        clf.evaluate(beam=2)
+
+
+def test_evaluate_on_another_idx_folder(trained, tmp_path):
+    clf = ImageClassifier.load(trained / "se")
+    root = write_idx_folder(tmp_path / "idx", {"train": 30, "t10k": 20}, side=16)
+    got = clf.evaluate(str(root))
+    images, labels = clf.data(str(root)).splits["test"]
+    assert got["examples"] == 20 and torch.equal(labels, load_image_splits("mnist", root=str(root)).splits["test"][1])
+    hits = sum(p.label == clf.class_names[int(y)] for p, y in zip(clf.predict(images), labels, strict=True))
+    assert got["accuracy"] == pytest.approx(hits / 20, abs=1.01 / 20)
+    with pytest.raises(ValueError, match="its images are 12x12, the model's 16x16"):
+        clf.evaluate(str(write_idx_folder(tmp_path / "small", {"train": 30, "t10k": 20}, side=12)))
+    with pytest.raises(ValueError, match="neither a folder of IDX files nor one of fashion-mnist"):
+        clf.evaluate(str(tmp_path / "nowhere"))
+
+
+def test_view_records_the_prediction(trained, digit_png):
+    clf = ImageClassifier.load(trained / "cbam")
+    page = clf.view(ViewInput(index=3))
+    (pred,) = clf.predict(clf.test_images()[0][3:4])
+    assert page.title == f"{pred.label} ({pred.probability:.2f})" and page.image.shape == (16, 16)
+    assert page.records and all(isinstance(r, AttentionRecord) for r in page.records)
+    assert {r.kind for r in page.records} >= {"channel", "spatial"}
+    from_file = clf.view(ViewInput(image=str(digit_png)))
+    torch.testing.assert_close(from_file.image, clf.read(digit_png))
+    assert [r.name for r in from_file.records] == [r.name for r in page.records]
+    with pytest.raises(ValueError, match="needs --image FILE or --index N"):
+        clf.view(ViewInput(text="a digit"))
+    with pytest.raises(ValueError, match="--index 999 is out of range: the test split has 359 images"):
+        clf.view(ViewInput(index=999))
+
+
+def test_qkv_evaluate_images_runs(trained, capsys):
+    assert main(["evaluate", str(trained / "se"), str(trained / "cbam"), "--max-examples", "40"]) == 0
+    out = capsys.readouterr().out
+    want = [ImageClassifier.load(trained / k).evaluate(limit=40) for k in ("se", "cbam")]
+    assert "| metric | se | cbam |" in out and "| examples | 40 | 40 |" in out
+    assert f"| accuracy | {want[0]['accuracy']:.4f} | {want[1]['accuracy']:.4f} |" in out
 
 
 # --------------------------------------------------------------------------------------------- Fashion-MNIST

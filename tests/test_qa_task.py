@@ -1,5 +1,6 @@
 """Question answering end to end on tiny data: `qkv train qa` into tmp_path, `qkv answer` (terminal, HTML,
---evaluate), resume, the library (options, model spec, `Reader` against the model run by hand), a SQuAD file, the
+--evaluate), resume, the library (options, model spec, `Reader` against the model run by hand; its `predict`,
+`evaluate` and `view` against `predict` by hand), `qkv evaluate`, a SQuAD file, the
 "when" -> "who" test of seed 004 on a trained tiny model, and the errors a user meets first."""
 
 import contextlib
@@ -10,10 +11,13 @@ from html.parser import HTMLParser
 import pytest
 import torch
 
+from qkv.capture import AttentionRecord
 from qkv.cli import main
+from qkv.metrics import squad_metrics
 from qkv.models.reading import decode_spans
-from qkv.tasks.qa import QAOptions, Reader, model_spec, train_defaults
-from qkv.tasks.qa_encode import collate_qa, encode_example
+from qkv.tasks import ViewInput, application, application_of
+from qkv.tasks.qa import QAOptions, QATask, Reader, load_data, model_spec, train_defaults
+from qkv.tasks.qa.encode import collate_qa, encode_example
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -57,8 +61,8 @@ def test_when_and_who_move_the_attention_peak(trained):
     """Seed 004: asked *when*, the question attends to the year; asked *who*, to the person: only the question
     changed. The held-out names are unknown words to this model: it points by reading."""
     reader = Reader.load(trained[0])
-    when = reader.predict(CONTEXT, "When was the Kavo engine invented?")
-    who = reader.predict(CONTEXT, "Who invented the Kavo engine?")
+    when, who = reader.predict([(CONTEXT, "When was the Kavo engine invented?"),
+                                (CONTEXT, "Who invented the Kavo engine?")])
 
     def peak(a):
         return a.tokens[max(range(len(a.tokens)), key=lambda i: a.attention[i])]
@@ -72,7 +76,7 @@ def test_when_and_who_move_the_attention_peak(trained):
 def test_reader_equals_the_model_run_by_hand(trained):
     reader = Reader.load(trained[0])
     q = "Who invented the Kavo engine?"
-    a = reader.predict(CONTEXT, q)
+    (a,) = reader.predict([(CONTEXT, q)])
     e = encode_example(CONTEXT, q, reader.tokenizer, max_context=400, max_question=64)
     b = collate_qa([e])
     with torch.no_grad():
@@ -144,8 +148,12 @@ def test_squad_file_and_chinese_characters(tmp_path):
     assert "test: exact_match" in stdout and "test_phrasings" not in stdout
     tok = json.loads((out / "best" / "assets" / "tokenizer" / "qkv_tokenizer.json").read_text())
     assert tok["type"] == "char"
-    a = Reader.load(out).predict("王明于1901年提出。", "谁提出的?")
+    reader = Reader.load(out)
+    (a,) = reader.predict([("王明于1901年提出。", "谁提出的?")])
     assert a.answer and a.answer in "王明于1901年提出。"
+    assert reader.evaluate()["questions"] == len(reader.corpus().split("test"))  # its own file, split as trained
+    with pytest.raises(ValueError, match="trained on .*zh.json, not on facts"):
+        reader.evaluate("facts")
 
 
 @pytest.mark.parametrize("model", ["bidaf", "transformer"])
@@ -217,3 +225,103 @@ def test_encoding_offsets_spans_and_word_dropout():
         kept_q = {t for t, u in zip(e.question, b["question"][i].tolist(), strict=True) if u != words.unk_id}
         assert not dropped & kept_q
     assert b["context_mask"].all() and (b["start"] == -1).all()
+
+
+# --------------------------------------------------------------------------------------------- the contract
+
+QUESTIONS = [(CONTEXT, "When was the Kavo engine invented?"), (CONTEXT, "Who invented the Kavo engine?"),
+             ("Lina Vor founded the Tor Society in Belmar.", "Where was the Tor Society founded?")]
+
+
+def test_qa_is_an_application_of_the_registry(trained):
+    import qkv.cli.qa as command
+
+    app = application("qa")
+    assert (app.options, app.task, app.predictor) == (QAOptions, QATask, Reader)
+    assert not hasattr(command, "train")  # `qkv train qa` is the registry's (qkv.cli.apps)
+    assert application_of(trained[0]) is app
+
+
+def test_predict_is_batched_and_equals_one_by_one(trained):
+    reader = Reader.load(trained[0])
+    together = reader.predict(QUESTIONS, batch_size=2)  # two batches, padded
+    for pair, a in zip(QUESTIONS, together, strict=True):
+        (b,) = reader.predict([pair])
+        assert (a.context, a.question) == pair and (a.answer, a.start_token, a.end_token) == \
+            (b.answer, b.start_token, b.end_token)
+        assert a.probability == pytest.approx(b.probability, abs=1e-5)
+        assert a.attention == pytest.approx(b.attention, abs=1e-5)
+    assert reader.predict([]) == []
+    with pytest.raises(ValueError, match="a list of \\(context, question\\) pairs"):
+        reader.predict(QUESTIONS[0])
+    with pytest.raises(ValueError, match="question 2 is empty"):
+        reader.predict([QUESTIONS[0], (CONTEXT, " ")])
+    with pytest.raises(ValueError, match="input 2 must be a \\(context, question\\) pair"):
+        reader.predict([QUESTIONS[0], CONTEXT])
+
+
+@pytest.mark.parametrize("split", ["test", "test_phrasings"])
+def test_evaluate_is_the_squad_metrics_of_predict(trained, split):
+    reader = Reader.load(trained[0])
+    examples = load_data(reader.options).split(split)[:40]
+    answers = reader.predict([(e.context, e.question) for e in examples])
+    want = squad_metrics([a.answer for a in answers], [e.answers for e in examples], chars=False)
+    spans = [encode_example(e.context, e.question, reader.tokenizer, max_context=400, max_question=64,
+                            answer=(e.answer_start, e.answer_end)) for e in examples]
+    mass = [sum(a.attention[s.start:s.end + 1]) for a, s in zip(answers, spans, strict=True)]
+    got = reader.evaluate(split=split, limit=40)
+    assert got == pytest.approx({**want, "attention_mass": sum(mass) / len(mass)}) and got["questions"] == 40
+    with pytest.raises(ValueError, match="no split 'train'; one of valid, test, test_phrasings"):
+        reader.evaluate(split="train")
+    with pytest.raises(ValueError, match="take no beam setting"):
+        reader.evaluate(beam=3)
+    with pytest.raises(ValueError, match="on_error is for a data file"):
+        reader.evaluate(on_error="skip")
+
+
+def test_evaluate_a_file_whole(trained, tmp_path):
+    reader = Reader.load(trained[0])
+    tsv = tmp_path / "qa.tsv"
+    tsv.write_text("".join(f"{c}\t{q}\t{a}\n" for (c, q), a in zip(QUESTIONS, ("1905", "Mira Tel", "Belmar"),
+                                                                      strict=True)) + f"{CONTEXT}\tWho?\tNobody\n",
+                   encoding="utf-8")
+    with pytest.raises(ValueError, match="qa.tsv:4: the answer 'Nobody' is not a span"):
+        reader.evaluate(str(tsv))
+    got = reader.evaluate(str(tsv), on_error="skip")
+    answers = reader.predict(QUESTIONS)
+    want = squad_metrics([a.answer for a in answers], [["1905"], ["Mira Tel"], ["Belmar"]])
+    assert got["skipped"] == 1 and got["questions"] == 3
+    assert (got["exact_match"], got["f1"]) == pytest.approx((want["exact_match"], want["f1"]))
+    assert reader.evaluate(str(tsv), on_error="skip", limit=1)["questions"] == 1
+    with pytest.raises(ValueError, match="evaluated whole"):
+        reader.evaluate(str(tsv), split="valid")
+
+
+def test_view_records_the_answer(trained):
+    reader = Reader.load(trained[0])
+    q = "When was the Kavo engine invented?"
+    page = reader.view(ViewInput(text=CONTEXT, question=q))
+    (a,) = reader.predict([(CONTEXT, q)])
+    assert page.records and all(isinstance(r, AttentionRecord) for r in page.records)
+    assert page.tokens["source"] == a.tokens and page.tokens["target"][0].lower() == "when"
+    assert page.title == f"{q} \u2192 {a.answer}"
+    cross = [r for r in page.records if r.kind == "cross"]
+    assert cross and cross[-1].weights.shape[-1] == len(a.tokens)
+    with pytest.raises(ValueError, match="needs --question"):
+        reader.view(ViewInput(text=CONTEXT))
+    with pytest.raises(ValueError, match="needs a text"):
+        reader.view(ViewInput(question=q))
+
+
+def test_qkv_evaluate_qa_runs(trained, tmp_path):
+    code, out, err = run("evaluate", trained[0], "--split", "test_phrasings", "--max-examples", "30")
+    assert code == 0, err
+    want = Reader.load(trained[0]).evaluate(split="test_phrasings", limit=30)
+    assert "split test_phrasings" in out and "| questions | 30 |" in out
+    assert f"| exact_match | {want['exact_match']:.4f} |" in out and f"| f1 | {want['f1']:.4f} |" in out
+    tsv = tmp_path / "qa.tsv"
+    tsv.write_text(f"{CONTEXT}\tWhen was the Kavo engine invented?\t1905\n{CONTEXT}\tWho?\tNobody\n",
+                   encoding="utf-8")
+    code, out, err = run("evaluate", trained[0], "--data", tsv, "--on-error", "skip")
+    assert code == 0, err
+    assert "| questions | 1 |" in out and "| skipped | 1 |" in out

@@ -9,6 +9,7 @@ import torch
 
 import qkv
 from qkv.cli import main
+from qkv.tasks import ViewInput, load_predictor
 from qkv.tasks.inspect import comprehensiveness, inspect_run
 from qkv.tasks.sentiment import SentimentClassifier
 from qkv.viz.page import attention_page, save_attention_page
@@ -147,8 +148,8 @@ def test_view_captioning_and_question_answering(runs, tmp_path):
     assert len(cross) == 2 and data["image"] is not None
     assert all(r["grid"][0] * r["grid"][1] == r["tk"] for r in cross)  # the words attend over the feature grid
     assert all(r["qtok"] in ("target", "words") for r in cross)
-    view = inspect_run(runs["qa"], text="Marie Curie discovered radium in 1898 in Paris.", question="When was radium"
-                       " discovered?")
+    view = load_predictor(runs["qa"]).view(ViewInput(text="Marie Curie discovered radium in 1898 in Paris.",
+                                                     question="When was radium discovered?"))
     assert {r.kind for r in view.records} >= {"cross"} and view.tokens["target"][0].lower() == "when"
     assert view.tokens["source"][:2] == ["Marie", "Curie"]
     assert main(["view", str(runs["qa"]), "Marie Curie discovered radium.", "--out", str(tmp_path / "q.html")]) == 2

@@ -1,4 +1,4 @@
-"""``qkv train images`` and ``qkv show-attention``."""
+"""``qkv show-attention`` (``qkv train images`` is the registry's, :mod:`.apps`)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import torch
 
 from ..options import option
 from ..tasks import images as task
-from .common import add_command, add_train_command, print_result, read_train_options, safe, unique_names
+from .common import add_command, safe, unique_names
 from .options import options_from_args
 
 
@@ -25,7 +25,7 @@ class ShowAttentionCommand:
                                      help="non-local: the query pixel, in input pixels (default: the centre)")
     invert: bool = option(False, help="invert image files (dark objects on a light background)")
     data_root: str | None = option(None, help="IDX folder for --index, if not the one trained on")
-    device: str = option("cpu", help="cpu, cuda, cuda:N or auto")
+    device: str = option("auto", help="auto (CUDA if available), cpu, cuda or cuda:N")
 
 
 def _pixel(text: str | None, size: tuple[int, int]) -> tuple[int, int]:
@@ -39,16 +39,6 @@ def _pixel(text: str | None, size: tuple[int, int]) -> tuple[int, int]:
     if not (0 <= y < h and 0 <= x < w):
         raise ValueError(f"--query-pixel {y},{x} is outside the model's {h}x{w} input")
     return y, x
-
-
-def train(args) -> int:
-    from ..train import train as run_training
-
-    options, config = read_train_options(args, task.ImageOptions, task.train_defaults)
-    result = run_training(task.ImageTask(options), config)
-    print(f"{options.arch} with attention {options.attn}: {task.count_parameters(result.model):,} parameters")
-    print_result(result)
-    return 0
 
 
 def show_attention(args) -> int:
@@ -93,7 +83,5 @@ def show_attention(args) -> int:
 
 
 def register(commands, train_commands) -> None:
-    add_train_command(train_commands, "images", "train an image classifier with channel/spatial attention",
-                      task.ImageOptions, task.train_defaults, train)
     add_command(commands, "show-attention", "draw an image model's attention maps (PNG)",
                 ShowAttentionCommand, show_attention)

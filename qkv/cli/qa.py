@@ -1,4 +1,4 @@
-"""``qkv train qa`` and ``qkv answer``."""
+"""``qkv answer`` (``qkv train qa`` is the registry's, :mod:`.apps`)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 from ..options import option
 from ..tasks import qa as task
-from .common import add_command, add_train_command, print_result, read_train_options, safe, use_color
+from .common import add_command, safe, use_color
 from .options import options_from_args
 
 
@@ -31,17 +31,7 @@ class AnswerCommand:
     device: str = option("auto", help="auto (CUDA if available), cpu, cuda or cuda:N")
 
 
-def train(args) -> int:
-    from ..train import train as run_training
-
-    options, config = read_train_options(args, task.QAOptions, task.train_defaults)
-    print_result(run_training(task.QATask(options), config))
-    return 0
-
-
 def _evaluate(o: AnswerCommand) -> int:
-    from ..data.squad import read_qa_file
-
     if o.context or o.question or o.html:
         raise ValueError("--evaluate reads questions from --data: leave out --context, --question and --html")
     if not o.data:
@@ -49,18 +39,13 @@ def _evaluate(o: AnswerCommand) -> int:
     reader = task.Reader.load(o.run, o.device)
     figures: dict[str, dict[str, float]] = {}
     if o.data == "facts":
-        if reader.options.data != "facts":
-            raise ValueError(f"--data facts: this run was trained on {reader.options.data}, not on facts")
-        corpus = task.load_data(reader.options)
-        chars = corpus.language == "zh"
         for split in ("test", "test_phrasings"):
-            figures[split] = reader.evaluate(corpus.split(split), chars=chars)
+            figures[split] = reader.evaluate("facts", split=split)
     else:
-        read = read_qa_file(o.data, on_error=o.on_error)
-        figures[Path(o.data).name] = reader.evaluate(read.examples)
-        if read.skipped:
-            print(f"skipped {read.skipped} question(s) whose answer is not a span of the context, e.g. "
-                  f"{safe(read.problems[0])}")
+        figures[Path(o.data).name] = reader.evaluate(o.data, on_error=o.on_error)
+        skipped = int(figures[Path(o.data).name].pop("skipped", 0))
+        if skipped:
+            print(f"skipped {skipped} question(s) whose answer is not a span of the context")
     print("| data | exact match | F1 | questions |\n|---|---|---|---|")
     for name, m in figures.items():
         print(f"| {safe(name)} | {m['exact_match']:.4f} | {m['f1']:.4f} | {int(m['questions'])} |")
@@ -80,7 +65,7 @@ def answer(args) -> int:
         raise ValueError("--data, --json and --on-error go with --evaluate")
     if not o.context or not o.question:
         raise ValueError("give --context and --question (or --evaluate --data PATH)")
-    a = task.Reader.load(o.run, o.device).predict(o.context, o.question)
+    (a,) = task.Reader.load(o.run, o.device).predict([(o.context, o.question)])
     color = use_color(o.color)
     print(f"answer: {safe(a.answer)}\tprobability {a.probability:.3f}\ttokens {a.start_token}-{a.end_token}")
     line = highlight_ansi([safe(t) for t in a.tokens], a.attention, color=color)
@@ -95,7 +80,5 @@ def answer(args) -> int:
 
 
 def register(commands, train_commands) -> None:
-    add_train_command(train_commands, "qa", "train a reader that answers questions by pointing at a span",
-                      task.QAOptions, task.train_defaults, train)
     add_command(commands, "answer", "answer a question about a context with a trained qa run, showing its attention",
                 AnswerCommand, answer)

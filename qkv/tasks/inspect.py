@@ -80,25 +80,6 @@ def _sentiment(run: str | os.PathLike, text: str | None, image: Any, device: str
                      notes=[f"{clf.options.model} sentiment model"])
 
 
-def _images(run: str | os.PathLike, text: str | None, image: Any, device: str, *, index: int | None = None,
-            **_) -> PageInput:
-    from .images import ImageClassifier
-
-    clf = ImageClassifier.load(run, device)
-    if index is not None:
-        test = clf.test_images()[0]
-        if not 0 <= index < len(test):
-            raise ValueError(f"--index {index} is out of range: the test split has {len(test)} images")
-        image = test[index].float() / 255
-    if image is None:
-        raise ValueError("an images run needs --image FILE or --index N (an image of its test split)")
-    x = clf.read(image) if isinstance(image, (str, os.PathLike)) else image
-    with capture_attention(clf.model) as records:
-        (pred,) = clf.predict(x[None])
-    return PageInput(records, None, x, title=f"{pred.label} ({pred.probability:.2f})",
-                     notes=[f"{clf.options.arch} with attention {clf.options.attn}"])
-
-
 def _caption(run: str | os.PathLike, text: str | None, image: Any, device: str, *, index: int | None = None,
              **_) -> PageInput:
     from .caption import Captioner
@@ -117,26 +98,9 @@ def _caption(run: str | os.PathLike, text: str | None, image: Any, device: str, 
                                                 "word as the query of the image view"])
 
 
-def _qa(run: str | os.PathLike, text: str | None, image: Any, device: str, *, question: str | None = None,
-        **_) -> PageInput:
-    from .qa import Reader
-    from .qa_encode import encode_text
-
-    reader = Reader.load(run, device)
-    context = _need_text(text, "question-answering")
-    if not question or not question.strip():
-        raise ValueError("a question-answering run needs --question TEXT as well as the context")
-    with capture_attention(reader.model) as records:
-        answer = reader.predict(context, question)
-    o = reader.options
-    q_tokens = reader.tokenizer.tokens_of_ids(encode_text(question, reader.tokenizer, o.max_question)[0])
-    return PageInput(records, {"source": answer.tokens, "target": q_tokens}, title=f"{question} → {answer.answer}",
-                     notes=[f"{o.model} reader; context: {context}", f"answer probability {answer.probability:.2f}"])
-
-
 #: task name -> ``fn(run, text, image, device) -> PageInput``; an application adds itself here
 INSPECTORS: dict[str, Callable[..., PageInput]] = {"translate": _translate, "sentiment": _sentiment,
-                                                   "images": _images, "caption": _caption, "qa": _qa}
+                                                   "caption": _caption}
 
 
 def inspect_run(run: str | os.PathLike, *, text: str | None = None, image: Any = None, index: int | None = None,

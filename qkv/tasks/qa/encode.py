@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from ..data.tokenize import _WORD_RE, UNK_ID, CharTokenizer, Tokenizer, WordTokenizer
+from ...data.tokenize import _WORD_RE, UNK_ID, CharTokenizer, Tokenizer, WordTokenizer
 
 __all__ = ["Encoded", "token_offsets", "encode_text", "encode_example", "collate_qa"]
 

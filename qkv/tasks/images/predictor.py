@@ -1,0 +1,187 @@
+"""A trained image run read back: :class:`ImageClassifier` (``load`` / ``predict`` / ``evaluate`` / ``view``, and
+``attention`` for ``qkv show-attention``) and its result, :class:`ImagePrediction`."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from ...data.images import IMAGE_DATASETS, ImageData, normalize
+from ..base import PageInput, Predictor, ViewInput, load_run, upgrade_options
+from .maps import AttentionView, attention_view
+from .options import ImageOptions
+from .task import ImageTask, load_data, predict_logits
+
+__all__ = ["ImagePrediction", "ImageClassifier"]
+
+
+@dataclass
+class ImagePrediction:
+    """One classified image: the ``label``, its ``probability`` and every class's ``probabilities``."""
+
+    label: str
+    probability: float
+    probabilities: dict[str, float]
+
+
+def _upgrade_v1(config: dict[str, Any], state_dict: dict) -> tuple[dict, dict]:
+    """A qkv 0.1.0 image run (the model's settings at the top level of the config) in the current format."""
+    from ...models.legacy import upgrade_state_dict
+
+    options = upgrade_options(ImageOptions, config["options"])
+    arch = config["arch"]
+    model: dict[str, Any] = {"num_classes": config["num_classes"], "in_channels": config["in_channels"],
+                             "attn": config.get("attn"), "attn_kwargs": config.get("attn_kwargs") or None}
+    if arch == "small-cnn":
+        model.update(widths=list(config["widths"]), dropout=config["dropout"])
+    else:
+        model["stem"] = config.get("stem", "imagenet")
+    new = {"model": {"name": arch, "config": model}, "options": dataclasses.asdict(options),
+           **{k: config[k] for k in ("image_size", "mean", "std", "class_names")}}
+    return new, upgrade_state_dict(arch, state_dict)
+
+
+class ImageClassifier(Predictor):
+    """A trained image run: ``ImageClassifier.load(run_dir).predict(images)``; :meth:`attention` gives the maps
+    of ``qkv show-attention``, :meth:`view` every attention for ``qkv view``."""
+
+    task = ImageTask.name
+
+    def __init__(self, model: nn.Module, config: Mapping[str, Any], options: ImageOptions):
+        self.model, self.config, self.options = model.eval(), dict(config), options
+        self.image_size = tuple(config["image_size"])
+        self.mean, self.std = float(config["mean"]), float(config["std"])
+        self.class_names = list(config["class_names"])
+        self._data: dict[str | None, ImageData] = {}
+
+    @classmethod
+    def load(cls, run_dir: str | os.PathLike, device: str = "auto") -> ImageClassifier:
+        """Read a run directory (its ``best/``, else ``checkpoint/``) or a checkpoint directory, of any release."""
+        run = load_run(run_dir, cls.task, _upgrade_v1, ImageOptions, device)
+        return cls(run.model, run.config, run.options)
+
+    def read(self, path: str | os.PathLike, *, invert: bool = False) -> Tensor:
+        """An image file as this model's input: grey ``(H, W)`` in [0, 1] at the trained size."""
+        from ...data.images import read_image
+
+        return read_image(path, self.image_size, invert=invert)
+
+    def options_for(self, data: str | None) -> ImageOptions:
+        """The run's options reading ``data`` instead: ``None`` (the run's own data), a data set name
+        (``fashion-mnist``, ``digits``; its default folder) or a folder of MNIST-style IDX files (read as the run's
+        kind of data; ``mnist`` for a digits run)."""
+        if not data:
+            return self.options
+        values = dataclasses.asdict(self.options)
+        if data in IMAGE_DATASETS:
+            values.update(data=data, data_root=None)
+        elif Path(data).is_dir():
+            values.update(data="mnist" if self.options.data == "digits" else self.options.data, data_root=str(data))
+        else:
+            raise ValueError(f"{data}: neither a folder of IDX files nor one of {', '.join(IMAGE_DATASETS)}")
+        return upgrade_options(ImageOptions, values)
+
+    def data(self, data: str | None = None) -> ImageData:
+        """The splits of the run's data (or of ``data``, see :meth:`options_for`), read once; their images must
+        have the trained size and their labels the trained classes."""
+        if data not in self._data:
+            d = load_data(self.options_for(data))
+            if d.image_size != self.image_size:
+                raise ValueError(f"{data}: its images are {d.image_size[0]}x{d.image_size[1]}, the model's "
+                                 f"{self.image_size[0]}x{self.image_size[1]}")
+            most = max(int(labels.max()) for _, labels in d.splits.values() if len(labels))
+            if most >= len(self.class_names):
+                raise ValueError(f"{data}: label {most} but the model knows {len(self.class_names)} classes")
+            self._data[data] = d
+        return self._data[data]
+
+    def test_images(self, data_root: str | None = None) -> tuple[Tensor, Tensor]:
+        """The test split the run was evaluated on (``(N, H, W)`` uint8, labels), optionally from another folder."""
+        return self.data(data_root).splits["test"]
+
+    def _pictures(self, images: Tensor | Sequence[Any], invert: bool) -> Tensor:
+        if not isinstance(images, Tensor):
+            if isinstance(images, str | os.PathLike):
+                raise ValueError("images must be a batch: a list of files or (H, W) tensors, or an (N, H, W) tensor")
+            items = [self.read(x, invert=invert) if isinstance(x, str | os.PathLike)
+                     else x.float() / 255.0 if isinstance(x, Tensor) and x.dtype == torch.uint8 else x
+                     for x in images]
+            for i, x in enumerate(items):
+                if not isinstance(x, Tensor) or tuple(x.shape) != self.image_size:
+                    what = tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__
+                    raise ValueError(f"image {i + 1} must be a file or an ({self.image_size[0]}, "
+                                     f"{self.image_size[1]}) tensor, got {what}")
+            images = torch.stack(items) if items else torch.empty(0, *self.image_size)
+        if images.dim() != 3 or tuple(images.shape[-2:]) != self.image_size:
+            raise ValueError(f"images must be (N, {self.image_size[0]}, {self.image_size[1]}), got "
+                             f"{tuple(images.shape)}")
+        if not len(images):
+            raise ValueError("no images to classify")
+        return images
+
+    def _inputs(self, images: Tensor) -> Tensor:
+        return normalize(images, self.mean, self.std).to(self.device)
+
+    def predict(self, images: Tensor | Sequence[Any], *, invert: bool = False) -> list[ImagePrediction]:
+        """Class probabilities of a batch of images: a tensor ``(N, H, W)`` (uint8, or float in [0, 1]) or a list
+        of image files (read grey at the trained size; ``invert`` for dark objects on a light background) and
+        ``(H, W)`` tensors."""
+        probs = predict_logits(self.model, self._inputs(self._pictures(images, invert)),
+                               self.options.eval_batch).softmax(-1)
+        out = []
+        for p in probs:
+            k = int(p.argmax())
+            out.append(ImagePrediction(self.class_names[k], float(p[k]),
+                                       {n: float(v) for n, v in zip(self.class_names, p, strict=True)}))
+        return out
+
+    def attention(self, images: Tensor | Sequence[Any], *, invert: bool = False) -> AttentionView:
+        """The probabilities and attention maps of a batch (as :meth:`predict` takes it); a ``ValueError`` for a
+        model without."""
+        view = attention_view(self.model, self._inputs(self._pictures(images, invert)))
+        if view.empty:
+            raise ValueError("this model has no attention maps to show (it was trained with attn none)")
+        return view
+
+    def evaluate(self, data: str | None = None, *, split: str = "test", limit: int | None = None,
+                 **settings: Any) -> dict[str, float]:
+        """Accuracy and (unsmoothed) loss on the first ``limit`` images of ``split`` (``valid`` or ``test``) of the
+        run's data, or of ``data`` (see :meth:`options_for`: another IDX folder or a data set name), as the
+        trainer evaluated them (the run's ``tta`` included); ``examples``: how many images."""
+        if settings:
+            raise ValueError(f"image runs take no {', '.join(sorted(settings))} setting")
+        if split not in ("valid", "test"):
+            raise ValueError(f"no split {split!r}; one of valid, test")
+        d = self.data(data)
+        images, labels = d.splits[split]
+        task = ImageTask(self.options_for(data), ImageData({**d.splits, split: (images[:limit], labels[:limit])},
+                                                           d.class_names))
+        task.mean, task.std = self.mean, self.std  # the run's normalisation, not the new data's
+        metrics = task.evaluate(self.model, split)
+        return {**metrics, "examples": float(len(labels[:limit]))}
+
+    def view(self, given: ViewInput) -> PageInput:
+        """Every attention of the model classifying one image: ``given.image`` (a file or an ``(H, W)`` tensor) or
+        ``given.index`` (an image of the run's test split)."""
+        from ...capture import capture_attention
+
+        image = given.image
+        if given.index is not None:
+            test = self.test_images()[0]
+            if not 0 <= given.index < len(test):
+                raise ValueError(f"--index {given.index} is out of range: the test split has {len(test)} images")
+            image = test[given.index].float() / 255
+        if image is None:
+            raise ValueError("an images run needs --image FILE or --index N (an image of its test split)")
+        x = self.read(image) if isinstance(image, str | os.PathLike) else image
+        with capture_attention(self.model) as records:
+            (pred,) = self.predict([x])
+        return PageInput(records, None, x, title=f"{pred.label} ({pred.probability:.2f})",
+                         notes=[f"{self.options.arch} with attention {self.options.attn}"])

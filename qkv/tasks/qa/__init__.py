@@ -1,0 +1,34 @@
+"""Question answering with attention: the options, data, model, the trainer's task and a :class:`Reader`.
+
+The question is the query, the context's tokens are the keys and values: a reader points at the answer's first
+and last token (seed 004: asked *when* the mass-energy equation was proposed, attention goes to "1905"). The
+default data is generated fact passages (English words or Chinese characters, held-out entities and phrasings,
+:mod:`qkv.data.facts`); SQuAD v1.1 JSON and ``context<TAB>question<TAB>answer`` files work too
+(:mod:`qkv.data.squad`). Models: the Attentive Reader, a BiDAF-style reader and a Transformer encoder
+(:mod:`qkv.models.reading`). Metrics: SQuAD's exact match and F1 (characters for Chinese).
+
+Example::
+
+    from qkv.tasks.qa import QAOptions, QATask, Reader, train_defaults
+    from qkv.train import train
+    options = QAOptions(data="facts", lang="zh", model="reader")
+    train(QATask(options), train_defaults(options).replace(max_minutes=5, out="runs/qa-zh"))
+    reader = Reader.load("runs/qa-zh")
+    reader.predict([("质能方程由爱因斯坦于1905年提出。", "质能方程是什么时候提出的?")])[0].answer  # '1905'
+    reader.evaluate(split="test_phrasings")        # {'exact_match': ..., 'f1': ..., 'questions': 1000.0, ...}
+"""
+
+from __future__ import annotations
+
+from ..base import Application
+from .decode import Answer, answer_metrics, predict_examples
+from .options import MODELS, QAOptions, train_defaults
+from .predictor import Reader
+from .task import QATask, build_model, load_data, model_spec, train_tokenizer
+
+__all__ = ["APPLICATION", "QAOptions", "load_data", "model_spec", "build_model", "train_defaults", "train_tokenizer",
+           "QATask", "Answer", "Reader", "predict_examples", "answer_metrics", "MODELS"]
+
+APPLICATION = Application(
+    name="qa", help="train a reader that answers questions by pointing at a span", options=QAOptions,
+    train_defaults=train_defaults, load_data=load_data, model_spec=model_spec, task=QATask, predictor=Reader)

@@ -1,0 +1,83 @@
+"""Question answering's options (:class:`QAOptions`) and the trainer's preset (:func:`train_defaults`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ...options import check_options, option
+
+__all__ = ["QAOptions", "train_defaults", "MODELS"]
+
+MODELS = ("reader", "bidaf", "transformer")
+_RNN = {"model": ("reader", "bidaf")}
+_TRANSFORMER = {"model": ("transformer",)}
+_FACTS = {"data": ("facts",)}
+
+
+@dataclass
+class QAOptions:
+    """What to train on and which reader; the trainer's settings are in :class:`qkv.train.TrainConfig`."""
+
+    # data
+    data: str = option("facts", help="'facts' (generated) or a SQuAD v1.1 .json / context<TAB>question<TAB>answer "
+                                     "file, .gz allowed")
+    lang: str = option("en", choices=("en", "zh"), applies=_FACTS, help="facts: English words or Chinese characters")
+    n_train: int = option(20_000, low=1, applies=_FACTS, help="facts: training questions")
+    n_eval: int = option(1_000, low=1, applies=_FACTS, help="facts: questions in valid, test and test_phrasings each")
+    entities: int = option(600, low=30, applies=_FACTS, help="facts: training names of each kind")
+    on_error: str = option("raise", choices=("raise", "skip"), excludes=_FACTS,
+                           help="answers that are not spans of their context: stop, or skip and count them")
+    valid: float = option(0.1, low=0, low_open=True, high=0.5, excludes=_FACTS, help="file: fraction of contexts "
+                          "for validation")
+    test: float = option(0.1, low=0, low_open=True, high=0.5, excludes=_FACTS, help="file: fraction of contexts "
+                         "for the test")
+    data_seed: int = option(0, low=0, help="seed of the facts' generation and of a file's split")
+    # tokens
+    tokenizer: str = option("auto", choices=("auto", "word", "char"),
+                            help="auto = characters for Chinese text, words otherwise")
+    min_freq: int = option(1, low=1, help="words seen fewer times in training become <unk>")
+    max_context: int = option(400, low=1, help="context tokens kept")
+    max_question: int = option(64, low=1, help="question tokens kept")
+    word_dropout: float = option(0.1, low=0, high=0.9, help="training: each distinct token of an example becomes "
+                                 "<unk> with this probability (as unseen names will be)")
+    match_feature: bool = option(True, help="flag the context tokens that occur in the question")
+    # model
+    model: str = option("reader", choices=MODELS, help="reader (Attentive Reader), bidaf or transformer")
+    score: str | None = option(None, help="attention score, any qkv score name (default: general for the RNN "
+                                          "readers, scaled_dot for the transformer)")
+    embed_dim: int = option(64, low=1, applies=_RNN, help="RNN readers: token embedding size")
+    hidden_dim: int = option(128, low=2, applies=_RNN, help="RNN readers: BiGRU output, both directions together")
+    dim: int = option(128, low=2, applies=_TRANSFORMER, help="transformer: model width")
+    num_heads: int = option(4, low=1, applies=_TRANSFORMER, help="transformer: attention heads")
+    ffn_dim: int | None = option(None, low=1, applies=_TRANSFORMER, help="transformer: feed-forward width "
+                                 "(default: 4 x dim)")
+    num_layers: int | None = option(None, low=1, help="BiGRU layers (default 1) or transformer layers (default 3)")
+    dropout: float = option(0.1, low=0, high=0.99, help="dropout")
+    # evaluation
+    max_answer_len: int = option(20, low=1, help="longest answer decoded, in tokens")
+    eval_max: int = option(1000, low=1, help="questions answered per evaluation")
+
+    def __post_init__(self):
+        check_options(self)
+        if self.model == "transformer" and self.dim % self.num_heads:
+            raise ValueError(f"num_heads ({self.num_heads}) must divide dim ({self.dim})")
+        if self.model != "transformer" and self.hidden_dim % 2:
+            raise ValueError(f"hidden_dim ({self.hidden_dim}) must be even: it is split between two directions")
+
+    @property
+    def score_name(self) -> str:
+        return self.score or ("scaled_dot" if self.model == "transformer" else "general")
+
+    @property
+    def layers(self) -> int:
+        return self.num_layers or (3 if self.model == "transformer" else 1)
+
+
+def train_defaults(options: QAOptions):
+    """The trainer's settings for question answering (the ``qkv train qa`` defaults)."""
+    from ...train import TrainConfig
+
+    splits = ("valid", "test", "test_phrasings") if options.data == "facts" else ("valid", "test")
+    epochs = 10 if options.model == "transformer" else 3  # the Transformer learns to point more slowly
+    return TrainConfig(epochs=epochs, batch_size=32, lr=2e-3, warmup_steps=100, schedule="cosine", weight_decay=0.01,
+                       monitor="exact_match", final_splits=splits)

@@ -1,0 +1,139 @@
+"""A trained reader read back: :class:`Reader` (``load`` / ``predict`` / ``evaluate`` / ``view``) and its result,
+:class:`Answer` (the answer's text and span, its probability and the question's attention over the context)."""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Sequence
+from typing import Any
+
+from torch import nn
+
+from ..base import PageInput, Predictor, ViewInput, load_run, need_text
+from .decode import Answer, answer_metrics, predict_examples
+from .encode import Encoded, encode_example, encode_text
+from .options import QAOptions
+from .task import QATask, load_data
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["Answer", "Reader"]
+
+
+def _no_upgrade(config, state_dict):
+    raise ValueError("question-answering runs have no format-version-1 form")
+
+
+class Reader(Predictor):
+    """A trained reader: ``Reader.load("runs/qa").predict([(context, question), ...])`` -> :class:`Answer` s."""
+
+    task = QATask.name
+
+    def __init__(self, model: nn.Module, tokenizer, options: QAOptions):
+        self.model, self.tokenizer, self.options = model.eval(), tokenizer, options
+        self._corpus = None
+
+    @classmethod
+    def load(cls, run_dir: str | os.PathLike, device: str = "auto") -> Reader:
+        """Read a run directory (its ``best/``, else ``checkpoint/``) or a checkpoint directory."""
+        from ...data.tokenize import load_tokenizer
+
+        run = load_run(run_dir, cls.task, _no_upgrade, QAOptions, device)
+        return cls(run.model, load_tokenizer(run.checkpoint.assets / "tokenizer"), run.options)
+
+    def corpus(self):
+        """The run's own data (:class:`qkv.data.facts.QACorpus`: the facts regenerated, or its file split as in
+        training), read once."""
+        if self._corpus is None:
+            self._corpus = load_data(self.options)
+        return self._corpus
+
+    def _encode(self, context: str, question: str, answer: tuple[int, int] | None = None) -> Encoded:
+        o = self.options
+        return encode_example(context, question, self.tokenizer, max_context=o.max_context,
+                              max_question=o.max_question, answer=answer)
+
+    def predict(self, inputs: Sequence[tuple[str, str]], *, batch_size: int = 128) -> list[Answer]:
+        """An :class:`Answer` for every ``(context, question)`` pair (batched by length); an empty or token-less
+        text is a ``ValueError`` naming the pair."""
+        if isinstance(inputs, tuple) and len(inputs) == 2 and all(isinstance(t, str) for t in inputs):
+            raise ValueError("predict takes a list of (context, question) pairs: predict([(context, question)])")
+        encoded = []
+        for n, pair in enumerate(inputs, 1):
+            name = "" if len(inputs) == 1 else f" {n}"
+            if isinstance(pair, str) or not isinstance(pair, Sequence) or len(pair) != 2:
+                raise ValueError(f"input{name} must be a (context, question) pair, got {type(pair).__name__}")
+            for what, text in zip(("context", "question"), pair, strict=True):
+                if not isinstance(text, str) or not text.strip():
+                    raise ValueError(f"the {what} is empty" if len(inputs) == 1 else f"{what} {n} is empty")
+            try:
+                encoded.append(self._encode(*pair))
+            except ValueError as e:
+                raise ValueError(f"pair{name}: {e}") from None
+        return predict_examples(self.model, encoded, [c for c, _ in inputs], self.options.max_answer_len,
+                                [q for _, q in inputs], batch_size)
+
+    def score(self, examples, *, chars: bool | None = None) -> dict[str, float]:
+        """:func:`~qkv.tasks.qa.decode.answer_metrics` (exact match, F1, questions, attention mass on the gold
+        span) of this reader on ``examples`` (:class:`qkv.data.facts.QAExample`); ``chars``: character F1
+        (default: by the texts)."""
+        encoded = []
+        for n, e in enumerate(examples, 1):
+            try:
+                encoded.append(self._encode(e.context, e.question, (e.answer_start, e.answer_end)))
+            except ValueError as err:
+                raise ValueError(f"{e.where or f'question {n}'}: {err}") from None
+        answers = predict_examples(self.model, encoded, [e.context for e in examples], self.options.max_answer_len,
+                                   [e.question for e in examples])
+        return answer_metrics(answers, [e.answers for e in examples], encoded, chars=chars)
+
+    def evaluate(self, data: str | None = None, *, split: str = "test", limit: int | None = None,
+                 on_error: str | None = None, **settings: Any) -> dict[str, float]:
+        """Exact match, F1, ``questions`` and ``attention_mass`` (:meth:`score`) of the first ``limit`` questions.
+
+        ``data=None`` (or ``"facts"`` for a facts run): ``split`` of the run's own data (``valid``, ``test``, and
+        for facts ``test_phrasings``). ``data`` a SQuAD ``.json`` or ``context<TAB>question<TAB>answer`` file: all
+        of it, read with ``on_error`` (``raise``, or ``skip`` the answers that are not spans of their context,
+        counted in ``skipped`` and logged).
+        """
+        from ...data.squad import read_qa_file
+
+        if settings:
+            raise ValueError(f"question-answering runs take no {', '.join(sorted(settings))} setting")
+        if data and data != "facts":
+            if split != "test":
+                raise ValueError(f"a data file is evaluated whole: split {split!r} is for the run's own data")
+            read = read_qa_file(data, on_error=on_error or "raise")
+            if read.skipped:
+                logger.warning("%s: skipped %d question(s) whose answer is not a span of the context, e.g. %s",
+                               data, read.skipped, read.problems[0])
+            if not read.examples:
+                raise ValueError(f"{data}: no question to answer")
+            return {**self.score(read.examples[:limit]), "skipped": float(read.skipped)}
+        if data == "facts" and self.options.data != "facts":
+            raise ValueError(f"data facts: this run was trained on {self.options.data}, not on facts")
+        if on_error is not None:
+            raise ValueError("on_error is for a data file: the run's own data was read as in training")
+        corpus = self.corpus()
+        if split not in corpus.splits or split == "train":
+            raise ValueError(f"no split {split!r}; one of {', '.join(s for s in corpus.splits if s != 'train')}")
+        return self.score(corpus.split(split)[:limit], chars=corpus.language == "zh")
+
+    def view(self, given: ViewInput) -> PageInput:
+        """The attention of the reader answering ``given.question`` about ``given.text`` (the context): the
+        prediction's own forward pass, recorded."""
+        from ...capture import capture_attention
+
+        context = need_text(given.text, "question-answering")
+        question = given.question
+        if not question or not question.strip():
+            raise ValueError("a question-answering run needs --question TEXT as well as the context")
+        with capture_attention(self.model) as records:
+            (answer,) = self.predict([(context, question)])
+        o = self.options
+        q_tokens = self.tokenizer.tokens_of_ids(encode_text(question, self.tokenizer, o.max_question)[0])
+        return PageInput(records, {"source": answer.tokens, "target": q_tokens},
+                         title=f"{question} \u2192 {answer.answer}",
+                         notes=[f"{o.model} reader; context: {context}",
+                                f"answer probability {answer.probability:.2f}"])

@@ -1,0 +1,172 @@
+"""Question answering's data, model and the trainer's task: :func:`load_data` (generated facts or a file split by
+context), :func:`model_spec`, :func:`build_model`, :func:`train_tokenizer` and :class:`QATask`."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import random
+from pathlib import Path
+from typing import Any
+
+import torch.nn.functional as F
+from torch import nn
+
+from ...train.task import Task
+from .decode import answer_metrics, predict_examples
+from .encode import Encoded, collate_qa, encode_example
+from .options import QAOptions
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["load_data", "model_spec", "build_model", "train_tokenizer", "QATask", "chinese"]
+
+_NAMES = {"reader": "attentive-reader", "bidaf": "bidaf-reader", "transformer": "transformer-reader"}
+
+
+def _split_file(examples, options: QAOptions) -> dict[str, list]:
+    """Train/valid/test by context (a context's questions stay together), shuffled with ``data_seed``."""
+    contexts = sorted({e.context for e in examples})
+    random.Random(options.data_seed).shuffle(contexts)
+    n = len(contexts)
+    n_valid, n_test = max(1, round(n * options.valid)), max(1, round(n * options.test))
+    side = {c: "valid" for c in contexts[:n_valid]}
+    side.update({c: "test" for c in contexts[n_valid:n_valid + n_test]})
+    splits: dict[str, list] = {"train": [], "valid": [], "test": []}
+    for e in examples:
+        splits[side.get(e.context, "train")].append(e)
+    if not all(splits.values()):
+        counts = ", ".join(f"{len(v)} {k}" for k, v in splits.items())
+        raise ValueError(f"{options.data}: {n} distinct contexts give {counts} questions; every split needs at "
+                         "least one (at least 3 contexts)")
+    return splits
+
+
+def load_data(options: QAOptions):
+    """The :class:`qkv.data.facts.QACorpus` that ``options`` describe (generated facts, or a file split by context)."""
+    from ...data.facts import QACorpus, fact_corpus
+    from ...data.squad import read_qa_file
+
+    if options.data == "facts":
+        return fact_corpus(options.lang, options.n_train, options.n_eval, seed=options.data_seed,
+                           entities=options.entities)
+    if not Path(options.data).is_file():
+        raise FileNotFoundError(f"no such data file: {options.data} (data)")
+    read = read_qa_file(options.data, on_error=options.on_error)
+    if read.skipped:
+        logger.warning("%s: %d question(s) skipped", options.data, read.skipped)
+    return QACorpus(_split_file(read.examples, options), "zh" if chinese(read.examples) else "en")
+
+
+def chinese(examples) -> bool:
+    """Whether ``examples`` (:class:`qkv.data.facts.QAExample`) are Chinese: CJK characters are most of the text
+    of their first 200 contexts."""
+    text = "".join(e.context for e in examples[:200])
+    return sum("\u3400" <= c <= "\u9fff" for c in text) > 0.3 * max(1, sum(not c.isspace() for c in text))
+
+
+def model_spec(options: QAOptions, *, vocab_size: int) -> dict[str, Any]:
+    """``{"name", "config"}`` for :func:`qkv.models.create`: the reader ``options`` describe."""
+    o = options
+    config: dict[str, Any] = {"vocab_size": vocab_size, "score": o.score_name, "dropout": o.dropout,
+                              "match_feature": o.match_feature, "num_layers": o.layers}
+    if o.model == "transformer":
+        config.update(dim=o.dim, num_heads=o.num_heads, ffn_dim=o.ffn_dim,
+                      max_len=max(o.max_context, o.max_question))
+    else:
+        config.update(embed_dim=o.embed_dim, hidden_dim=o.hidden_dim)
+    return {"name": _NAMES[o.model], "config": config}
+
+
+def build_model(options: QAOptions, *, vocab_size: int) -> nn.Module:
+    """A new reader (see :func:`model_spec`)."""
+    from ...models import create
+
+    spec = model_spec(options, vocab_size=vocab_size)
+    return create(spec["name"], **spec["config"])
+
+
+def train_tokenizer(options: QAOptions, corpus):
+    """Words (lower-cased) or characters of the training contexts and questions."""
+    from ...data.tokenize import CharTokenizer, WordTokenizer
+
+    kind = options.tokenizer if options.tokenizer != "auto" else ("char" if corpus.language == "zh" else "word")
+    texts = [t for e in corpus.train for t in (e.context, e.question)]
+    if kind == "char":
+        return CharTokenizer.train(texts, min_freq=options.min_freq)
+    return WordTokenizer.train(texts, min_freq=options.min_freq)
+
+
+class QATask(Task):
+    """Span extraction: cross-entropy of the answer's start token plus that of its end token."""
+
+    name = "qa"
+    unit = "items"
+
+    def __init__(self, options: QAOptions, corpus=None):
+        self.options = options
+        self.corpus = corpus
+        self.tokenizer = None
+        self.encoded: dict[str, list[Encoded]] = {}
+
+    def setup(self) -> None:
+        o = self.options
+        if self.corpus is None:
+            self.corpus = load_data(o)
+        if self.tokenizer is None:
+            self.tokenizer = train_tokenizer(o, self.corpus)
+        for split, examples in self.corpus.splits.items():
+            self.encoded[split] = [encode_example(e.context, e.question, self.tokenizer, max_context=o.max_context,
+                                                  max_question=o.max_question,
+                                                  answer=(e.answer_start, e.answer_end)) for e in examples]
+        train = [e for e in self.encoded["train"] if e.start >= 0]
+        if len(train) < len(self.encoded["train"]):
+            logger.warning("%d training questions have their answer beyond max_context (%d tokens): left out",
+                           len(self.encoded["train"]) - len(train), o.max_context)
+        if not train:
+            raise ValueError(f"{o.data}: no training question has its answer within max_context={o.max_context}")
+        self._train = train
+        logger.info("%s: %s questions; vocabulary %d", o.data,
+                    ", ".join(f"{len(v)} {k}" for k, v in self.corpus.splits.items()), self.tokenizer.vocab_size)
+
+    def save_assets(self, directory: Path) -> None:
+        self.tokenizer.save(directory / "tokenizer")
+
+    def load_assets(self, directory: Path) -> None:
+        from ...data.tokenize import load_tokenizer
+
+        self.tokenizer = load_tokenizer(directory / "tokenizer")
+
+    def train_examples(self):
+        return self._train
+
+    def lengths(self):
+        return [len(e.context) for e in self._train]
+
+    def collate(self, examples):
+        return collate_qa(examples, word_dropout=self.options.word_dropout)
+
+    def config(self) -> dict[str, Any]:
+        return {"model": model_spec(self.options, vocab_size=self.tokenizer.vocab_size),
+                "options": dataclasses.asdict(self.options)}
+
+    def build_model(self) -> nn.Module:
+        return build_model(self.options, vocab_size=self.tokenizer.vocab_size)
+
+    def loss(self, model, batch):
+        out = model(batch["context"], batch["context_mask"], batch["question"], batch["question_mask"], batch["match"])
+        start, end = batch["start"], batch["end"]
+        loss = F.cross_entropy(out.start_logits, start, reduction="sum") + \
+            F.cross_entropy(out.end_logits, end, reduction="sum")
+        hit = (out.start_logits.argmax(-1) == start) & (out.end_logits.argmax(-1) == end)
+        return loss, len(start), {"span_acc": hit.sum()}
+
+    def evaluate(self, model, split: str) -> dict[str, float]:
+        """SQuAD exact match and F1, and the attention mass on the answer, of the first ``eval_max`` questions of
+        ``split``."""
+        if split not in self.encoded:
+            raise ValueError(f"no split {split!r}; one of {', '.join(self.encoded)}")
+        n = self.options.eval_max
+        examples, encoded = self.corpus.split(split)[:n], self.encoded[split][:n]
+        answers = predict_examples(model, encoded, [e.context for e in examples], self.options.max_answer_len)
+        return answer_metrics(answers, [e.answers for e in examples], encoded, chars=self.corpus.language == "zh")
