@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from qkv.train import TrainConfig, Trainer, load_checkpoint, lr_factor
-from qkv.train.budget import MARGIN, Horizon, TimeBudget
+from qkv.train.budget import MARGIN, SAFETY, Horizon, TimeBudget
 from tests.trainer_toy import ToyTask
 
 PEAK = 0.01
@@ -80,7 +80,7 @@ def test_the_schedule_is_laid_over_the_steps_that_fit():
     n = r.state.global_step
     assert r.stopped == "time"
     # 1 s steps, an evaluation (0.5 s) at every epoch's end (6 steps); the end: one evaluation, two final splits
-    kept = 60 * MARGIN + 3 * 0.5
+    kept = 60 * MARGIN + SAFETY * 3 * 0.5
     assert 60 - kept - 1.5 - n // 6 * 0.5 <= n <= 60 - kept - n // 6 * 0.5
     assert clock.t <= 60.0 and r.state.elapsed == clock.t
     assert totals[0] == 300 and set(totals[8:]) == {n}  # the epochs' horizon, then the fit after 8 steps
@@ -125,8 +125,25 @@ def test_an_evaluation_is_timed_early_when_none_is_due(tmp_path):
     n = r.state.global_step
     assert evals[0] == ("eval", 8)  # timed once, after the step times were measured
     assert evals[-3:] == [("eval", n), ("final", n), ("final", n)]  # the annealed model is evaluated, in time
-    assert clock.t <= 60.0 and n >= 60 - 60 * MARGIN - 4 * 3.0 - 2 * 3.0 - 1
+    assert clock.t <= 60.0 and n >= 60 - 60 * MARGIN - SAFETY * 3 * 3.0 - 3 * 3.0 - 1
     assert [e["schedule_steps"] for e in events if e["event"] == "train"][-1] == n
+
+
+def test_an_evaluation_timed_on_the_untrained_model_is_timed_again_after_half_the_budget():
+    clock = FakeClock()
+    task = TimedToy(clock, eval_seconds=4.0)
+    evaluate = task.evaluate
+
+    def faster(model, split):  # an untrained generator decodes to the maximum length: 4 s, then 0.5 s
+        task.eval_seconds = 4.0 if task.calls < 10 else 0.5
+        return evaluate(model, split)
+
+    task.evaluate = faster
+    r, lrs, totals = run(task, cfg(batch_size=2, eval_every=0), clock)
+    n = r.state.global_step
+    assert r.stopped == "time" and totals[10] < totals[-1] == n  # the end moved later when timed again
+    assert 60 - 60 * MARGIN - SAFETY * 3 * 0.5 - 2.5 <= clock.t <= 60  # kept 3 evaluations of 0.5 s, not 4 s
+    assert lrs[-1] < 0.002 * PEAK
 
 
 def test_resume_continues_the_same_schedule_exactly(tmp_path):
@@ -198,9 +215,9 @@ def test_a_moved_horizon_keeps_the_progress_and_ends_at_its_new_total():
 def test_the_cost_of_k_steps_counts_the_evaluations_and_saves_between_them(every):
     b = TimeBudget(100.0, Horizon(60), 60, 60, steps_per_epoch=6, eval_every=every, step_time=1.0, samples=9,
                    eval_seconds=0.25, save_seconds=0.125)
-    for start in range(0, 14):
+    for start in range(1, 14):
         for k in range(0, 20):
-            inside = range(start + 1, start + k)
+            inside = range(start, start + k)  # before each of the k steps
             ends = sum(g % 6 == 0 for g in inside)
             evals = sum(bool(every) and g % every == 0 and g % 6 != 0 for g in inside)
             assert b.cost(start, k) == k + ends * 0.375 + evals * 0.25

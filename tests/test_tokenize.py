@@ -198,7 +198,8 @@ def test_mixed_spans_are_the_words_as_typed(text):
 
 
 def test_mixed_tokenizer_trains_decodes_saves_and_loads(tmp_path):
-    corpus = ["质能方程由爱因斯坦于1905年提出。", "The Eiffel Tower was completed in 1889.", "東京タワーは1958年に完成した。"]
+    corpus = ["质能方程由爱因斯坦于1905年提出。", "The Eiffel Tower was completed in 1889.",
+              "東京タワーは1958年に完成した。"]
     tok = WordTokenizer.train(corpus, min_freq=1)
     assert tok.mixed and tok.encode("质能方程 由 爱因斯坦") == tok.encode("质能方程由爱因斯坦")
     assert UNK_ID not in tok.encode("１９０５年　Ｅｉｆｆｅｌ　Ｔｏｗｅｒ")

@@ -3,11 +3,13 @@
 The budget is the run's whole training time, over every invocation of it (``TrainState.elapsed`` counts on across
 a resume). After a few steps of measurement :class:`TimeBudget` knows the seconds per optimizer step (the first
 steps of each invocation left out: compilation, caches, allocator), the seconds of one evaluation of
-``eval_split`` and of one checkpoint (measured; timed once early when none has happened yet), and fits the largest
-number of further steps whose time, with the evaluations and saves due on the way and the end's (one last
-evaluation to pick the best model, the checkpoint, the final evaluations), ends before the deadline, less a margin
-of 2% of the budget. It does so again after every step, so a machine that slows down (or speeds up) moves the end.
-The run stops at that step; the LR schedule ends there too, unless the epochs (or ``schedule_steps``) end first.
+``eval_split`` and of one checkpoint (measured; timed once early when none has happened yet, and the evaluation again
+after half the budget when none came since: a trained generator decodes faster), and fits the largest number of
+further steps whose time, with the evaluations and saves due on the way and the end's (one last evaluation to pick
+the best model, the checkpoint, the final evaluations; their measured times with 25% to spare), ends before the
+deadline, less a margin of 2% of the budget. It fits again after every step, so a machine that slows down (or speeds
+up) moves the end. The run stops at that step; the LR schedule ends there too, unless the epochs (or
+``schedule_steps``) end first.
 
 A schedule whose length changes mid-run jumps if it is recomputed from the step and the new length (cosine at step
 600 of 1,000 is not cosine at step 600 of 800). :class:`Horizon` instead keeps the *progress* reached when the length
@@ -36,7 +38,10 @@ SKIP = 2  # step-time samples left out at the start of every invocation (the fir
 MEASURE = 5  # samples before the first fit
 ALPHA = 0.1  # after a running mean of the first 1/ALPHA samples, an exponential average (follows a slowing machine)
 MARGIN = 0.02  # of the budget, left unplanned (noise in the estimates)
+SAFETY = 1.25  # the end's evaluations and checkpoint, measured once each (noisier than the steps' mean), times this
 PROVISIONAL = 0.05  # of the budget, kept for the final evaluations when no evaluation can be timed (no eval_split)
+RETIME = 0.5  # past this fraction of the budget, an evaluation last timed before this fraction of the time spent is
+# timed again (an untrained generator decodes to the maximum length: its evaluations are slower than a trained one's)
 
 
 @dataclass
@@ -70,8 +75,8 @@ class Horizon:
 
 
 def _multiples(m: int, a: int, b: int) -> int:
-    """How many multiples of ``m`` lie strictly between ``a`` and ``b``."""
-    return max(0, (b - 1) // m - a // m) if m > 0 and b > a else 0
+    """How many multiples of ``m`` lie in ``[a, b)``."""
+    return (b - 1) // m - (a - 1) // m if m > 0 and b > a else 0
 
 
 @dataclass
@@ -103,14 +108,16 @@ class TimeBudget:
     step_time: float | None = None  # seconds per optimizer step
     samples: int = 0  # step times measured so far
     eval_seconds: float | None = None  # one evaluation of eval_split (with the best model's save)
+    eval_timed_at: float | None = None  # the budget's seconds spent when it was measured
     save_seconds: float | None = None  # one checkpoint
     end: int | None = None  # the step at which the budget ends the run (None: the epochs end first)
     # this invocation only
     _last: float | None = field(default=None, repr=False)
+    _now: float = field(default=0.0, repr=False)
     _seen: int = field(default=0, repr=False)
     _logged: int | None = field(default=None, repr=False)
 
-    SAVED = ("step_time", "samples", "eval_seconds", "save_seconds", "end")
+    SAVED = ("step_time", "samples", "eval_seconds", "eval_timed_at", "save_seconds", "end")
 
     def state_dict(self) -> dict[str, Any]:
         """The estimates (the horizon is saved beside them, by the trainer)."""
@@ -118,7 +125,7 @@ class TimeBudget:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         for k in self.SAVED:
-            setattr(self, k, state[k])
+            setattr(self, k, state.get(k))
 
     # --- measuring ---------------------------------------------------------------------------------------------
     @property
@@ -127,18 +134,25 @@ class TimeBudget:
         return (self.samples >= MEASURE and (self.eval_seconds is not None or not self.evaluates)
                 and (self.save_seconds is not None or not self.saves))
 
-    def wants_timing(self) -> bool:
-        """Whether the trainer should evaluate (and save) now, to time it: the step times are measured, but
-        no evaluation or checkpoint has happened yet."""
-        return self.samples >= MEASURE and not self.ready
+    def timing_due(self) -> tuple[bool, bool]:
+        """Whether the trainer should evaluate, and whether it should save, now, to time them: the step times are
+        measured but no evaluation (checkpoint) has happened yet; or half the budget is spent, the budget ends the run,
+        and the evaluation was last timed in the first half of the time spent (no evaluation since the early ones)."""
+        if self.samples < MEASURE:
+            return False, False
+        stale = (self.end is not None and self._now >= RETIME * self.seconds
+                 and (self.eval_timed_at or 0.0) < RETIME * self._now)
+        return (self.evaluates and (self.eval_seconds is None or stale),
+                self.saves and self.save_seconds is None)
 
     def record(self, step: int, now: float, *, eval_seconds: float = 0.0, evals: int = 0,
                save_seconds: float = 0.0, saves: int = 0) -> bool:
         """Take the reading ``now`` (seconds of the budget spent) of optimizer step ``step`` (the steps done), with
         the ``evals`` evaluations and ``saves`` checkpoints since the previous step and their seconds; refit.
         Returns whether the run must stop after this step."""
+        self._now = now
         if evals:
-            self.eval_seconds = eval_seconds / evals
+            self.eval_seconds, self.eval_timed_at = eval_seconds / evals, now
         if saves:
             self.save_seconds = save_seconds / saves
         if self._last is not None:
@@ -174,10 +188,11 @@ class TimeBudget:
         """Time kept for the end: the last evaluation (to pick the best model), the checkpoint, the final splits."""
         e = self.eval_seconds or 0.0
         final = e * self.final_evals if self.evaluates else PROVISIONAL * self.seconds * (self.final_evals > 0)
-        return (e if self.evaluates else 0.0) + (self.save_seconds or 0.0) + final
+        return SAFETY * ((e if self.evaluates else 0.0) + (self.save_seconds or 0.0) + final)
 
     def cost(self, step: int, k: int) -> float:
-        """Seconds of ``k`` more steps after ``step``, with the evaluations and checkpoints due between them."""
+        """Seconds of ``k`` more steps after ``step`` steps, with the evaluations and checkpoints due before each of
+        them (after step ``step`` itself too: it is read before they come)."""
         e = (self.eval_seconds or 0.0) if self.evaluates else 0.0
         c = self.save_seconds or 0.0
         spe, every = self.steps_per_epoch, self.eval_every

@@ -184,9 +184,12 @@ class Trainer:
                                 self._timed(self._periodic_eval, 0)
                             if over_time:
                                 return "time"
-                            if self.budget is not None and self.budget.wants_timing() and not self._spent[1]:
-                                self._timed(self._periodic_eval, 0)  # once: the end's time must be known
-                                self._timed(self._save, 2)
+                            if self.budget is not None:  # the end's time must be known (early, and again)
+                                evaluate, save_now = self.budget.timing_due()
+                                if evaluate and not self._spent[1]:
+                                    self._timed(self._periodic_eval, 0)
+                                if save_now and not self._spent[3]:
+                                    self._timed(self._save, 2)
                             if cfg.max_steps is not None and st.global_step >= cfg.max_steps:
                                 return "max_steps"
                             if st.stopped_early:
