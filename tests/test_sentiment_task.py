@@ -374,3 +374,16 @@ def test_a_text_past_max_len_is_cut_with_a_word(trained, caplog):
     (by_hand,) = clf.predict([" ".join(words[: clf.max_len])])
     assert by_hand.probabilities == pytest.approx(long.probabilities) and by_hand.cut == 0
     assert any("were not read" in note for note in clf.view(ViewInput(text=" ".join(words))).notes)
+
+
+def test_display_tokens_are_the_text_as_typed(tmp_path):
+    """Chinese and full-width text through a mixed word tokeniser: one weight per token, shown as typed."""
+    from qkv.data.tokenize import WordTokenizer
+
+    tok = WordTokenizer.train(["质能方程由爱因斯坦提出 a GREAT movie"], min_freq=1)
+    clf = SentimentClassifier(build_model(SentimentOptions(data="x", embed_dim=8, hidden_dim=8), vocab_size=tok.vocab_size,
+                                          num_classes=2), tok, {"label_names": ["negative", "positive"]},
+                              SentimentOptions(data="x"))
+    (p,) = clf.predict(["质能方程 由爱因斯坦提出，ａ GREAT movie"])
+    assert p.tokens == ["质", "能", "方", "程", "由", "爱", "因", "斯", "坦", "提", "出", "，", "ａ", "GREAT", "movie"]
+    assert len(p.weights) == len(p.tokens) and abs(sum(p.weights) - 1) < 1e-5

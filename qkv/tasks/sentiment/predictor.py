@@ -78,7 +78,7 @@ class SentimentClassifier(Predictor):
         self.label_names = config.get("label_names") or []
         self.regression = bool(config.get("regression"))
         self.max_len = options.max_len
-        self._display = WordTokenizer([], lowercase=False) if isinstance(tokenizer, WordTokenizer) else None
+        self._spans = tokenizer.spans if isinstance(tokenizer, WordTokenizer) else None
 
     @classmethod
     def load(cls, run_dir: str | os.PathLike, device: str = "auto") -> SentimentClassifier:
@@ -89,10 +89,10 @@ class SentimentClassifier(Predictor):
         return cls(run.model, load_tokenizer(run.checkpoint.assets / "tokenizer"), run.config, run.options)
 
     def display_tokens(self, text: str) -> list[str]:
-        """The tokens of ``text`` as written (original case when the tokeniser lower-cases), truncated."""
+        """The tokens of ``text`` as typed (its own characters: case and full-width forms kept), truncated."""
         tokens = self.tokenizer.tokens(text)
-        if self._display is not None:
-            shown = self._display.split(text)
+        if self._spans is not None:
+            shown = [text[a:b] for a, b in self._spans(text)]
             if len(shown) == len(tokens):
                 tokens = shown
         return tokens[: self.max_len]
