@@ -381,9 +381,9 @@ def test_display_tokens_are_the_text_as_typed(tmp_path):
     from qkv.data.tokenize import WordTokenizer
 
     tok = WordTokenizer.train(["质能方程由爱因斯坦提出 a GREAT movie"], min_freq=1)
-    clf = SentimentClassifier(build_model(SentimentOptions(data="x", embed_dim=8, hidden_dim=8), vocab_size=tok.vocab_size,
-                                          num_classes=2), tok, {"label_names": ["negative", "positive"]},
-                              SentimentOptions(data="x"))
+    options = SentimentOptions(data="x", embed_dim=8, hidden_dim=8)
+    model = build_model(options, vocab_size=tok.vocab_size, num_classes=2)
+    clf = SentimentClassifier(model, tok, {"label_names": ["negative", "positive"]}, options)
     (p,) = clf.predict(["质能方程 由爱因斯坦提出，ａ GREAT movie"])
     assert p.tokens == ["质", "能", "方", "程", "由", "爱", "因", "斯", "坦", "提", "出", "，", "ａ", "GREAT", "movie"]
     assert len(p.weights) == len(p.tokens) and abs(sum(p.weights) - 1) < 1e-5
