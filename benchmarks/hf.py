@@ -14,11 +14,12 @@ runs the two implementations of each pair alternately (so that load from other p
   lower peak);
 - without attentions: ``qkv`` vs ``sdpa`` (target: qkv's speed >= 0.95x sdpa's).
 
-Time: the fastest of ``--reps`` forward passes (default 9 at T <= 512, 3 above; after one warm-up pass on 16
+Time: the fastest of ``--reps`` forward passes (default 9 at T <= 512, 5 above; after one warm-up pass on 16
 tokens for each implementation): on a shared machine other processes only ever add time, and a median of a few
 passes still moved by 2x between runs.
 Peak memory: the growth of the process's resident set (RSS, sampled every millisecond from /proc) above its level
-before the pass, the largest over the reps (the returned weights included: 2.25 GiB at T = 2048); on a GPU, the
+before the pass, the largest over the reps (the returned weights included: 2.25 GiB at T = 2048; the pair without
+attentions runs first, so that the freed memory of the other cannot hide its peak); on a GPU, the
 growth of ``torch.cuda.max_memory_allocated``. The allocator is glibc's default (``qkv.memory.keep_freed_memory``
 is not called: a user's Python process has the default).
 """
@@ -41,7 +42,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from attention import RssPeak, machine, sync  # noqa: E402
 
 MODELS = ("bert", "llama")
-PAIRS = {"with attentions": ("qkv", "eager"), "without attentions": ("qkv", "sdpa")}
+PAIRS = {"without attentions": ("qkv", "sdpa"), "with attentions": ("qkv", "eager")}  # run in this order
 
 
 def build(name: str, impl: str, max_len: int):
@@ -123,14 +124,14 @@ def main():
     ap.add_argument("--threads", type=int, default=None, help="torch threads (CPU)")
     ap.add_argument("--seq", type=int, action="append", help="lengths (default 512 and 2048)")
     ap.add_argument("--model", choices=MODELS, action="append", help="models (default both)")
-    ap.add_argument("--reps", type=int, default=None, help="passes of each (default 9 at T <= 512, else 3)")
+    ap.add_argument("--reps", type=int, default=None, help="passes of each (default 9 at T <= 512, else 5)")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
     if args.child:
         name, seq = args.child.rsplit("-", 1)
-        print(json.dumps(measure(name, int(seq), args.reps or (9 if int(seq) <= 512 else 3), args.device)))
+        print(json.dumps(measure(name, int(seq), args.reps or (9 if int(seq) <= 512 else 5), args.device)))
         return
     seqs = args.seq or [512, 2048]
     results = {}
@@ -144,7 +145,7 @@ def main():
             print(f"{name} T={seq}: {results[f'{name}-{seq}']}", file=sys.stderr)
     import transformers
 
-    reps = args.reps or "9 (T <= 512) or 3"
+    reps = args.reps or "9 (T <= 512) or 5"
     print(f"{machine(torch.device(args.device))}, transformers {transformers.__version__}, batch 1, float32, "
           f"fastest of {reps} passes\n")
     print("\n".join(table(results, seqs)))
