@@ -23,8 +23,14 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from sentiment import DATA, PRESETS, machine  # noqa: E402
 
-from qkv.tasks.inspect import comprehensiveness  # noqa: E402
-from qkv.tasks.sentiment import SentimentClassifier, SentimentOptions, load_data, make_splits, train_folds  # noqa: E402
+from qkv.tasks.sentiment import (  # noqa: E402
+    SentimentClassifier,
+    SentimentOptions,
+    comprehensiveness,  # noqa: E402
+    load_data,
+    make_splits,
+    train_folds,
+)
 from qkv.train import TrainConfig  # noqa: E402
 
 

@@ -10,16 +10,11 @@ import torch
 import qkv
 from qkv.cli import main
 from qkv.tasks import ViewInput, load_predictor
-from qkv.tasks.inspect import comprehensiveness, inspect_run
-from qkv.tasks.sentiment import SentimentClassifier
+from qkv.tasks.sentiment import SentimentClassifier, comprehensiveness
 from qkv.viz.page import attention_page, save_attention_page
-from tests.test_sentiment_task import TINY_TRANSFORMER, sentences, write_reviews
+from tests.helpers import sentences
 
 pytestmark = pytest.mark.usefixtures("one_thread")
-
-TRANSLATE = ["--dim", "16", "--num-heads", "2", "--num-layers", "2", "--n-train", "200", "--n-eval", "20",
-             "--batch-size", "16", "--no-progress"]
-
 
 def page_data(text: str) -> dict:
     m = re.search(r'<script type="application/json" id="qkv-data">(.*?)</script>', text, re.S)
@@ -27,27 +22,22 @@ def page_data(text: str) -> dict:
     return json.loads(m.group(1))
 
 
-@pytest.fixture(scope="module")
-def runs(tmp_path_factory):
-    root = tmp_path_factory.mktemp("view")
-    out = {"translate": root / "dates", "sentiment": root / "sentiment", "images": root / "images"}
-    assert main(["train", "translate", "--data", "dates", "--model", "transformer", "--max-steps", "2",
-                 "--out", str(out["translate"]), *TRANSLATE]) == 0
-    reviews = write_reviews(root / "reviews.tsv", n=300)
-    assert main(["train", "sentiment", "--data", str(reviews), "--model", "transformer", "--epochs", "3",
-                 "--out", str(out["sentiment"]), *TINY_TRANSFORMER, "--num-layers", "2"]) == 0
-    assert main(["train", "images", "--data", "digits", "--attn", "non_local", "--max-steps", "2", "--batch-size",
-                 "32", "--no-progress", "--out", str(out["images"])]) == 0
-    out["reviews"] = reviews
-    out["caption"] = root / "caption"
-    assert main(["train", "caption", "--model", "transformer", "--n-train", "32", "--n-valid", "8", "--n-test", "8",
-                 "--dim", "8", "--num-heads", "2", "--num-layers", "2", "--widths", "4,4,4,8", "--batch-size", "16",
-                 "--eval-max", "4", "--max-steps", "2", "--no-progress", "--out", str(out["caption"])]) == 0
-    out["qa"] = root / "qa"
-    assert main(["train", "qa", "--data", "facts", "--model", "bidaf", "--n-train", "200", "--n-eval", "20",
-                 "--embed-dim", "8", "--hidden-dim", "8", "--max-steps", "2", "--no-progress",
-                 "--out", str(out["qa"])]) == 0
-    return out
+class _Runs:
+    """The session's tiny runs by application name (trained on first use, shared with other test modules)."""
+
+    def __init__(self, tiny_run):
+        self.tiny_run = tiny_run
+
+    def __getitem__(self, name: str):
+        if name == "reviews":
+            self.tiny_run("sentiment")
+            return self.tiny_run.root / "reviews.tsv"
+        return self.tiny_run(name)
+
+
+@pytest.fixture
+def runs(tiny_run):
+    return _Runs(tiny_run)
 
 
 def test_view_translation(runs, tmp_path, capsys):
@@ -69,7 +59,7 @@ def test_view_translation(runs, tmp_path, capsys):
 
 
 def test_view_sentiment_and_images(runs, tmp_path):
-    page = inspect_run(runs["sentiment"], text="A wonderful film.")
+    page = load_predictor(runs["sentiment"]).view(ViewInput(text="A wonderful film."))
     assert [(r.name, r.kind) for r in page.records] == [("layers.0.self_attn", "self"), ("layers.1.self_attn", "cross")]
     assert page.tokens == {"source": ["[CLS]", "A", "wonderful", "film", "."], "target": ["[CLS]"]}
     records = page_data(attention_page(page.records, **page.page_kwargs()))["records"]
