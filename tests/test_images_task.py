@@ -34,6 +34,7 @@ from qkv.tasks.images import (  # noqa: E402
 from qkv.tasks.sentiment import SentimentClassifier  # noqa: E402
 from qkv.train import TrainConfig, load_model, train  # noqa: E402
 from qkv.train.checkpoint import load_weights  # noqa: E402
+from tests.helpers import single_thread
 
 PNG = b"\x89PNG\r\n\x1a\n"
 FAST = ["--no-progress", "--batch-size", "32"]
@@ -358,14 +359,10 @@ EXPECTED = {"cbam": ("spatial", "channel"), "se": ("channel",), "sk": ("sk",), "
 def trained(tmp_path_factory):
     """A briefly trained digits model per kind of attention."""
     root = tmp_path_factory.mktemp("models")
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
+    with single_thread():
         for attn in EXPECTED:
             assert main(["train", "images", "--data", "digits", "--attn", attn, "--max-steps", "3", "--out",
                          str(root / attn), *FAST]) == 0
-    finally:
-        torch.set_num_threads(before)
     return root
 
 
