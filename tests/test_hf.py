@@ -17,13 +17,8 @@ import torch
 transformers = pytest.importorskip("transformers", reason="transformers is not installed (pip install 'qkv[hf]')")
 
 import qkv  # noqa: E402
-from qkv.integrations.transformers import (  # noqa: E402
-    attention_kind,
-    is_hf_model_dir,
-    register,
-    registered,
-    view_page_input,
-)
+from qkv.integrations.transformers import attention_kind, register, registered  # noqa: E402
+from qkv.integrations.transformers_view import is_hf_model_dir, view_page_input  # noqa: E402
 from qkv.viz.page import save_attention_page  # noqa: E402
 from tests import hf_models as hf  # noqa: E402
 
@@ -334,3 +329,24 @@ def test_t5_position_bias_equals_eager(gen):
         for a, e in zip(ours[field], eager[field], strict=True):
             torch.testing.assert_close(a, e, atol=1e-6, rtol=1e-5)
     assert torch.equal(out["qkv"][1], out["eager"][1])
+
+
+@pytest.mark.parametrize("name", ["bert", "bart"])
+def test_qkv_view_takes_a_hugging_face_directory(saved, name, tmp_path, capsys):
+    """`qkv view DIR "text"`: a saved Hugging Face model gets the same page as a qkv run (every layer; BART's
+    cross-attention too); what it cannot take is a one-line error."""
+    from qkv.cli import main
+
+    out = tmp_path / "page"
+    assert main(["view", str(saved[name]), "the cat sat on the mat", "--out", str(out), "--device", "cpu"]) == 0
+    printed = capsys.readouterr().out
+    assert f"wrote {out}.html" in printed and (tmp_path / "page.html").is_file()
+    import json
+    import re
+
+    text = (tmp_path / "page.html").read_text(encoding="utf-8")
+    data = json.loads(re.search(r'id="qkv-data">(.*?)</script>', text, re.S).group(1))
+    kinds = {r["kind"] for r in data["records"]}
+    assert "self" in kinds and ("cross" in kinds) == (name == "bart")
+    assert main(["view", str(saved[name]), "--index", "0", "--out", str(out)]) == 2
+    assert "texts only" in capsys.readouterr().err

@@ -8,7 +8,7 @@ import pytest
 
 pytest.importorskip("transformers", reason="transformers is not installed (pip install 'qkv[hf]')")
 
-from qkv.integrations.transformers import view_page_input  # noqa: E402
+from qkv.integrations.transformers_view import view_page_input  # noqa: E402
 from qkv.viz.page import save_attention_page  # noqa: E402
 from tests import hf_models as hf  # noqa: E402
 from tests.test_page_browser import CHROMIUM, Opened, browser, not_blank  # noqa: E402,F401

@@ -96,7 +96,8 @@ def evaluate(args) -> int:
 
 @dataclass
 class ViewCommand:
-    run: str = option(positional=True, help="run directory or checkpoint directory of any application")
+    run: str = option(positional=True, help="run directory or checkpoint directory of any application, or a saved "
+                      "Hugging Face model directory (save_pretrained's layout, with its tokenizer)")
     text: list[str] = option(default_factory=list, positional=True, nargs="*",
                              help="inputs to look at (text applications); one page each")
     file: str | None = option(None, help="a file of inputs, one per line")
@@ -120,9 +121,20 @@ def view(args) -> int:
     if o.text or o.file or not inputs:
         inputs += [ViewInput(text=t, question=o.question)
                    for t in input_texts(o.text, o.file, "a text to look at (or --image FILE)")]
-    predictor = application_of(o.run).predictor.load(o.run, o.device)
+    from ..integrations.transformers_view import is_hf_model_dir
+
+    if is_hf_model_dir(o.run):  # a Hugging Face model: its text through the qkv backend
+        from ..integrations.transformers_view import view_page_input
+
+        if o.image or o.index or o.question:
+            raise ValueError("a Hugging Face model directory takes texts only (no --image, --index or --question)")
+
+        def show(given: ViewInput):
+            return view_page_input(o.run, given.text, device=o.device)
+    else:
+        show = application_of(o.run).predictor.load(o.run, o.device).view
     for path, given in zip(numbered_paths(str(out), len(inputs)), inputs, strict=True):
-        page = predictor.view(given)
+        page = show(given)
         written = save_attention_page(path, page.records, rollout=o.rollout, **page.page_kwargs())
         print(f"wrote {written} ({len(page.records)} attention modules)")
     return 0

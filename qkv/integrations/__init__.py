@@ -2,7 +2,9 @@
 
 - :mod:`qkv.integrations.transformers`: an attention backend for Hugging Face ``transformers`` (the ``qkv[hf]``
   extra): ``register()``, then ``attn_implementation="qkv"``; every attention of the model then runs through
-  :func:`qkv.attention`, so :func:`qkv.capture_attention` records it and ``qkv view`` shows it.
+  :func:`qkv.attention`, so :func:`qkv.capture_attention` records it and ``qkv view`` shows it;
+- :mod:`qkv.integrations.transformers_view`: ``is_hf_model_dir(path)`` and ``view_page_input(path, text)``, the page
+  of a saved Hugging Face model directory (what ``qkv view DIR "text"`` writes).
 
 Submodules are imported on demand: ``import qkv`` never imports ``transformers``.
 """

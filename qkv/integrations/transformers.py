@@ -54,7 +54,7 @@ from torch import Tensor, nn
 from .. import mods as _mods
 from ..functional import attention
 
-__all__ = ["register", "registered", "BackendOptions", "attention_kind", "is_hf_model_dir", "view_page_input"]
+__all__ = ["register", "registered", "BackendOptions", "attention_kind"]
 
 log = logging.getLogger(__name__)
 
@@ -249,5 +249,3 @@ def _backend(options: BackendOptions) -> Callable[..., tuple[Tensor, Tensor | No
     qkv_attention_forward.options = options
     return qkv_attention_forward
 
-
-from .transformers_view import is_hf_model_dir, view_page_input  # noqa: E402  (the view needs register)

@@ -2,7 +2,7 @@
 
 Example::
 
-    from qkv.integrations.transformers import is_hf_model_dir, view_page_input
+    from qkv.integrations.transformers_view import is_hf_model_dir, view_page_input
     from qkv.viz.page import save_attention_page
 
     if is_hf_model_dir("my-model"):                   # save_pretrained's layout, with its tokenizer
