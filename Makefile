@@ -34,7 +34,7 @@ data:
 
 # The three stages on seed 001's example; a Bahdanau date translator trained on the CPU (one thread: this small
 # model runs as fast on one core, and does not slow down when the other core is busy); translations of dates
-# written in several languages with their alignment pictures.
+# written in several languages with their alignment pictures; the page of every attention (qkv view).
 demo: $(STAMP) data
 	$(QKV) explain --plot $(DEMO)-explain.png
 	rm -rf $(DEMO)
@@ -42,6 +42,8 @@ demo: $(STAMP) data
 	  --out $(DEMO) --no-progress
 	$(QKV) translate $(DEMO) "7 mars 2019" "2019年3月7日" "Donnerstag, 7. März 2019" "7 марта 2019 г." \
 	  "jueves, 7 de marzo de 2019" "March 7, 2019" "2019/03/07" --plot $(DEMO)/alignment.png
+	$(QKV) view $(DEMO) "jueves, 7 de marzo de 2019" --out $(DEMO)/attention.html
+	@echo "open $(DEMO)/attention.html in a browser: every attention of the model, offline"
 
 test: $(STAMP) data
 	$(PY) -m pytest -q -n 2 --dist loadgroup
