@@ -33,6 +33,10 @@ def test_every_application_has_the_same_parts(name):
     assert app.options.__name__.endswith("Options") and app.task.__name__.endswith("Task")
     assert app.options.__name__[:-len("Options")] == app.task.__name__[:-len("Task")]
     assert dataclasses.is_dataclass(app.options)
+    # NAMETask(options, data=None), with sizes() giving model_spec's keyword arguments
+    assert list(inspect.signature(app.task.__init__).parameters)[:3] == ["self", "options", "data"]
+    assert inspect.signature(app.task.__init__).parameters["data"].default is None
+    assert callable(getattr(app.task, "sizes", None)), f"{name}: the task has no sizes()"
     # the task's name is the application's (it is what a checkpoint stores) and the predictor's
     assert app.task.name == name and app.predictor.task == name
     # a predictor with the four methods, none left abstract, loading on device "auto" by default

@@ -111,18 +111,19 @@ class CaptionTask(Task):
 
         self.tokenizer = load_tokenizer(directory / "tokenizer")
 
-    def _sizes(self) -> dict[str, Any]:
+    def sizes(self) -> dict[str, Any]:
+        """The sizes :func:`model_spec` takes, from the data (after :meth:`setup`)."""
         ids = [self.tokenizer.encode(w) for w in self.data.item_words]
         return {"vocab_size": self.tokenizer.vocab_size, "in_channels": self.data.channels,
                 "image_size": self.data.image_size, "content_ids": sorted({i[0] for i in ids if len(i) == 1})}
 
     def config(self) -> dict[str, Any]:
-        return {"model": model_spec(self.options, **self._sizes()), "options": dataclasses.asdict(self.options),
+        return {"model": model_spec(self.options, **self.sizes()), "options": dataclasses.asdict(self.options),
                 "image_size": self.data.image_size, "channels": self.data.channels,
                 "item_words": self.data.item_words}
 
     def build_model(self) -> nn.Module:
-        return build_model(self.options, **self._sizes())
+        return build_model(self.options, **self.sizes())
 
     def loss(self, model, batch):
         o = self.options

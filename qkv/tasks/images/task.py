@@ -94,12 +94,16 @@ class ImageTask(Task):
         return x.contiguous(memory_format=torch.channels_last) if self.options.channels_last else x
 
     def config(self) -> dict[str, Any]:
-        return {"model": model_spec(self.options, num_classes=len(self.data.class_names)),
+        return {"model": model_spec(self.options, **self.sizes()),
                 "image_size": list(self.data.image_size), "mean": self.mean, "std": self.std,
                 "class_names": self.data.class_names, "options": dataclasses.asdict(self.options)}
 
+    def sizes(self) -> dict[str, Any]:
+        """The sizes :func:`model_spec` takes, from the data (after :meth:`setup`)."""
+        return {"num_classes": len(self.data.class_names)}
+
     def build_model(self) -> nn.Module:
-        model = build_model(self.options, num_classes=len(self.data.class_names))
+        model = build_model(self.options, **self.sizes())
         logger.info("%s with attention %s: %s parameters", self.options.arch, self.options.attn,
                     f"{count_parameters(model):,}")
         return model.to(memory_format=torch.channels_last) if self.options.channels_last else model

@@ -100,9 +100,9 @@ class SentimentTask(Task):
     name = "sentiment"
     unit = "items"
 
-    def __init__(self, options: SentimentOptions, dataset=None):
+    def __init__(self, options: SentimentOptions, data=None):
         self.options = options
-        self.dataset = dataset
+        self.dataset = data
         self.tokenizer = None
         self.encoded: dict[str, list[tuple[list[int], Any]]] = {}
 
@@ -143,12 +143,16 @@ class SentimentTask(Task):
 
     def config(self) -> dict[str, Any]:
         d = self.dataset
-        return {"model": model_spec(self.options, vocab_size=self.tokenizer.vocab_size, num_classes=d.num_classes),
+        return {"model": model_spec(self.options, **self.sizes()),
                 "label_names": d.label_names, "regression": d.regression, "options": dataclasses.asdict(self.options)}
+
+    def sizes(self) -> dict[str, Any]:
+        """The sizes :func:`model_spec` takes, from the data (after :meth:`setup`)."""
+        return {"vocab_size": self.tokenizer.vocab_size, "num_classes": self.dataset.num_classes}
 
     def build_model(self) -> nn.Module:
         vocab = self.tokenizer.tokens_of_ids(range(self.tokenizer.vocab_size)) if self.options.vectors else None
-        return build_model(self.options, vocab_size=self.tokenizer.vocab_size, num_classes=self.dataset.num_classes,
+        return build_model(self.options, **self.sizes(),
                            vocab=vocab)
 
     def loss(self, model, batch):

@@ -70,9 +70,9 @@ class TranslateTask(Task):
     name = "translate"
     unit = "tokens"
 
-    def __init__(self, options: TranslateOptions, corpus=None):
+    def __init__(self, options: TranslateOptions, data=None):
         self.options = options
-        self.corpus = corpus
+        self.corpus = data
         self.src_tok = self.tgt_tok = None
         self._train = None
 
@@ -113,11 +113,15 @@ class TranslateTask(Task):
         self.tgt_tok = load_tokenizer(directory / "tgt_tokenizer")
 
     def config(self) -> dict[str, Any]:
-        return {"model": model_spec(self.options, src_vocab=self.src_tok.vocab_size, tgt_vocab=self.tgt_tok.vocab_size),
+        return {"model": model_spec(self.options, **self.sizes()),
                 "options": dataclasses.asdict(self.options)}
 
+    def sizes(self) -> dict[str, Any]:
+        """The sizes :func:`model_spec` takes, from the data (after :meth:`setup`)."""
+        return {"src_vocab": self.src_tok.vocab_size, "tgt_vocab": self.tgt_tok.vocab_size}
+
     def build_model(self) -> nn.Module:
-        return build_model(self.options, src_vocab=self.src_tok.vocab_size, tgt_vocab=self.tgt_tok.vocab_size)
+        return build_model(self.options, **self.sizes())
 
     def loss(self, model, batch):
         logits = model(batch.src, batch.src_mask, batch.tgt_in)
