@@ -77,7 +77,8 @@ def test_reader_equals_the_model_run_by_hand(trained):
     reader = Reader.load(trained[0])
     q = "Who invented the Kavo engine?"
     (a,) = reader.predict([(CONTEXT, q)])
-    e = encode_example(CONTEXT, q, reader.tokenizer, max_context=400, max_question=64)
+    e = encode_example(CONTEXT, q, reader.tokenizer, max_question=64)
+    assert e.question_cut == 0 and e.first == 0
     b = collate_qa([e])
     with torch.no_grad():
         out = reader.model(b["context"], b["context_mask"], b["question"], b["question_mask"], b["match"])
@@ -147,7 +148,7 @@ def test_squad_file_and_chinese_characters(tmp_path):
     assert code == 0, err
     assert "test: exact_match" in stdout and "test_phrasings" not in stdout
     tok = json.loads((out / "best" / "assets" / "tokenizer" / "qkv_tokenizer.json").read_text())
-    assert tok["type"] == "char"
+    assert tok["type"] == "word" and tok["mixed"]  # the mixed word tokeniser: one CJK character per token
     reader = Reader.load(out)
     (a,) = reader.predict([("王明于1901年提出。", "谁提出的?")])
     assert a.answer and a.answer in "王明于1901年提出。"
@@ -207,7 +208,7 @@ def test_encoding_offsets_spans_and_word_dropout():
 
     words = WordTokenizer.train(["The engine was built by Mira Tel in 1905."], min_freq=1)
     ctx = "The Kavo engine, built by Mira Tel in 1905."
-    e = encode_example(ctx, "Who built the Kavo engine?", words, max_context=400, max_question=64,
+    e = encode_example(ctx, "Who built the Kavo engine?", words, max_question=64,
                        answer=(ctx.index("Mira"), ctx.index(" in")))
     assert [ctx[a:b] for a, b in e.offsets] == ["The", "Kavo", "engine", ",", "built", "by", "Mira", "Tel", "in",
                                                 "1905", "."]
@@ -215,10 +216,10 @@ def test_encoding_offsets_spans_and_word_dropout():
     assert e.match == [1, 1, 1, 0, 1, 0, 0, 0, 0, 0, 0]
     # characters: white space is no token, offsets stay those of the text
     chars = CharTokenizer.train(["于 1905 年"])
-    e = encode_example("于 1905 年", "何时", chars, max_context=3, max_question=8, answer=(2, 6))
-    assert e.offsets == [(0, 1), (2, 3), (3, 4)] and (e.start, e.end) == (1, 2)  # truncated at 3 tokens
+    e = encode_example("于 1905 年", "何时", chars, max_question=8, answer=(2, 6))
+    assert e.offsets == [(0, 1), (2, 3), (3, 4), (4, 5), (5, 6), (7, 8)] and (e.start, e.end) == (1, 4)
     # word dropout drops a word everywhere in its example (question and context alike), never the padding
-    e = encode_example(ctx, "Who built the Kavo engine?", words, max_context=400, max_question=64)
+    e = encode_example(ctx, "Who built the Kavo engine?", words, max_question=64)
     b = collate_qa([e, e], word_dropout=0.5, rng=random.Random(1))
     for i in range(2):
         dropped = {t for t, u in zip(e.context, b["context"][i].tolist(), strict=True) if u == words.unk_id}
@@ -266,7 +267,7 @@ def test_evaluate_is_the_squad_metrics_of_predict(trained, split):
     examples = load_data(reader.options).split(split)[:40]
     answers = reader.predict([(e.context, e.question) for e in examples])
     want = squad_metrics([a.answer for a in answers], [e.answers for e in examples], chars=False)
-    spans = [encode_example(e.context, e.question, reader.tokenizer, max_context=400, max_question=64,
+    spans = [encode_example(e.context, e.question, reader.tokenizer, max_question=64,
                             answer=(e.answer_start, e.answer_end)) for e in examples]
     mass = [sum(a.attention[s.start:s.end + 1]) for a, s in zip(answers, spans, strict=True)]
     got = reader.evaluate(split=split, limit=40)
@@ -325,3 +326,23 @@ def test_qkv_evaluate_qa_runs(trained, tmp_path):
     code, out, err = run("evaluate", trained[0], "--data", tsv, "--on-error", "skip")
     assert code == 0, err
     assert "| questions | 1 |" in out and "| skipped | 1 |" in out
+
+
+def test_an_answer_past_max_context_on_the_trained_reader(trained, caplog):
+    """Issue 28: a context of some 900 tokens whose answer lies past the first 400 is read in windows: the trained
+    reader answers it as it answers the sentence alone, and says so."""
+    reader = Reader.load(trained[0])
+    filler = " ".join(["The weather was calm and the river was slow ."] * 80)
+    context = f"{filler} {CONTEXT}"
+    q = "When was the Kavo engine invented?"
+    (alone,) = reader.predict([(CONTEXT, q)])
+    (a,) = reader.predict([(context, q)])
+    assert a.windows == 4 and a.answer == alone.answer == "1905"
+    assert a.start == context.index("1905") and a.start_token == len(a.tokens) - 2 > 400
+    code, out, err = run("answer", trained[0], "--context", context, "--question", q, "--color", "never")
+    assert code == 0 and out.startswith("answer: 1905\t"), err
+    assert f"read: {len(a.tokens)} context tokens in 4 overlapping windows; the answer's is tokens " in out
+    long_q = "When was the Kavo engine invented " + "really " * 70 + "?"
+    with caplog.at_level("WARNING"):  # the command line's logging shows it on stderr
+        code, out, err = run("answer", trained[0], "--context", CONTEXT, "--question", long_q, "--color", "never")
+    assert code == 0 and "the question has 77 tokens: only the first 64 were read" in caplog.text

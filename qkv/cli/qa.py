@@ -68,13 +68,17 @@ def answer(args) -> int:
     (a,) = task.Reader.load(o.run, o.device).predict([(o.context, o.question)])
     color = use_color(o.color)
     print(f"answer: {safe(a.answer)}\tprobability {a.probability:.3f}\ttokens {a.start_token}-{a.end_token}")
+    if a.windows > 1:  # a long context, read in overlapping windows (a question cut is logged as a warning)
+        print(f"read: {len(a.tokens)} context tokens in {a.windows} overlapping windows; the answer's is tokens "
+              f"{a.window[0]}-{a.window[1] - 1}")
     line = highlight_ansi([safe(t) for t in a.tokens], a.attention, color=color)
     if not color and o.top:
         line += "\t[" + ", ".join(f"{safe(t)} {w:.2f}" for t, w in top_tokens(a.tokens, a.attention, o.top)) + "]"
     print(f"attention: {line}")
     if o.html:
         item = HighlightedText(a.tokens, a.attention, caption=f"{a.question} -> {a.answer} ({a.probability:.3f})",
-                               details=[("answer tokens", f"{a.start_token}-{a.end_token}")])
+                               details=[("answer tokens", f"{a.start_token}-{a.end_token}"),
+                                        *(("note", n) for n in a.notes)])
         print(f"wrote {save_html(o.html, [item], title='The question attends to the context')}")
     return 0
 

@@ -1,29 +1,42 @@
 """Question answering's encoding: tokens with their character offsets, the question-word flag, answer spans in
-tokens, and the batches the readers take.
+tokens, the overlapping windows of a long context, and the batches the readers take.
 
-Words are split by :class:`qkv.data.WordTokenizer`'s expression, characters are every character but white space;
-each token keeps ``(start, end)`` offsets in the original text, so the answer printed is always the context's own
-text between the first and the last token of the span, whatever the vocabulary made of them (``<unk>`` included).
+A word tokeniser's tokens are its own pieces (:meth:`qkv.data.WordTokenizer.spans`: with the mixed tokeniser every
+CJK character is a token, Latin words and numbers stay whole, full-width forms are normalised; a tokeniser saved
+before that splits at its old word expression), a character tokeniser's are every character but white space. Each
+token keeps ``(start, end)`` offsets in the text as typed, so the answer printed is always the context's own text
+between the first and the last token of the span, whatever the vocabulary made of them (``<unk>`` included).
+
+A context longer than the reader's ``max_context`` tokens is read in overlapping windows (:func:`windows`), as
+SQuAD readers of long documents do (Devlin et al., 2019, "BERT", https://arxiv.org/abs/1810.04805, section 4.2):
+windows of ``max_context`` tokens whose starts are ``stride`` tokens apart, the last one ending at the context's
+end. A question longer than ``max_question`` tokens is cut, and the cut is counted (:attr:`Encoded.question_cut`).
 """
 
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 from torch import Tensor
 
-from ...data.tokenize import _WORD_RE, UNK_ID, CharTokenizer, Tokenizer, WordTokenizer
+from ...data.tokenize import UNK_ID, CharTokenizer, Tokenizer, WordTokenizer
 
-__all__ = ["Encoded", "token_offsets", "encode_text", "encode_example", "collate_qa"]
+__all__ = ["Encoded", "token_offsets", "encode_text", "encode_example", "windows", "crop", "training_window",
+           "collate_qa"]
 
 
 @dataclass
 class Encoded:
-    """One question over one context, as token ids: ``context``/``question`` ids, ``match`` (1 where the context
-    token occurs in the question), the context tokens' character ``offsets``, and the answer's token span
-    ``start..end`` (inclusive; -1 when the example has no answer inside the kept tokens)."""
+    """One question over one context, or over a window of it, as token ids.
+
+    ``context``/``question`` ids, ``match`` (1 where the context token occurs in the question), the context
+    tokens' character ``offsets`` in the whole context, the answer's token span ``start..end`` (inclusive; -1 when
+    the example has no answer inside these tokens), ``first``: the index of this window's first token in the
+    whole context (0 for a whole context), and ``question_tokens``: the question's tokens before the cut at
+    ``max_question``.
+    """
 
     context: list[int]
     question: list[int]
@@ -31,53 +44,94 @@ class Encoded:
     offsets: list[tuple[int, int]]
     start: int = -1
     end: int = -1
+    first: int = 0
+    question_tokens: int = 0
+
+    @property
+    def question_cut(self) -> int:
+        """How many question tokens were left out (past ``max_question``)."""
+        return max(0, self.question_tokens - len(self.question))
 
 
 def token_offsets(text: str, tokenizer: Tokenizer) -> list[tuple[int, int]]:
-    """``(start, end)`` character offsets of ``text``'s tokens: words and punctuation marks for a word tokeniser,
-    every character but white space for a character tokeniser."""
+    """``(start, end)`` character offsets of ``text``'s tokens in ``text`` as typed: the word tokeniser's
+    :meth:`~qkv.data.WordTokenizer.spans`, or every character but white space for a character tokeniser."""
     if isinstance(tokenizer, CharTokenizer):
         return [(i, i + 1) for i, c in enumerate(text) if not c.isspace()]
     if isinstance(tokenizer, WordTokenizer):
-        return [m.span() for m in _WORD_RE.finditer(text)]
+        return tokenizer.spans(text)
     raise ValueError(f"question answering reads words or characters, not {type(tokenizer).__name__} tokens")
 
 
-def _key(token: str) -> str:
-    return token.lower()
-
-
-def encode_text(text: str, tokenizer: Tokenizer, max_len: int) -> tuple[list[int], list[str], list[tuple[int, int]]]:
-    """``(ids, token strings, offsets)`` of the first ``max_len`` tokens of ``text``."""
-    offsets = token_offsets(text, tokenizer)[:max_len]
-    pieces = [text[a:b] for a, b in offsets]
+def encode_text(text: str, tokenizer: Tokenizer, max_len: int | None = None
+                ) -> tuple[list[int], list[str], list[tuple[int, int]]]:
+    """``(ids, keys, offsets)`` of the first ``max_len`` tokens of ``text`` (all with None): the ids, each token's
+    key for the question-word flag (its normalised, lower-cased form: ``１９０５`` and ``1905`` match) and its
+    offsets in ``text``."""
+    offsets = token_offsets(text, tokenizer)
     if isinstance(tokenizer, CharTokenizer):
-        ids = tokenizer.encode("".join(pieces))
+        ids, keys = tokenizer.encode("".join(text[a:b] for a, b in offsets)), [text[a:b] for a, b in offsets]
     else:
-        ids = tokenizer.encode(" ".join(pieces))
-        if len(ids) != len(pieces):  # a token the tokeniser splits differently (normalisation): one at a time
-            ids = [(tokenizer.encode(p) or [UNK_ID])[0] for p in pieces]
-    return ids, pieces, offsets
+        ids, keys = tokenizer.encode(text), tokenizer.tokens(text)
+        if len(ids) != len(offsets):  # an old tokeniser that splits its normalised text differently: one at a time
+            pieces = [tokenizer.tokens(text[a:b]) for a, b in offsets]
+            ids = [(tokenizer.encode(text[a:b]) or [UNK_ID])[0] for a, b in offsets]
+            keys = [p[0] if p else text[a:b] for p, (a, b) in zip(pieces, offsets, strict=True)]
+    if max_len is not None:
+        ids, keys, offsets = ids[:max_len], keys[:max_len], offsets[:max_len]
+    return ids, [k.lower() for k in keys], offsets
 
 
-def encode_example(context: str, question: str, tokenizer: Tokenizer, *, max_context: int, max_question: int,
+def encode_example(context: str, question: str, tokenizer: Tokenizer, *, max_question: int,
                    answer: tuple[int, int] | None = None) -> Encoded:
-    """An :class:`Encoded` example; ``answer`` is the answer's character span in ``context``."""
-    cids, cpieces, offsets = encode_text(context, tokenizer, max_context)
-    qids, qpieces, _ = encode_text(question, tokenizer, max_question)
+    """An :class:`Encoded` example of the whole ``context`` and the first ``max_question`` tokens of
+    ``question``; ``answer`` is the answer's character span in ``context``."""
+    cids, ckeys, offsets = encode_text(context, tokenizer)
+    qids, qkeys, _ = encode_text(question, tokenizer)
     if not cids:
         raise ValueError("the context has no tokens")
     if not qids:
         raise ValueError("the question has no tokens")
-    words = {_key(p) for p in qpieces}
-    match = [int(_key(p) in words) for p in cpieces]
-    out = Encoded(cids, qids, match, offsets)
+    n_question = len(qids)
+    qids, qkeys = qids[:max_question], qkeys[:max_question]
+    words = set(qkeys)
+    out = Encoded(cids, qids, [int(k in words) for k in ckeys], offsets, question_tokens=n_question)
     if answer is not None:
         a, b = answer
         inside = [i for i, (s, e) in enumerate(offsets) if s < b and e > a]
         if inside:
             out.start, out.end = inside[0], inside[-1]
     return out
+
+
+def windows(n: int, max_context: int, stride: int) -> list[tuple[int, int]]:
+    """The token ranges ``[a, b)`` read of a context of ``n`` tokens: one when ``n <= max_context``; else windows
+    of ``max_context`` tokens starting every ``stride`` tokens, the last one ending at ``n``."""
+    if max_context < 1 or not 1 <= stride <= max_context:
+        raise ValueError(f"need 1 <= stride <= max_context, got stride {stride} and max_context {max_context}")
+    if n <= max_context:
+        return [(0, n)]
+    starts = list(range(0, n - max_context, stride)) + [n - max_context]
+    return [(a, a + max_context) for a in starts]
+
+
+def crop(e: Encoded, a: int, b: int) -> Encoded:
+    """The window ``[a, b)`` of the whole-context example ``e``: its tokens, the answer span counted from ``a``
+    (-1 unless the whole span lies inside), ``first = a``; the offsets stay those of the whole context."""
+    inside = a <= e.start and e.end < b
+    return replace(e, context=e.context[a:b], match=e.match[a:b], offsets=e.offsets[a:b],
+                   start=e.start - a if inside else -1, end=e.end - a if inside else -1, first=a)
+
+
+def training_window(e: Encoded, max_context: int, stride: int) -> Encoded | None:
+    """What a training example reads: the first window (of :func:`windows`) holding the whole answer span, or
+    None when none does (no answer, or one longer than ``max_context``)."""
+    if e.start < 0:
+        return None
+    for a, b in windows(len(e.context), max_context, stride):
+        if a <= e.start and e.end < b:
+            return crop(e, a, b)
+    return None
 
 
 def _pad(rows: list[list[int]]) -> tuple[Tensor, Tensor]:

@@ -34,10 +34,15 @@ class QAOptions:
     data_seed: int = option(0, low=0, help="seed of the facts' generation and of a file's split")
     # tokens
     tokenizer: str = option("auto", choices=("auto", "word", "char"),
-                            help="auto = characters for Chinese text, words otherwise")
+                            help="auto = word: Latin words and numbers whole, every CJK character a token of its "
+                                 "own, full-width forms normalised (one model reads English and Chinese); char = "
+                                 "every character")
     min_freq: int = option(1, low=1, help="words seen fewer times in training become <unk>")
-    max_context: int = option(400, low=1, help="context tokens kept")
-    max_question: int = option(64, low=1, help="question tokens kept")
+    max_context: int = option(400, low=1, help="context tokens read at once: a longer context is read in "
+                                                "overlapping windows of this many tokens")
+    doc_stride: int | None = option(None, low=1, help="long contexts: tokens from one window's start to the next's "
+                                                      "(default max_context // 2: windows overlap by half)")
+    max_question: int = option(64, low=1, help="question tokens read (a longer question is cut, with a warning)")
     word_dropout: float = option(0.1, low=0, high=0.9, help="training: each distinct token of an example becomes "
                                  "<unk> with this probability (as unseen names will be)")
     match_feature: bool = option(True, help="flag the context tokens that occur in the question")
@@ -63,10 +68,18 @@ class QAOptions:
             raise ValueError(f"num_heads ({self.num_heads}) must divide dim ({self.dim})")
         if self.model != "transformer" and self.hidden_dim % 2:
             raise ValueError(f"hidden_dim ({self.hidden_dim}) must be even: it is split between two directions")
+        if self.doc_stride is not None and self.doc_stride > self.max_context:
+            raise ValueError(f"doc_stride ({self.doc_stride}) must be at most max_context ({self.max_context}): "
+                             "windows further apart would skip tokens")
 
     @property
     def score_name(self) -> str:
         return self.score or ("scaled_dot" if self.model == "transformer" else "general")
+
+    @property
+    def stride(self) -> int:
+        """Tokens between the starts of a long context's windows."""
+        return self.doc_stride or max(1, self.max_context // 2)
 
     @property
     def layers(self) -> int:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 from collections.abc import Sequence
@@ -11,10 +12,10 @@ from typing import Any
 from torch import nn
 
 from ..base import PageInput, Predictor, ViewInput, load_run, need_text
-from .decode import Answer, answer_metrics, predict_examples
-from .encode import Encoded, encode_example, encode_text
+from .decode import Answer, answer_metrics, predict_examples, question_cut_note
+from .encode import Encoded, encode_example, token_offsets, windows
 from .options import QAOptions
-from .task import QATask, load_data
+from .task import QATask, encode_examples, load_data
 
 logger = logging.getLogger(__name__)
 
@@ -49,14 +50,19 @@ class Reader(Predictor):
             self._corpus = load_data(self.options)
         return self._corpus
 
-    def _encode(self, context: str, question: str, answer: tuple[int, int] | None = None) -> Encoded:
+    def _answers(self, encoded: list[Encoded], contexts: list[str], questions: list[str] | None = None,
+                 batch_size: int = 128) -> list[Answer]:
         o = self.options
-        return encode_example(context, question, self.tokenizer, max_context=o.max_context,
-                              max_question=o.max_question, answer=answer)
+        return predict_examples(self.model, encoded, contexts, o.max_answer_len, questions, batch_size,
+                                max_context=o.max_context, stride=o.stride)
 
     def predict(self, inputs: Sequence[tuple[str, str]], *, batch_size: int = 128) -> list[Answer]:
-        """An :class:`Answer` for every ``(context, question)`` pair (batched by length); an empty or token-less
-        text is a ``ValueError`` naming the pair."""
+        """An :class:`Answer` for every ``(context, question)`` pair (windows batched by length); an empty or
+        token-less text is a ``ValueError`` naming the pair.
+
+        A context longer than ``max_context`` tokens is read in overlapping windows (the best span of all is
+        kept: :func:`~qkv.tasks.qa.decode.predict_examples`); a question longer than ``max_question`` tokens is
+        cut, with a warning logged and a note on the answer."""
         if isinstance(inputs, tuple) and len(inputs) == 2 and all(isinstance(t, str) for t in inputs):
             raise ValueError("predict takes a list of (context, question) pairs: predict([(context, question)])")
         encoded = []
@@ -68,24 +74,20 @@ class Reader(Predictor):
                 if not isinstance(text, str) or not text.strip():
                     raise ValueError(f"the {what} is empty" if len(inputs) == 1 else f"{what} {n} is empty")
             try:
-                encoded.append(self._encode(*pair))
+                encoded.append(encode_example(*pair, self.tokenizer, max_question=self.options.max_question))
             except ValueError as e:
                 raise ValueError(f"pair{name}: {e}") from None
-        return predict_examples(self.model, encoded, [c for c, _ in inputs], self.options.max_answer_len,
-                                [q for _, q in inputs], batch_size)
+            if encoded[-1].question_cut:
+                logger.warning("%s%s", f"question {n}: " if len(inputs) > 1 else "", question_cut_note(encoded[-1]))
+        return self._answers(encoded, [c for c, _ in inputs], [q for _, q in inputs], batch_size)
 
     def score(self, examples, *, chars: bool | None = None) -> dict[str, float]:
         """:func:`~qkv.tasks.qa.decode.answer_metrics` (exact match, F1, questions, attention mass on the gold
         span) of this reader on ``examples`` (:class:`qkv.data.facts.QAExample`); ``chars``: character F1
         (default: by the texts)."""
-        encoded = []
-        for n, e in enumerate(examples, 1):
-            try:
-                encoded.append(self._encode(e.context, e.question, (e.answer_start, e.answer_end)))
-            except ValueError as err:
-                raise ValueError(f"{e.where or f'question {n}'}: {err}") from None
-        answers = predict_examples(self.model, encoded, [e.context for e in examples], self.options.max_answer_len,
-                                   [e.question for e in examples])
+        examples = list(examples)
+        encoded = encode_examples(examples, self.tokenizer, self.options)
+        answers = self._answers(encoded, [e.context for e in examples], [e.question for e in examples])
         return answer_metrics(answers, [e.answers for e in examples], encoded, chars=chars)
 
     def evaluate(self, data: str | None = None, *, split: str = "test", limit: int | None = None,
@@ -130,10 +132,14 @@ class Reader(Predictor):
         if not question or not question.strip():
             raise ValueError("a question-answering run needs --question TEXT as well as the context")
         with capture_attention(self.model) as records:
-            (answer,) = self.predict([(context, question)])
+            (answer,) = self.predict([(context, question)], batch_size=1 << 30)  # one batch: a row per window
+        if answer.windows > 1:  # the window the answer came from (its row of the batch; all are max_context long)
+            row = windows(len(answer.tokens), self.options.max_context, self.options.stride).index(answer.window)
+            records = [dataclasses.replace(r, weights=r.weights[row:][:1]) for r in records]
+        a, b = answer.window
         o = self.options
-        q_tokens = self.tokenizer.tokens_of_ids(encode_text(question, self.tokenizer, o.max_question)[0])
-        return PageInput(records, {"source": answer.tokens, "target": q_tokens},
+        q_tokens = [question[x:y] for x, y in token_offsets(question, self.tokenizer)[:o.max_question]]
+        return PageInput(records, {"source": answer.tokens[a:b], "target": q_tokens},
                          title=f"{question} \u2192 {answer.answer}",
-                         notes=[f"{o.model} reader; context: {context}",
-                                f"answer probability {answer.probability:.2f}"])
+                         notes=[f"{o.model} reader; context: {context if len(context) <= 300 else context[:300] + '…'}",
+                                f"answer probability {answer.probability:.2f}", *answer.notes])

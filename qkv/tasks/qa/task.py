@@ -14,12 +14,12 @@ from torch import nn
 
 from ...train.task import Task
 from .decode import answer_metrics, predict_examples
-from .encode import Encoded, collate_qa, encode_example
+from .encode import Encoded, collate_qa, encode_example, training_window
 from .options import QAOptions
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["load_data", "model_spec", "build_model", "train_tokenizer", "QATask", "chinese"]
+__all__ = ["load_data", "model_spec", "build_model", "train_tokenizer", "encode_examples", "QATask", "chinese"]
 
 _NAMES = {"reader": "attentive-reader", "bidaf": "bidaf-reader", "transformer": "transformer-reader"}
 
@@ -87,14 +87,34 @@ def build_model(options: QAOptions, *, vocab_size: int) -> nn.Module:
 
 
 def train_tokenizer(options: QAOptions, corpus):
-    """Words (lower-cased) or characters of the training contexts and questions."""
+    """The tokeniser of the training contexts and questions: ``word`` (``auto``, whatever the language: the mixed
+    word tokeniser reads Latin words and numbers whole and CJK text one character at a time, so one model reads
+    English and Chinese) or ``char``. A run keeps the tokeniser it was trained with (the character tokeniser of an
+    older Chinese run included)."""
     from ...data.tokenize import CharTokenizer, WordTokenizer
 
-    kind = options.tokenizer if options.tokenizer != "auto" else ("char" if corpus.language == "zh" else "word")
     texts = [t for e in corpus.train for t in (e.context, e.question)]
-    if kind == "char":
+    if options.tokenizer == "char":
         return CharTokenizer.train(texts, min_freq=options.min_freq)
     return WordTokenizer.train(texts, min_freq=options.min_freq)
+
+
+def encode_examples(examples, tokenizer, options: QAOptions) -> list[Encoded]:
+    """Every example (:class:`qkv.data.facts.QAExample`) encoded whole (:func:`~qkv.tasks.qa.encode.encode_example`;
+    a text without tokens is a ``ValueError`` naming its ``file:line`` or number); the questions cut at
+    ``max_question`` are counted in one warning."""
+    out = []
+    for n, e in enumerate(examples, 1):
+        try:
+            out.append(encode_example(e.context, e.question, tokenizer, max_question=options.max_question,
+                                      answer=(e.answer_start, e.answer_end)))
+        except ValueError as err:
+            raise ValueError(f"{e.where or f'question {n}'}: {err}") from None
+    cut = sum(e.question_cut > 0 for e in out)
+    if cut:
+        logger.warning("%d question(s) have more than max_question (%d) tokens: only their first %d are read",
+                       cut, options.max_question, options.max_question)
+    return out
 
 
 class QATask(Task):
@@ -103,9 +123,9 @@ class QATask(Task):
     name = "qa"
     unit = "items"
 
-    def __init__(self, options: QAOptions, corpus=None):
+    def __init__(self, options: QAOptions, data=None):
         self.options = options
-        self.corpus = corpus
+        self.corpus = data
         self.tokenizer = None
         self.encoded: dict[str, list[Encoded]] = {}
 
@@ -116,15 +136,18 @@ class QATask(Task):
         if self.tokenizer is None:
             self.tokenizer = train_tokenizer(o, self.corpus)
         for split, examples in self.corpus.splits.items():
-            self.encoded[split] = [encode_example(e.context, e.question, self.tokenizer, max_context=o.max_context,
-                                                  max_question=o.max_question,
-                                                  answer=(e.answer_start, e.answer_end)) for e in examples]
-        train = [e for e in self.encoded["train"] if e.start >= 0]
+            self.encoded[split] = encode_examples(examples, self.tokenizer, o)
+        # a long context: the window that holds the answer
+        train = [w for e in self.encoded["train"] if (w := training_window(e, o.max_context, o.stride)) is not None]
+        moved = sum(w.first > 0 for w in train)
+        if moved:
+            logger.info("%d training questions read the window of their context that holds the answer", moved)
         if len(train) < len(self.encoded["train"]):
-            logger.warning("%d training questions have their answer beyond max_context (%d tokens): left out",
+            logger.warning("%d training questions have no answer span of at most max_context (%d) tokens: left out",
                            len(self.encoded["train"]) - len(train), o.max_context)
         if not train:
-            raise ValueError(f"{o.data}: no training question has its answer within max_context={o.max_context}")
+            raise ValueError(f"{o.data}: no training question has an answer span of at most "
+                             f"max_context={o.max_context} tokens")
         self._train = train
         logger.info("%s: %s questions; vocabulary %d", o.data,
                     ", ".join(f"{len(v)} {k}" for k, v in self.corpus.splits.items()), self.tokenizer.vocab_size)
@@ -147,11 +170,14 @@ class QATask(Task):
         return collate_qa(examples, word_dropout=self.options.word_dropout)
 
     def config(self) -> dict[str, Any]:
-        return {"model": model_spec(self.options, vocab_size=self.tokenizer.vocab_size),
-                "options": dataclasses.asdict(self.options)}
+        return {"model": model_spec(self.options, **self.sizes()), "options": dataclasses.asdict(self.options)}
+
+    def sizes(self) -> dict[str, Any]:
+        """The sizes :func:`model_spec` takes, from the tokeniser (after :meth:`setup`)."""
+        return {"vocab_size": self.tokenizer.vocab_size}
 
     def build_model(self) -> nn.Module:
-        return build_model(self.options, vocab_size=self.tokenizer.vocab_size)
+        return build_model(self.options, **self.sizes())
 
     def loss(self, model, batch):
         out = model(batch["context"], batch["context_mask"], batch["question"], batch["question_mask"], batch["match"])
@@ -168,5 +194,7 @@ class QATask(Task):
             raise ValueError(f"no split {split!r}; one of {', '.join(self.encoded)}")
         n = self.options.eval_max
         examples, encoded = self.corpus.split(split)[:n], self.encoded[split][:n]
-        answers = predict_examples(model, encoded, [e.context for e in examples], self.options.max_answer_len)
+        o = self.options
+        answers = predict_examples(model, encoded, [e.context for e in examples], o.max_answer_len,
+                                   max_context=o.max_context, stride=o.stride)
         return answer_metrics(answers, [e.answers for e in examples], encoded, chars=self.corpus.language == "zh")
