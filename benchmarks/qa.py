@@ -2,6 +2,7 @@
 
     python benchmarks/qa.py                          # en and zh, reader / bidaf / transformer, 5 minutes each
     python benchmarks/qa.py --lang zh --models reader --minutes 2
+    python benchmarks/qa.py --lang en,mixed --models reader --minutes 2   # one model for both languages vs English
     python benchmarks/qa.py --quick                  # a few steps, a smoke test
 
 Each reader trains with the project's trainer and the ``qkv train qa`` defaults (3 epochs of 20,000 questions,
@@ -14,7 +15,8 @@ scored on
 * ``test_phrasings``: 1,000 questions about held-out entities with phrasings never seen in training.
 
 Printed per reader: SQuAD exact match and F1 (character F1 for Chinese), the parameters, the training time and the
-mean attention mass on the answer's tokens (the question's attention, summed over the gold span).
+mean attention mass on the answer's tokens (the question's attention, summed over the gold span). A ``mixed`` reader
+(``--lang both`` of the facts: English and Chinese questions half and half) is scored on each language apart.
 """
 
 from __future__ import annotations
@@ -46,26 +48,38 @@ def per_kind(reader, examples, chars: bool) -> dict[str, float]:
             for k in QUESTION_KINDS}
 
 
-def bench(lang: str, model: str, minutes: float, quick: bool, seed: int) -> dict:
+def language(example) -> str:
+    return "zh" if any("\u4e00" <= c <= "\u9fff" for c in example.question) else "en"
+
+
+def bench(lang: str, model: str, minutes: float, quick: bool, seed: int) -> list[dict]:
+    """One reader trained on ``lang`` facts (``mixed``: both languages), a row per language it is scored on."""
     extra = {"n_train": 300, "n_eval": 50} if quick else {}
-    options = QAOptions(data="facts", lang=lang, model=model, **PRESETS.get(model, {}), **extra)
+    options = QAOptions(data="facts", lang="both" if lang == "mixed" else lang, model=model,
+                        **PRESETS.get(model, {}), **extra)
+    rows = []
     with tempfile.TemporaryDirectory() as out:
         config = train_defaults(options).replace(max_minutes=minutes, out=out, progress=False, seed=seed,
                                                  max_steps=5 if quick else None)
         task = QATask(options)
         result = train(task, config)
         params = sum(p.numel() for p in task.build_model().parameters())
-        kinds = per_kind(Reader.load(out), task.corpus.split("test_phrasings"), lang == "zh")
-    m = result.metrics
-    return {"lang": lang, "model": model, "params": params, "seconds": result.state.elapsed,
-            "steps": result.state.global_step, "stopped": result.stopped, "kinds": kinds,
-            **{f"{s}_{k}": m[s][k] for s in ("test", "test_phrasings")
-               for k in ("exact_match", "f1", "attention_mass")}}
+        reader = Reader.load(out)
+        for scored in (("en", "zh") if lang == "mixed" else (lang,)):
+            chars = scored == "zh"
+            m = {s: reader.score([e for e in task.corpus.split(s) if language(e) == scored], chars=chars)
+                 for s in ("test", "test_phrasings")}
+            kinds = per_kind(reader, [e for e in task.corpus.split("test_phrasings") if language(e) == scored], chars)
+            rows.append({"lang": lang, "scored": scored, "model": model, "params": params,
+                         "seconds": result.state.elapsed, "steps": result.state.global_step,
+                         "stopped": result.stopped, "kinds": kinds,
+                         **{f"{s}_{k}": m[s][k] for s in m for k in ("exact_match", "f1", "attention_mass")}})
+    return rows
 
 
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--lang", choices=("en", "zh", "both"), default="both")
+    p.add_argument("--lang", default="en,zh", help="comma-separated: en, zh, mixed (one reader on both)")
     p.add_argument("--models", default=",".join(MODELS), help="comma-separated: reader,bidaf,transformer")
     p.add_argument("--minutes", type=float, default=5.0, help="training budget of each reader")
     p.add_argument("--threads", type=int, default=1)
@@ -74,31 +88,33 @@ def main(argv=None) -> None:
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     torch.set_num_threads(args.threads)
-    langs = ("en", "zh") if args.lang == "both" else (args.lang,)
+    langs = [x for x in args.lang.split(",") if x]
+    if any(x not in ("en", "zh", "mixed") for x in langs):
+        p.error(f"--lang takes en, zh and mixed, got {args.lang}")
     models = [m for m in args.models.split(",") if m]
     bad = [m for m in models if m not in MODELS]
     if bad:
         p.error(f"unknown model(s) {', '.join(bad)}; choose from {', '.join(MODELS)}")
     print(f"torch {torch.__version__}, {platform.processor() or platform.machine()}, {args.threads} thread(s), "
           f"budget {args.minutes} min per reader")
-    print("| lang | model | params | train time | steps | test EM | test F1 | held-out phrasings EM | "
-          "held-out phrasings F1 | attention mass on the answer |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("| trained on | scored on | model | params | train time | steps | test EM | test F1 "
+          "| held-out phrasings EM | held-out phrasings F1 | attention mass on the answer |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     rows = []
     for lang in langs:
         for model in models:
-            r = bench(lang, model, args.minutes, args.quick, args.seed)
-            rows.append(r)
-            print(f"| {lang} | {model} | {r['params'] / 1e3:.0f}k | {r['seconds']:.0f} s ({r['stopped']}) | "
-                  f"{r['steps']} | {100 * r['test_exact_match']:.1f} | {100 * r['test_f1']:.1f} | "
-                  f"{100 * r['test_phrasings_exact_match']:.1f} | {100 * r['test_phrasings_f1']:.1f} | "
-                  f"{r['test_attention_mass']:.3f} |", flush=True)
+            for r in bench(lang, model, args.minutes, args.quick, args.seed):
+                rows.append(r)
+                print(f"| {lang} | {r['scored']} | {model} | {r['params'] / 1e3:.0f}k | {r['seconds']:.0f} s "
+                      f"({r['stopped']}) | {r['steps']} | {100 * r['test_exact_match']:.1f} | "
+                      f"{100 * r['test_f1']:.1f} | {100 * r['test_phrasings_exact_match']:.1f} | "
+                      f"{100 * r['test_phrasings_f1']:.1f} | {r['test_attention_mass']:.3f} |", flush=True)
     print("\nHeld-out phrasings, exact match by question kind:\n")
-    print("| lang | model | " + " | ".join(QUESTION_KINDS) + " |\n|---|---|" + "---|" * len(QUESTION_KINDS))
+    print("| trained on | scored on | model | " + " | ".join(QUESTION_KINDS) + " |\n|---|---|---|"
+          + "---|" * len(QUESTION_KINDS))
     for r in rows:
-        print(f"| {r['lang']} | {r['model']} | " + " | ".join(f"{100 * r['kinds'][k]:.1f}" for k in QUESTION_KINDS)
-              + " |")
-
+        print(f"| {r['lang']} | {r['scored']} | {r['model']} | "
+              + " | ".join(f"{100 * r['kinds'][k]:.1f}" for k in QUESTION_KINDS) + " |")
 
 if __name__ == "__main__":
     main()

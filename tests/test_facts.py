@@ -78,3 +78,20 @@ def test_bad_arguments():
         fact_corpus("fr")
     with pytest.raises(ValueError, match="n_train >= 1"):
         fact_corpus("en", 0)
+
+
+def test_both_languages_mixed_half_and_half():
+    both = fact_corpus("both", 401, 41, seed=1)
+    en, zh = fact_corpus("en", 201, 21, seed=1), fact_corpus("zh", 200, 20, seed=1)
+    assert both.language == "both"
+    for name in both.splits:
+        def rows(examples):
+            return sorted((e.context, e.question, e.answer_start) for e in examples)
+
+        assert rows(both.split(name)) == rows(en.split(name) + zh.split(name))
+    first = [any("\u4e00" <= c <= "\u9fff" for c in e.question) for e in both.train[:40]]
+    assert any(first) and not all(first)  # shuffled together
+    names = entity_names("both", seed=1)
+    assert not names["train"] & names["held_out"]
+    with pytest.raises(ValueError, match="lang both needs n_train >= 2"):
+        fact_corpus("both", 1)

@@ -188,3 +188,22 @@ def test_old_word_tokenizer_keeps_its_offsets():
     e = encode_example(text, "Kavo?", old, max_question=64)
     assert [text[a:b] for a, b in e.offsets] == ["The", "Kavo", "engine", ",", "1905", "."]
     assert e.context == [4, 5, 6, 3, 7, 3] and e.match == [0, 1, 0, 0, 0, 0]
+
+
+def test_char_runs_keep_their_tokeniser(tmp_path):
+    """Chinese runs of the previous release read characters: a character tokeniser stays one (and --tokenizer char
+    still makes one); auto is the mixed word tokeniser for every language."""
+    from qkv.data.facts import fact_corpus
+    from qkv.data.tokenize import CharTokenizer, load_tokenizer
+    from qkv.tasks.qa import train_tokenizer
+
+    corpus = fact_corpus("zh", 50, 5)
+    assert isinstance(train_tokenizer(QAOptions(lang="zh", tokenizer="char"), corpus), CharTokenizer)
+    word = train_tokenizer(QAOptions(lang="zh"), corpus)
+    assert isinstance(word, WordTokenizer) and word.mixed
+    chars = train_tokenizer(QAOptions(lang="zh", tokenizer="char"), corpus)
+    chars.save(tmp_path / "tok")
+    old = load_tokenizer(tmp_path / "tok")
+    r = Reader(PeakReader({old.encode("9")[0]: 10.0}), old, QAOptions(lang="zh", tokenizer="char"))
+    (a,) = r.predict([(ZH, "质能方程是什么时候提出的?")])
+    assert a.tokens == list(ZH) and a.answer == "9" and a.start == ZH.index("9")

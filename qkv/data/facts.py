@@ -8,7 +8,9 @@ Memorising cannot pass: the entities of the valid and test splits (people, thing
 never occur in the training split -- for English every name *word* of the held-out entities is absent from the
 training passages, so a word vocabulary sees them as unknown and the reader has to point at them by reading; for
 Chinese the held-out names are new combinations of known characters. Some phrasings of every question kind are held
-out too: the ``test_phrasings`` split asks about held-out entities with phrasings never seen in training.
+out too: the ``test_phrasings`` split asks about held-out entities with phrasings never seen in training. ``both``
+mixes the two languages half and half in every split (each with its own held-out entities and phrasings), for one
+model that reads English and Chinese.
 
 Example::
 
@@ -25,7 +27,7 @@ from dataclasses import dataclass, field
 __all__ = ["QAExample", "QACorpus", "fact_corpus", "SPLITS", "LANGS", "QUESTION_KINDS", "entity_names"]
 
 SPLITS = ("train", "valid", "test", "test_phrasings")
-LANGS = ("en", "zh")
+LANGS = ("en", "zh", "both")
 QUESTION_KINDS = ("who", "when", "where", "what")
 
 
@@ -50,7 +52,8 @@ class QAExample:
 
 @dataclass
 class QACorpus:
-    """Examples by split name (``train``, ``valid``, ``test`` and, for generated facts, ``test_phrasings``)."""
+    """Examples by split name (``train``, ``valid``, ``test`` and, for generated facts, ``test_phrasings``), and
+    their ``language``: ``en``, ``zh`` or ``both`` (mixed)."""
 
     splits: dict[str, list[QAExample]] = field(default_factory=dict)
     language: str = "en"
@@ -158,6 +161,9 @@ def _held_out_split(lang: str, seed: int, n: int) -> tuple[_Entities, _Entities]
 
 def entity_names(lang: str, seed: int = 0, n: int = 600) -> dict[str, set[str]]:
     """``{"train", "held_out"}``: the names (people, things, places, organisations) of each side."""
+    if lang == "both":
+        en, zh = entity_names("en", seed, n), entity_names("zh", seed, n)
+        return {side: en[side] | zh[side] for side in en}
     out = {}
     for side, e in zip(("train", "held_out"), _held_out_split(lang, seed, n), strict=True):
         out[side] = set(e.people) | {t for t, _ in e.things} | set(e.places) | set(e.orgs)
@@ -285,6 +291,18 @@ def fact_corpus(lang: str = "en", n_train: int = 20_000, n_eval: int = 1_000, se
         raise ValueError(f"lang must be one of {', '.join(LANGS)}, got {lang!r}")
     if n_train < 1 or n_eval < 1 or entities < 30:
         raise ValueError(f"need n_train >= 1, n_eval >= 1 and entities >= 30, got {n_train}, {n_eval}, {entities}")
+    if lang == "both":
+        if n_train < 2 or n_eval < 2:
+            raise ValueError(f"lang both needs n_train >= 2 and n_eval >= 2 (half of each language), got {n_train} "
+                             f"and {n_eval}")
+        en = fact_corpus("en", n_train - n_train // 2, n_eval - n_eval // 2, seed, entities)
+        zh = fact_corpus("zh", n_train // 2, n_eval // 2, seed, entities)
+        rng = random.Random(f"facts-both-{seed}")
+        mixed = {}
+        for name in SPLITS:
+            mixed[name] = en.splits[name] + zh.splits[name]
+            rng.shuffle(mixed[name])
+        return QACorpus(mixed, "both")
     train_ents, test_ents = _held_out_split(lang, seed, entities)
     rng = random.Random(f"facts-{lang}-{seed}")
     splits = {"train": _examples(rng, lang, train_ents, n_train, "seen"),

@@ -15,7 +15,7 @@ from ..base import PageInput, Predictor, ViewInput, load_run, need_text
 from .decode import Answer, answer_metrics, predict_examples, question_cut_note
 from .encode import Encoded, encode_example, token_offsets, windows
 from .options import QAOptions
-from .task import QATask, encode_examples, load_data
+from .task import QATask, chars_of, encode_examples, load_data
 
 logger = logging.getLogger(__name__)
 
@@ -120,7 +120,7 @@ class Reader(Predictor):
         corpus = self.corpus()
         if split not in corpus.splits or split == "train":
             raise ValueError(f"no split {split!r}; one of {', '.join(s for s in corpus.splits if s != 'train')}")
-        return self.score(corpus.split(split)[:limit], chars=corpus.language == "zh")
+        return self.score(corpus.split(split)[:limit], chars=chars_of(corpus.language))
 
     def view(self, given: ViewInput) -> PageInput:
         """The attention of the reader answering ``given.question`` about ``given.text`` (the context): the

@@ -19,7 +19,8 @@ from .options import QAOptions
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["load_data", "model_spec", "build_model", "train_tokenizer", "encode_examples", "QATask", "chinese"]
+__all__ = ["load_data", "model_spec", "build_model", "train_tokenizer", "encode_examples", "QATask", "chinese",
+           "chars_of"]
 
 _NAMES = {"reader": "attentive-reader", "bidaf": "bidaf-reader", "transformer": "transformer-reader"}
 
@@ -56,6 +57,12 @@ def load_data(options: QAOptions):
     if read.skipped:
         logger.warning("%s: %d question(s) skipped", options.data, read.skipped)
     return QACorpus(_split_file(read.examples, options), "zh" if chinese(read.examples) else "en")
+
+
+def chars_of(language: str) -> bool | None:
+    """Whether answers of ``language`` are compared by characters (Chinese), words (English) or by their text
+    (``both``: characters for an answer with CJK characters, :func:`qkv.metrics.answer_f1`)."""
+    return {"zh": True, "en": False}.get(language)
 
 
 def chinese(examples) -> bool:
@@ -197,4 +204,4 @@ class QATask(Task):
         o = self.options
         answers = predict_examples(model, encoded, [e.context for e in examples], o.max_answer_len,
                                    max_context=o.max_context, stride=o.stride)
-        return answer_metrics(answers, [e.answers for e in examples], encoded, chars=self.corpus.language == "zh")
+        return answer_metrics(answers, [e.answers for e in examples], encoded, chars=chars_of(self.corpus.language))
