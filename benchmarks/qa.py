@@ -52,10 +52,10 @@ def language(example) -> str:
     return "zh" if any("\u4e00" <= c <= "\u9fff" for c in example.question) else "en"
 
 
-def bench(lang: str, model: str, minutes: float, quick: bool, seed: int) -> list[dict]:
+def bench(lang: str, model: str, minutes: float, quick: bool, seed: int, tokenizer: str = "auto") -> list[dict]:
     """One reader trained on ``lang`` facts (``mixed``: both languages), a row per language it is scored on."""
     extra = {"n_train": 300, "n_eval": 50} if quick else {}
-    options = QAOptions(data="facts", lang="both" if lang == "mixed" else lang, model=model,
+    options = QAOptions(data="facts", lang="both" if lang == "mixed" else lang, model=model, tokenizer=tokenizer,
                         **PRESETS.get(model, {}), **extra)
     rows = []
     with tempfile.TemporaryDirectory() as out:
@@ -83,6 +83,7 @@ def main(argv=None) -> None:
     p.add_argument("--models", default=",".join(MODELS), help="comma-separated: reader,bidaf,transformer")
     p.add_argument("--minutes", type=float, default=5.0, help="training budget of each reader")
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--tokenizer", choices=("auto", "word", "char"), default="auto")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--quick", action="store_true")
     args = p.parse_args(argv)
@@ -96,14 +97,14 @@ def main(argv=None) -> None:
     if bad:
         p.error(f"unknown model(s) {', '.join(bad)}; choose from {', '.join(MODELS)}")
     print(f"torch {torch.__version__}, {platform.processor() or platform.machine()}, {args.threads} thread(s), "
-          f"budget {args.minutes} min per reader")
+          f"budget {args.minutes} min per reader, tokenizer {args.tokenizer}")
     print("| trained on | scored on | model | params | train time | steps | test EM | test F1 "
           "| held-out phrasings EM | held-out phrasings F1 | attention mass on the answer |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     rows = []
     for lang in langs:
         for model in models:
-            for r in bench(lang, model, args.minutes, args.quick, args.seed):
+            for r in bench(lang, model, args.minutes, args.quick, args.seed, args.tokenizer):
                 rows.append(r)
                 print(f"| {lang} | {r['scored']} | {model} | {r['params'] / 1e3:.0f}k | {r['seconds']:.0f} s "
                       f"({r['stopped']}) | {r['steps']} | {100 * r['test_exact_match']:.1f} | "

@@ -135,7 +135,7 @@ def test_a_long_question_is_cut_with_a_warning_and_a_note(caplog):
     with caplog.at_level(logging.WARNING):
         (a,) = r.predict([(context, question)])
     note = "the question has 80 tokens: only the first 64 were read (max_question 64; 16 left out)"
-    assert note in caplog.text and a.notes == [note] and a.answer == "1905"
+    assert note in caplog.text and a.notes == [note] and a.cut == 16 and a.answer == "1905"
     page = r.view(ViewInput(text=context, question=question))
     assert note in page.notes and len(page.tokens["target"]) == 64
     caplog.clear()

@@ -37,6 +37,7 @@ class Answer:
     probability: float
     tokens: list[str]
     attention: list[float]
+    cut: int = 0  #: question tokens past ``max_question``, not read (a warning is logged)
     window: tuple[int, int] = (0, 0)
     windows: int = 1
     notes: list[str] = field(default_factory=list)
@@ -99,7 +100,7 @@ def predict_examples(model: nn.Module, encoded: list[Encoded], contexts: list[st
                          f"{len(spans)} overlapping windows {stride} tokens apart; the answer is from window "
                          f"{w + 1} (tokens {a}-{b - 1})")
         out.append(Answer(c, questions[i] if questions else "", c[x:z], x, z, st, en, p,
-                          [c[u:v] for u, v in e.offsets], full, (a, b), len(spans), notes))
+                          [c[u:v] for u, v in e.offsets], full, e.question_cut, (a, b), len(spans), notes))
     return out
 
 
