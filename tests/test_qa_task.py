@@ -346,3 +346,26 @@ def test_an_answer_past_max_context_on_the_trained_reader(trained, caplog):
     with caplog.at_level("WARNING"):  # the command line's logging shows it on stderr
         code, out, err = run("answer", trained[0], "--context", CONTEXT, "--question", long_q, "--color", "never")
     assert code == 0 and "the question has 77 tokens: only the first 64 were read" in caplog.text
+
+
+SOURCE = "质能方程由爱因斯坦于1905年提出。"
+
+
+def test_one_model_reads_english_and_chinese_as_typed(tmp_path):
+    """Issue 27: the source documents' question, asked of one tiny model trained on facts in both languages (some
+    ten seconds on one thread), with or without spaces between the characters and with full-width digits; the
+    answer is the context's own characters."""
+    out = tmp_path / "both"
+    code, _, err = run("train", "qa", "--data", "facts", "--lang", "both", *TINY, "--n-train", "3000", "--out", out)
+    assert code == 0, err
+    code, stdout, err = run("answer", out, "--context", SOURCE, "--question", "质能方程是什么时候提出的？",
+                            "--color", "never")
+    assert code == 0 and stdout.startswith("answer: 1905\t"), (stdout, err)
+    reader = Reader.load(out)
+    assert reader.tokenizer.mixed  # auto: the mixed word tokeniser
+    spaced, wide = "质能方程 由 爱因斯坦 于 1905 年提出。", "质能方程由爱因斯坦于１９０５年提出。"
+    answers = reader.predict([(SOURCE, "质能方程是什么时候提出的?"), (spaced, "质能方程是什么时候提出的？"),
+                              (wide, "质能方程是什么时候提出的？"), (SOURCE, "质能方程是谁提出的？"),
+                              (CONTEXT, "When was the Kavo engine invented?")])
+    assert [a.answer for a in answers] == ["1905", "1905", "１９０５", "爱因斯坦", "1905"]
+    assert answers[2].start == wide.index("１９０５") and answers[1].start == spaced.index("1905")
