@@ -2,19 +2,20 @@
 
 The question is the query, the context's tokens are the keys and values: a reader points at the answer's first
 and last token (seed 004: asked *when* the mass-energy equation was proposed, attention goes to "1905"). The
-default data is generated fact passages (English words or Chinese characters, held-out entities and phrasings,
-:mod:`qkv.data.facts`); SQuAD v1.1 JSON and ``context<TAB>question<TAB>answer`` files work too
-(:mod:`qkv.data.squad`). Models: the Attentive Reader, a BiDAF-style reader and a Transformer encoder
-(:mod:`qkv.models.reading`). Metrics: SQuAD's exact match and F1 (characters for Chinese).
+default data is generated fact passages in English and Chinese mixed (held-out entities and phrasings,
+:mod:`qkv.data.facts`), read by one mixed word tokeniser (Latin words and numbers whole, CJK by characters);
+SQuAD v1.1 JSON and ``context<TAB>question<TAB>answer`` files work too (:mod:`qkv.data.squad`). A context longer
+than ``max_context`` tokens is read in overlapping windows. Models: the Attentive Reader, a BiDAF-style reader and
+a Transformer encoder (:mod:`qkv.models.reading`). Metrics: SQuAD's exact match and F1 (characters for Chinese).
 
 Example::
 
     from qkv.tasks.qa import QAOptions, QATask, Reader, train_defaults
     from qkv.train import train
-    options = QAOptions(data="facts", lang="zh", model="reader")
-    train(QATask(options), train_defaults(options).replace(max_minutes=5, out="runs/qa-zh"))
-    reader = Reader.load("runs/qa-zh")
-    reader.predict([("质能方程由爱因斯坦于1905年提出。", "质能方程是什么时候提出的?")])[0].answer  # '1905'
+    options = QAOptions(data="facts", model="reader")              # English and Chinese facts
+    train(QATask(options), train_defaults(options).replace(max_minutes=5, out="runs/qa"))
+    reader = Reader.load("runs/qa")
+    reader.predict([("质能方程由爱因斯坦于1905年提出。", "质能方程是什么时候提出的？")])[0].answer  # '1905'
     reader.evaluate(split="test_phrasings")        # {'exact_match': ..., 'f1': ..., 'questions': 1000.0, ...}
 """
 

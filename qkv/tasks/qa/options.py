@@ -21,7 +21,7 @@ class QAOptions:
     # data
     data: str = option("facts", help="'facts' (generated) or a SQuAD v1.1 .json / context<TAB>question<TAB>answer "
                                      "file, .gz allowed")
-    lang: str = option("en", choices=("en", "zh", "both"), applies=_FACTS,
+    lang: str = option("both", choices=("en", "zh", "both"), applies=_FACTS,
                        help="facts: English, Chinese, or both mixed half and half (one model reads both)")
     n_train: int = option(20_000, low=1, applies=_FACTS, help="facts: training questions")
     n_eval: int = option(1_000, low=1, applies=_FACTS, help="facts: questions in valid, test and test_phrasings each")
