@@ -72,7 +72,9 @@ _ASCII = re.compile(f"\\w+(?:{_JOIN}\\w+)*|[^\\s\x00-\x1f\x7f]", re.ASCII)
 def _pattern() -> re.Pattern:
     cjk, marks = f"[{_CJK_RANGES}]", _marks()
     letter = f"(?:(?!{cjk})\\w|[＿{marks}])"
-    return re.compile(f"{cjk}[{_CJK_TAIL}{marks}]*|{letter}+(?:{_JOIN}{letter}+)*|(?![{_INVISIBLE}])\\S[{marks}]*")
+    # _JOIN with the full-width low line and combining marks counted as word characters on both sides
+    join = f"(?:(?<=[\\w＿{marks}])['’＇](?=[\\w＿{marks}])|(?<=\\d)[.,．，](?=\\d))"
+    return re.compile(f"{cjk}[{_CJK_TAIL}{marks}]*|{letter}+(?:{join}{letter}+)*|(?![{_INVISIBLE}])\\S[{marks}]*")
 
 
 def is_cjk(char: str) -> bool:
