@@ -9,7 +9,7 @@ DEMO ?= runs/demo
 DEMO_MINUTES ?= 4.5
 FASHION := /usr/share/datasets/fashion-mnist
 
-.PHONY: demo test install data lint bench clean
+.PHONY: demo test install data bench-data lint bench clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -22,11 +22,13 @@ $(STAMP): pyproject.toml | $(PY)
 
 install: $(STAMP)
 
-# Fashion-MNIST, a CJK font and Chromium from Debian's packages, when this machine can install them (the tests
-# that need Fashion-MNIST or a browser skip otherwise; plots fall back to fonts without CJK glyphs).
-DEBS := dataset-fashion-mnist fonts-wqy-zenhei chromium
+# Fashion-MNIST, a CJK font, Chromium and two speech synthesisers (espeak-ng, flite: the generated speech corpora)
+# from Debian's packages, when this machine can install them (the tests that need them skip otherwise; plots fall
+# back to fonts without CJK glyphs).
+DEBS := dataset-fashion-mnist fonts-wqy-zenhei chromium espeak-ng flite
 data:
-	@{ test -d $(FASHION) && test -f /usr/share/fonts/truetype/wqy/wqy-zenhei.ttc && command -v chromium >/dev/null; } || \
+	@{ test -d $(FASHION) && test -f /usr/share/fonts/truetype/wqy/wqy-zenhei.ttc && command -v chromium >/dev/null \
+	  && command -v espeak-ng >/dev/null && command -v flite >/dev/null; } || \
 	{ command -v apt-get >/dev/null 2>&1 && \
 	  { apt-get install -y -q $(DEBS) >/dev/null 2>&1 || \
 	    { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q $(DEBS) >/dev/null 2>&1; }; }; } || \
@@ -50,6 +52,11 @@ test: $(STAMP) data
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check qkv tests benchmarks
+
+# Debian's classical recogniser, the speech benchmark's baseline (benchmarks only, never the tests)
+bench-data: data
+	@command -v pocketsphinx >/dev/null || { apt-get install -y -q pocketsphinx pocketsphinx-en-us sox >/dev/null 2>&1 || \
+	  echo "note: could not install pocketsphinx; benchmarks/speech.py leaves its column empty"; }
 
 bench: $(STAMP)
 	$(PY) benchmarks/attention.py --write BENCHMARKS.md
