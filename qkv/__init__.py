@@ -12,6 +12,7 @@ from . import hooks, masks, mods, normalize, scores
 from .capture import AttentionRecord, attention_rollout, capture_attention
 from .functional import attention, compute_scores, normalize_scores, weighted_sum
 from .layers import Attention, AttentionPooling, KVCache, MultiHeadAttention, SelfAttention
+from .location import Coverage, LocationAware, StatefulScore
 
 __all__ = [
     "__version__",
@@ -24,6 +25,9 @@ __all__ = [
     "MultiHeadAttention",
     "KVCache",
     "AttentionPooling",
+    "LocationAware",
+    "Coverage",
+    "StatefulScore",
     "capture_attention",
     "AttentionRecord",
     "attention_rollout",

@@ -8,6 +8,7 @@ zero afterwards, so a user's normaliser needs no mask logic of its own.
 - ``sparsemax``: the Euclidean projection of the scores onto the probability simplex
   (Martins & Astudillo, 2016, "From Softmax to Sparsemax", https://arxiv.org/abs/1602.02068);
   weights are exactly zero outside a data-dependent support.
+- ``smooth``: ``sigmoid(s_i) / sum_j sigmoid(s_j)`` (Chorowski et al., 2015, https://arxiv.org/abs/1506.07503).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-__all__ = ["softmax", "sparsemax", "get_normalizer", "NORMALIZERS"]
+__all__ = ["softmax", "sparsemax", "smooth", "get_normalizer", "NORMALIZERS"]
 
 Normalizer = Callable[[Tensor], Tensor]
 
@@ -61,11 +62,21 @@ def sparsemax(scores: Tensor) -> Tensor:
     return _Sparsemax.apply(scores)
 
 
-NORMALIZERS: dict[str, Normalizer] = {"softmax": softmax, "sparsemax": sparsemax}
+def smooth(scores: Tensor) -> Tensor:
+    """Chorowski et al.'s smoothing (2015): ``sigmoid(s_i) / sum_j sigmoid(s_j)``, flatter than softmax, so that
+    a location-aware speech model spreads its attention over the several frames of one sound."""
+    if scores.shape[-1] == 0:
+        return scores.clone()
+    work = scores.float() if scores.dtype in (torch.float16, torch.bfloat16) else scores
+    s = torch.sigmoid(work)
+    return (s / s.sum(dim=-1, keepdim=True).clamp_min(torch.finfo(s.dtype).tiny)).to(scores.dtype)
+
+
+NORMALIZERS: dict[str, Normalizer] = {"softmax": softmax, "sparsemax": sparsemax, "smooth": smooth}
 
 
 def get_normalizer(normalize: str | Normalizer) -> Normalizer:
-    """Resolve a normaliser given by name (``softmax``, ``sparsemax``) or as a callable."""
+    """Resolve a normaliser given by name (``softmax``, ``sparsemax``, ``smooth``) or as a callable."""
     if callable(normalize):
         return normalize
     if isinstance(normalize, str) and normalize in NORMALIZERS:

@@ -31,7 +31,7 @@ LAYERS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "util": (("qkv.options", "qkv.metrics"), ()),
     "core.base": (("qkv.hooks", "qkv.compiled", "qkv.memory", "qkv.masks", "qkv.normalize", "qkv.mods"), ()),
     "core.tiling": (("qkv.tiling",), ("core.base",)),
-    "core.scores": (("qkv.scores",), ("core.tiling",)),
+    "core.scores": (("qkv.scores", "qkv.location"), ("core.tiling",)),
     "core.paths": (("qkv.paths",), ("core.scores",)),
     "core.flex": (("qkv.flex",), ("core.paths",)),
     "core.functional": (("qkv.functional",), ("core.flex",)),

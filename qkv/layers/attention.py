@@ -10,6 +10,7 @@ from collections.abc import Callable
 from torch import Tensor, nn
 
 from ..functional import attention
+from ..location import StatefulScore
 from ..scores import Score, create_score
 from ._renamed import renamed
 
@@ -51,12 +52,19 @@ class Attention(nn.Module):
         self.scale = scale
 
     def forward(self, query: Tensor, key: Tensor, value: Tensor | None = None, *, mask: Tensor | None = None,
-                is_causal: bool = False, return_weights: bool = False):
-        """``query (..., Tq, Dq)``, ``key (..., Tk, Dk)``, ``value (..., Tk, Dv)`` (default: ``key``).
+                is_causal: bool = False, return_weights: bool = False, state: Tensor | None = None):
+        """``query (..., Tq, Dq)``, ``key (..., Tk, Dk)``, ``value (..., Tk, Dv)`` (default: ``key``); ``state``
+        ``(..., Tk)`` or ``(..., Tq, Tk)``: what a stateful score reads (:mod:`qkv.location`: the previous weights
+        of ``LocationAware``, the coverage of ``Coverage``).
 
         Returns ``(..., Tq, Dv)``, or ``(output, weights (..., Tq, Tk))`` when ``return_weights``.
         """
-        return attention(query, key, key if value is None else value, score=self.score, mask=mask,
+        score = self.score
+        if state is not None:
+            if not isinstance(score, StatefulScore):
+                raise ValueError(f"state given to an attention whose score ({type(score).__name__}) reads none")
+            score = score.given(state)
+        return attention(query, key, key if value is None else value, score=score, mask=mask,
                          normalize=self.normalize, dropout=self.dropout if self.training else 0.0,
                          scale=self.scale, is_causal=is_causal, return_weights=return_weights)
 
