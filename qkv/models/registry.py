@@ -16,6 +16,8 @@ name                                                         keyword arguments
 ``resnet18``, ``resnet34``, ``resnet50``, ``resnet101``,     :func:`~qkv.models.create_resnet`'s arguments
 ``sknet50``                                                  (``num_classes``, ``in_channels``, ``attn``,
                                                              ``attn_kwargs``, ``stem``)
+``pointer``, ``transformer-pointer``                         :class:`~qkv.models.pointer.PointerGenerator`'s,
+                                                             :class:`~qkv.models.pointer.TransformerPointer`'s
 ===========================================================  ============================================
 """
 
@@ -31,6 +33,7 @@ from torch import nn
 
 from .captioning import CAPTION_MODELS
 from .classifiers import RNNClassifier, TransformerClassifier
+from .pointer import POINTER_MODELS
 from .reading import QA_MODELS
 from .resnet import RESNETS, create_resnet, sknet50
 from .seq2seq import RNN_MODELS, RNNConfig
@@ -79,6 +82,7 @@ MODELS: dict[str, _Builder] = {
     "sknet50": _from_kwargs(sknet50, tuple(a for a in _RESNET_ARGS if a != "attn")),
     **{name: _from_kwargs(fn) for name, fn in CAPTION_MODELS.items()},
     **{name: _from_kwargs(fn) for name, fn in QA_MODELS.items()},
+    **{name: _from_kwargs(cls) for name, cls in POINTER_MODELS.items()},
 }
 
 

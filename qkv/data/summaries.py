@@ -1,0 +1,384 @@
+"""Summarisation data: (source, target) texts from JSON Lines / CSV / TSV files, CNN/DailyMail story files, the
+Debian package descriptions, and the fact passages of :mod:`qkv.data.facts` as answers written out.
+
+Readers give :class:`SummaryExample` s; :func:`split_summaries` cuts them into train / valid / test so that no
+source -- and no family of near-identical sources -- is in two splits (:func:`near_duplicate_groups`: the same
+text once whitespace and case are normalised, the same text once the package's own name is removed, or word
+shingles shared by most of both texts, found by MinHash with locality-sensitive hashing).
+
+A row that cannot be used (bad JSON, a missing column, an empty text, a story without ``@highlight``) raises a
+``ValueError`` naming ``file:line``, or with ``on_error="skip"`` is skipped and counted in
+:attr:`SummaryCorpus.skipped`.
+
+Example::
+
+    corpus = debian_corpus("../shared/data/debian-descriptions.jsonl.gz")   # long description -> synopsis
+    corpus.split("test")[0].source, corpus.split("test")[0].target
+    corpus = read_summaries("news.csv", source="article", target="highlights")
+    corpus = facts_corpus("zh", n_train=2000, n_eval=200)                    # question + passage -> answer
+"""
+
+from __future__ import annotations
+
+import csv
+import functools
+import io
+import json
+import logging
+import os
+import random
+import re
+import zlib
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from .files import text_lines
+
+__all__ = ["SummaryExample", "SummaryCorpus", "read_summaries", "read_table_summaries", "read_stories",
+           "debian_corpus", "facts_corpus", "split_summaries", "near_duplicate_groups", "normalize_text", "FORMATS",
+           "SPLITS"]
+
+log = logging.getLogger(__name__)
+
+FORMATS = ("auto", "jsonl", "csv", "tsv", "stories")
+SPLITS = ("train", "valid", "test")
+
+
+@dataclass
+class SummaryExample:
+    """A text to summarise (``source``), its summary (``target``), where it was read (``file:line``) and a
+    ``name`` (a package, a story file) that :func:`near_duplicate_groups` removes from the text when comparing."""
+
+    source: str
+    target: str
+    where: str = ""
+    name: str = ""
+
+
+@dataclass
+class SummaryCorpus:
+    """Examples by split name; the rows skipped when reading (``on_error="skip"``) by reason."""
+
+    splits: dict[str, list[SummaryExample]]
+    skip_reasons: dict[str, int] = field(default_factory=dict)
+    origin: str = ""
+
+    def split(self, name: str) -> list[SummaryExample]:
+        if name not in self.splits:
+            raise ValueError(f"no split {name!r}; one of {', '.join(self.splits)}")
+        return self.splits[name]
+
+    @property
+    def train(self) -> list[SummaryExample]:
+        return self.splits["train"]
+
+    @property
+    def skipped(self) -> int:
+        return sum(self.skip_reasons.values())
+
+    def sizes(self) -> dict[str, int]:
+        return {k: len(v) for k, v in self.splits.items()}
+
+
+class _Rows:
+    """Collects examples, raising at a bad row or counting it."""
+
+    def __init__(self, path, on_error: str):
+        if on_error not in ("raise", "skip"):
+            raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
+        self.path, self.on_error = str(path), on_error
+        self.examples: list[SummaryExample] = []
+        self.reasons: dict[str, int] = defaultdict(int)
+
+    def bad(self, where: str, reason: str, detail: str) -> None:
+        if self.on_error == "raise":
+            raise ValueError(f"{where}: {detail} (--on-error skip skips such rows and counts them)")
+        self.reasons[reason] += 1
+
+    def add(self, source, target, where: str, name: str = "") -> None:
+        for what, value in (("source", source), ("target", target)):
+            if not isinstance(value, str):
+                return self.bad(where, f"{what} not text", f"the {what} is {type(value).__name__}, not text")
+            if not value.strip():
+                return self.bad(where, f"empty {what}", f"the {what} text is empty")
+        self.examples.append(SummaryExample(source.strip(), target.strip(), where, name))
+
+    def done(self) -> tuple[list[SummaryExample], dict[str, int]]:
+        if self.reasons:
+            log.warning("%s: skipped %d rows (%s)", self.path, sum(self.reasons.values()),
+                        ", ".join(f"{n} {r}" for r, n in sorted(self.reasons.items())))
+        if not self.examples:
+            raise ValueError(f"{self.path}: no usable (source, target) rows")
+        return self.examples, dict(self.reasons)
+
+
+def _format_of(path: Path, fmt: str) -> str:
+    if fmt not in FORMATS:
+        raise ValueError(f"format must be one of {', '.join(FORMATS)}, got {fmt!r}")
+    if fmt != "auto":
+        return fmt
+    if path.is_dir():
+        return "stories"
+    suffixes = [s.lower() for s in path.suffixes if s.lower() != ".gz"]
+    last = suffixes[-1] if suffixes else ""
+    known = {".jsonl": "jsonl", ".json": "jsonl", ".ndjson": "jsonl", ".csv": "csv", ".tsv": "tsv", ".tab": "tsv",
+             ".story": "stories"}
+    if last not in known:
+        raise ValueError(f"{path}: cannot tell the format from the name; give one of jsonl, csv, tsv, stories "
+                         "(--format)")
+    return known[last]
+
+
+def read_table_summaries(path: str | os.PathLike, *, source: str = "text", target: str = "summary",
+                         fmt: str = "jsonl", name: str | None = None,
+                         on_error: str = "raise") -> tuple[list[SummaryExample], dict[str, int]]:
+    """``(examples, skip_reasons)`` of a JSON Lines file (one object per line) or a CSV/TSV file with a header
+    line, taking the columns ``source`` and ``target`` (and ``name``, when given, as each example's name)."""
+    rows = _Rows(path, on_error)
+    if fmt == "jsonl":
+        for n, line in text_lines(path):
+            where = f"{path}:{n}"
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as e:
+                rows.bad(where, "bad JSON", f"not valid JSON ({e.msg} at column {e.colno})")
+                continue
+            if not isinstance(obj, dict):
+                rows.bad(where, "not an object", f"a JSON {type(obj).__name__}, not an object with the columns")
+                continue
+            missing = [c for c in (source, target) if c not in obj]
+            if missing:
+                rows.bad(where, "missing column", f"no {missing[0]!r} field (the columns are {', '.join(obj)})")
+                continue
+            rows.add(obj[source], obj[target], where, str(obj.get(name, "")) if name else "")
+        return rows.done()
+    if fmt not in ("csv", "tsv"):
+        raise ValueError(f"read_table_summaries reads jsonl, csv or tsv, not {fmt!r}")
+    lines = list(text_lines(path))
+    text = "".join(line for _, line in lines)
+    reader = csv.reader(io.StringIO(text, newline=""), delimiter="," if fmt == "csv" else "\t", strict=True)
+    header: list[str] | None = None
+    try:
+        for record in reader:
+            n = reader.line_num
+            if header is None:
+                header = [h.strip() for h in record]
+                missing = [c for c in (source, target) if c not in header]
+                if missing:
+                    raise ValueError(f"{path}:1: the header has no column {missing[0]!r} (it has "
+                                     f"{', '.join(header) or 'nothing'}); name the columns with --source-column "
+                                     "and --target-column")
+                col = {c: header.index(c) for c in (source, target, *([name] if name and name in header else []))}
+                continue
+            if not any(x.strip() for x in record):
+                continue
+            where = f"{path}:{n}"
+            if len(record) != len(header):
+                rows.bad(where, "wrong field count", f"{len(record)} fields, the header has {len(header)}")
+                continue
+            rows.add(record[col[source]], record[col[target]], where, record[col[name]] if name in col else "")
+    except csv.Error as e:
+        raise ValueError(f"{path}:{reader.line_num}: not valid {fmt.upper()} ({e})") from None
+    if header is None:
+        raise ValueError(f"{path}: empty file (a header line naming the columns is needed)")
+    return rows.done()
+
+
+def read_stories(path: str | os.PathLike, *, on_error: str = "raise") -> tuple[list[SummaryExample], dict[str, int]]:
+    """``(examples, skip_reasons)`` of CNN/DailyMail story files (a directory of ``*.story`` files, or one file):
+    the text before the first ``@highlight`` line is the source, the line after each ``@highlight`` a sentence of
+    the target (joined with spaces)."""
+    path = Path(path)
+    files = sorted(path.glob("*.story")) if path.is_dir() else [path]
+    if not files:
+        raise ValueError(f"{path}: no .story files in the directory")
+    rows = _Rows(path, on_error)
+    for f in files:
+        body: list[str] = []
+        highlights: list[list[str]] = []  # the lines of each highlight
+        first_mark, empty_mark = 0, 0
+        for n, line in text_lines(f):
+            s = line.strip()
+            if s == "@highlight":
+                if highlights and not highlights[-1]:
+                    empty_mark = empty_mark or n
+                first_mark = first_mark or n
+                highlights.append([])
+            elif s and highlights:
+                highlights[-1].append(s)
+            elif s:
+                body.append(s)
+        if highlights and not highlights[-1]:
+            empty_mark = empty_mark or first_mark
+        if not first_mark:
+            rows.bad(f"{f}:1", "no highlight", "a story without any @highlight line (no summary)")
+        elif empty_mark:
+            rows.bad(f"{f}:{empty_mark}", "empty highlight", "an @highlight line with no sentence after it")
+        else:
+            rows.add(" ".join(body), " ".join(" ".join(h) for h in highlights), f"{f}:{first_mark}", f.stem)
+    return rows.done()
+
+
+def read_summaries(path: str | os.PathLike, *, source: str = "text", target: str = "summary", fmt: str = "auto",
+                   on_error: str = "raise", fractions: Sequence[float] = (0.9, 0.05, 0.05), seed: int = 0,
+                   max_examples: int | None = None) -> SummaryCorpus:
+    """A user's file (JSON Lines, CSV, TSV or CNN/DailyMail stories, ``fmt="auto"`` telling by the name) split
+    into train / valid / test with no near-duplicate source in two splits (:func:`split_summaries`)."""
+    p = Path(path)
+    if not p.exists():
+        raise FileNotFoundError(f"no such data file or directory: {p}")
+    kind = _format_of(p, fmt)
+    if kind == "stories":
+        examples, reasons = read_stories(p, on_error=on_error)
+    else:
+        examples, reasons = read_table_summaries(p, source=source, target=target, fmt=kind, on_error=on_error)
+    return SummaryCorpus(split_summaries(examples, fractions, seed=seed, max_examples=max_examples), reasons, str(p))
+
+
+def debian_corpus(path: str | os.PathLike, *, on_error: str = "raise", fractions: Sequence[float] = (0.9, 0.05, 0.05),
+                  seed: int = 0, max_examples: int | None = None) -> SummaryCorpus:
+    """The Debian package descriptions (JSON Lines of ``package``, ``summary``, ``text``): the long description
+    (paragraphs joined by spaces) -> the one-line synopsis, split by families of near-identical descriptions."""
+    examples, reasons = read_table_summaries(path, source="text", target="summary", fmt="jsonl", name="package",
+                                             on_error=on_error)
+    for ex in examples:
+        ex.source = " ".join(ex.source.split())
+    return SummaryCorpus(split_summaries(examples, fractions, seed=seed, max_examples=max_examples), reasons,
+                         str(path))
+
+
+def facts_corpus(lang: str = "en", *, n_train: int = 20_000, n_eval: int = 1_000, seed: int = 0) -> SummaryCorpus:
+    """The fact passages of :func:`qkv.data.facts.fact_corpus` as generation: source = question + passage, target =
+    the answer written out. Valid and test ask about entities never seen in training (they must be copied);
+    ``test_phrasings`` also uses held-out question phrasings."""
+    from .facts import fact_corpus
+
+    qa = fact_corpus(lang, n_train=n_train, n_eval=n_eval, seed=seed)
+
+    def convert(ex) -> SummaryExample:
+        zh = any("\u4e00" <= ch <= "\u9fff" for ch in ex.question)
+        return SummaryExample(f"{ex.question}{'' if zh else ' '}{ex.context}", ex.answers[0], f"facts:{ex.kind}")
+
+    return SummaryCorpus({name: [convert(ex) for ex in exs] for name, exs in qa.splits.items()}, {},
+                         f"facts-{lang}")
+
+
+# ------------------------------------------------------------------------------------------------ splitting
+
+_SPACE = re.compile(r"\s+")
+_WORD = re.compile(r"\w+")
+
+
+def normalize_text(text: str) -> str:
+    """Lower case, whitespace runs as one space, stripped: what makes two texts "the same text"."""
+    return _SPACE.sub(" ", text).strip().lower()
+
+
+def _without_name(text: str, name: str) -> str:
+    """``text`` (normalised) with the name and its parts (``python3-foo`` -> ``foo``) removed."""
+    if not name:
+        return text
+    parts = {name.lower(), *(p for p in re.split(r"[-_.+]", name.lower()) if len(p) > 2)}
+    for p in sorted(parts, key=len, reverse=True):
+        text = re.sub(rf"(?<!\w){re.escape(p)}(?!\w)", " ", text)
+    return _SPACE.sub(" ", text).strip()
+
+
+def _minhash_keys(text: str, *, shingle: int = 4, bands: int = 10, rows: int = 3, seed: int = 0) -> list[str]:
+    """LSH band keys of the MinHash signature of ``text``'s word ``shingle``-grams: two texts share a key with
+    probability ``1 - (1 - J^rows)^bands`` for Jaccard similarity ``J`` (about 0.5 at J = 0.4, 0.98 at J = 0.8)."""
+    words = _WORD.findall(text)
+    if len(words) < 2 * shingle:  # too short to compare by shingles: the exact keys decide
+        return []
+    grams = {" ".join(words[i:i + shingle]) for i in range(len(words) - shingle + 1)}
+    h = np.fromiter((zlib.crc32(g.encode("utf-8")) for g in grams), dtype=np.uint64, count=len(grams))
+    a, b = _permutations(bands * rows, seed)
+    sig = ((a[:, None] * h[None, :] + b[:, None]) % _PRIME).min(axis=1)
+    return [f"m{i}:" + ",".join(str(int(x)) for x in sig[i * rows:(i + 1) * rows]) for i in range(bands)]
+
+
+_PRIME = np.uint64((1 << 31) - 1)
+
+
+@functools.lru_cache(maxsize=4)
+def _permutations(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """``n`` random hash functions ``(a * x + b) mod p`` (the same for every run with ``seed``)."""
+    rng = np.random.default_rng(seed)
+    a = rng.integers(1, int(_PRIME), size=n, dtype=np.uint64)
+    b = rng.integers(0, int(_PRIME), size=n, dtype=np.uint64)
+    return a, b
+
+
+def near_duplicate_groups(examples: Sequence[SummaryExample], *, shingles: bool = True) -> list[int]:
+    """A group id per example: examples are in one group when their sources are the same normalised text, the
+    same text without their names, or (``shingles``) near-duplicates by MinHash-LSH of word 4-grams, and
+    transitively so (union-find)."""
+    parent = list(range(len(examples)))
+
+    def find(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    first: dict[str, int] = {}
+    for i, ex in enumerate(examples):
+        norm = normalize_text(ex.source)
+        keys = ["t:" + norm, "n:" + _without_name(norm, ex.name)]
+        if shingles:
+            keys += _minhash_keys(norm)
+        for k in keys:
+            j = first.setdefault(k, i)
+            if j != i:
+                a, b = find(i), find(j)
+                if a != b:
+                    parent[a] = b
+    return [find(i) for i in range(len(examples))]
+
+
+def split_summaries(examples: Sequence[SummaryExample], fractions: Sequence[float] = (0.9, 0.05, 0.05), *,
+                    seed: int = 0, max_examples: int | None = None,
+                    groups: Callable[[Sequence[SummaryExample]], list[int]] = near_duplicate_groups,
+                    ) -> dict[str, list[SummaryExample]]:
+    """``{"train", "valid", "test"}`` with every group of :func:`near_duplicate_groups` in one split: groups are
+    shuffled with ``seed`` and cut at the fractions of the example count; a group larger than a hundredth of the
+    corpus (and 20) goes to train (a family that big would fill much of a test split). ``max_examples`` keeps the
+    first groups of the shuffled order."""
+    if len(fractions) != 3 or any(f < 0 for f in fractions) or abs(sum(fractions) - 1) > 1e-6:
+        raise ValueError(f"fractions must be three non-negative numbers summing to 1, got {tuple(fractions)}")
+    if max_examples is not None and max_examples < 1:
+        raise ValueError(f"max_examples must be at least 1, got {max_examples}")
+    members: dict[int, list[int]] = defaultdict(list)
+    for i, g in enumerate(groups(examples)):
+        members[g].append(i)
+    order = list(members.values())
+    random.Random(seed).shuffle(order)
+    if max_examples is not None:
+        kept, count = [], 0
+        for m in order:
+            if count >= max_examples:
+                break
+            kept.append(m)
+            count += len(m)
+        order = kept
+    total = sum(len(m) for m in order)
+    cap = max(20, total // 100)
+    big = [m for m in order if len(m) > cap]
+    rest = [m for m in order if len(m) <= cap]
+    bounds = (fractions[0] * total, (fractions[0] + fractions[1]) * total)
+    out: dict[str, list[SummaryExample]] = {s: [] for s in SPLITS}
+    seen = sum(len(m) for m in big)
+    for m in big:
+        out["train"].extend(examples[i] for i in m)
+    for m in rest:
+        part = "train" if seen < bounds[0] - 0.5 else "valid" if seen < bounds[1] - 0.5 else "test"
+        out[part].extend(examples[i] for i in m)
+        seen += len(m)
+    return out
+
