@@ -18,6 +18,9 @@ name                                                         keyword arguments
                                                              ``attn_kwargs``, ``stem``)
 ``pointer``, ``transformer-pointer``                         :class:`~qkv.models.pointer.PointerGenerator`'s,
                                                              :class:`~qkv.models.pointer.TransformerPointer`'s
+``speech-las``, ``speech-ctc``, ``speech-transformer``       :class:`~qkv.models.speech.LAS`'s,
+                                                             :class:`~qkv.models.speech.CTCModel`'s,
+                                                             :class:`~qkv.models.speech_transformer.SpeechTransformer`'s
 ===========================================================  ============================================
 """
 
@@ -38,6 +41,8 @@ from .reading import QA_MODELS
 from .resnet import RESNETS, create_resnet, sknet50
 from .seq2seq import RNN_MODELS, RNNConfig
 from .small_cnn import SmallCNN
+from .speech import SPEECH_MODELS
+from .speech_transformer import SpeechTransformer
 from .transformer import TransformerConfig, TransformerSeq2Seq
 
 __all__ = ["create", "list_models", "MODELS"]
@@ -82,6 +87,8 @@ MODELS: dict[str, _Builder] = {
     "sknet50": _from_kwargs(sknet50, tuple(a for a in _RESNET_ARGS if a != "attn")),
     **{name: _from_kwargs(fn) for name, fn in CAPTION_MODELS.items()},
     **{name: _from_kwargs(fn) for name, fn in QA_MODELS.items()},
+    **{name: _from_kwargs(cls) for name, cls in SPEECH_MODELS.items()},
+    "speech-transformer": _from_kwargs(SpeechTransformer),
     **{name: _from_kwargs(cls) for name, cls in POINTER_MODELS.items()},
 }
 
