@@ -18,6 +18,7 @@ __all__ = ["accuracy", "cross_entropy", "classification_metrics", "regression_me
            "translation_metrics", "bleu_by_length"]
 __all__ += ["normalize_answer", "answer_exact_match", "answer_f1", "squad_metrics"]  # question answering
 __all__ += ["caption_bleu", "box_mass", "grounding"]  # image captioning
+__all__ += ["confusion_matrix", "segmentation_metrics"]  # semantic segmentation
 
 
 def accuracy(logits: Tensor, labels: Tensor) -> float:
@@ -213,3 +214,43 @@ def grounding(masses: Sequence[float], threshold: float = 0.5) -> dict[str, floa
         return {"grounding": math.nan, "grounding_above": math.nan, "grounded_words": 0.0}
     return {"grounding": sum(masses) / n, "grounding_above": sum(m > threshold for m in masses) / n,
             "grounded_words": float(n)}
+
+
+# --------------------------------------------------------------------------- semantic segmentation
+
+def confusion_matrix(pred: Tensor, target: Tensor, num_classes: int, *, ignore_index: int | None = None) -> Tensor:
+    """``(K, K)`` int64 counts of pixels of true class ``i`` (row) predicted ``j`` (column), from label maps
+    ``pred`` and ``target`` of one shape; pixels whose target is ``ignore_index`` are not counted, and a target
+    outside ``0..K-1`` otherwise is a ``ValueError``."""
+    if pred.shape != target.shape:
+        raise ValueError(f"predictions {tuple(pred.shape)} and targets {tuple(target.shape)} differ in shape")
+    p, t = pred.reshape(-1).long(), target.reshape(-1).long()
+    if ignore_index is not None:
+        keep = t != ignore_index
+        p, t = p[keep], t[keep]
+    for name, x in (("target", t), ("prediction", p)):
+        if len(x) and (int(x.min()) < 0 or int(x.max()) >= num_classes):
+            raise ValueError(f"a {name} label outside 0..{num_classes - 1}: {int(x.min())}..{int(x.max())}")
+    return torch.bincount(t * num_classes + p, minlength=num_classes ** 2).reshape(num_classes, num_classes)
+
+
+def segmentation_metrics(confusion: Tensor, class_names: Sequence[str] | None = None) -> dict[str, float]:
+    """``{"miou", "pixel_accuracy", "iou/NAME"...}`` of a confusion matrix (:func:`confusion_matrix`).
+
+    ``IoU_k = TP / (TP + FP + FN)``; a class neither present nor predicted has IoU NaN and is left out of the mean
+    (as mmsegmentation does). ``pixel_accuracy``: the share of counted pixels predicted right; ``pixels``: how
+    many were counted."""
+    c = confusion.double()
+    k = c.shape[0]
+    names = list(class_names) if class_names is not None else [str(i) for i in range(k)]
+    if c.dim() != 2 or c.shape[1] != k or len(names) != k:
+        raise ValueError(f"confusion must be (K, K) with K = {len(names)} class names, got {tuple(c.shape)}")
+    tp = c.diagonal()
+    union = c.sum(0) + c.sum(1) - tp
+    iou = torch.where(union > 0, tp / union.clamp_min(1), torch.full_like(tp, math.nan))
+    total = float(c.sum())
+    seen = ~iou.isnan()
+    out = {"miou": float(iou[seen].mean()) if seen.any() else math.nan,
+           "pixel_accuracy": float(tp.sum()) / total if total else math.nan, "pixels": total}
+    out.update({f"iou/{n}": float(v) for n, v in zip(names, iou, strict=True)})
+    return out

@@ -18,6 +18,8 @@ name                                                         keyword arguments
                                                              ``attn_kwargs``, ``stem``)
 ``pointer``, ``transformer-pointer``                         :class:`~qkv.models.pointer.PointerGenerator`'s,
                                                              :class:`~qkv.models.pointer.TransformerPointer`'s
+``bisenet``, ``fcn``                                         :class:`~qkv.models.bisenet.BiSeNet`'s,
+                                                             :class:`~qkv.models.bisenet.FCN`'s arguments
 ``speech-las``, ``speech-ctc``, ``speech-transformer``       :class:`~qkv.models.speech.LAS`'s,
                                                              :class:`~qkv.models.speech.CTCModel`'s,
                                                              :class:`~qkv.models.speech_transformer.SpeechTransformer`'s
@@ -34,6 +36,7 @@ from typing import Any
 
 from torch import nn
 
+from .bisenet import SEGMENTATION_MODELS
 from .captioning import CAPTION_MODELS
 from .classifiers import RNNClassifier, TransformerClassifier
 from .pointer import POINTER_MODELS
@@ -90,6 +93,7 @@ MODELS: dict[str, _Builder] = {
     **{name: _from_kwargs(cls) for name, cls in SPEECH_MODELS.items()},
     "speech-transformer": _from_kwargs(SpeechTransformer),
     **{name: _from_kwargs(cls) for name, cls in POINTER_MODELS.items()},
+    **{name: _from_kwargs(cls) for name, cls in SEGMENTATION_MODELS.items()},
 }
 
 
