@@ -83,8 +83,8 @@ def test_train_evaluate_and_view_know_every_application():
 
 
 def test_unknown_application_is_a_clear_error(tmp_path):
-    with pytest.raises(ValueError, match="no application 'speech'.*translate"):
-        application("speech")
+    with pytest.raises(ValueError, match="no application 'telepathy'.*translate"):
+        application("telepathy")
     from qkv.cli import main
 
     assert main(["evaluate", str(tmp_path / "nothing")]) == 2

@@ -1,0 +1,39 @@
+"""Speech recognition with attention: options, data, models, the trainer's task and a :class:`Transcriber` that
+transcribes audio and returns, for every output character, where in the audio it looked.
+
+Data (:mod:`qkv.data.speech`, :mod:`qkv.data.speech_synth`): ``digits`` and ``sentences`` spoken offline by
+espeak-ng and flite (the test split's voices and texts are never heard in training; ``long`` joins 2-3 test texts),
+a manifest (TSV/CSV, Common Voice's columns work) or a LibriSpeech folder. Log-mel features from librosa's
+filterbank on ``torch.stft``, SpecAugment in training.
+
+Models (:mod:`qkv.models.speech`, :mod:`qkv.models.speech_transformer`): ``las`` (Listen, Attend and Spell with
+content-only or location-aware attention, :class:`qkv.LocationAware`; ``ctc_weight > 0`` adds a CTC head: the
+hybrid, decoded jointly with CTC prefix scores), ``ctc`` (no attention) and ``transformer``.
+
+Example::
+
+    from qkv.tasks.speech import SpeechOptions, SpeechTask, Transcriber, train_defaults
+    from qkv.train import train
+    options = SpeechOptions(data="digits", model="las", score="location")
+    train(SpeechTask(options), train_defaults(options).replace(max_minutes=10, out="runs/digits"))
+    transcriber = Transcriber.load("runs/digits")
+    [t.text for t in transcriber.predict(["clip.wav"], beam=4)]        # ['four two seven one']
+    transcriber.evaluate(split="long")                                  # {'wer': ..., 'cer': ..., ...}
+"""
+
+from __future__ import annotations
+
+from ..base import Application
+from .decode import Transcript, speech_metrics, transcribe_batch
+from .options import MODELS, SpeechOptions, train_defaults
+from .predictor import Transcriber
+from .task import SpeechTask, build_model, load_data, model_spec
+
+__all__ = ["APPLICATION", "SpeechOptions", "load_data", "model_spec", "build_model", "train_defaults", "SpeechTask",
+           "Transcriber", "Transcript", "transcribe_batch", "speech_metrics", "MODELS"]
+
+APPLICATION = Application(
+    name="speech", help="train a speech recogniser: Listen, Attend and Spell (content or location-aware "
+    "attention), CTC, hybrid or Transformer (generated digits/sentences, a manifest or LibriSpeech)",
+    options=SpeechOptions, train_defaults=train_defaults, load_data=load_data, model_spec=model_spec,
+    task=SpeechTask, predictor=Transcriber)

@@ -1,0 +1,114 @@
+"""Speech recognition's options (:class:`SpeechOptions`) and the trainer's preset (:func:`train_defaults`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ...options import check_options, option
+
+__all__ = ["SpeechOptions", "train_defaults", "MODELS", "GENERATED"]
+
+MODELS = ("las", "ctc", "transformer")
+GENERATED = ("digits", "sentences")
+_GEN = {"data": GENERATED}
+_LAS = {"model": ("las",)}
+_LISTENER = {"model": ("las", "ctc")}
+_ATTENTION = {"model": ("las", "transformer")}
+_TRANSFORMER = {"model": ("transformer",)}
+#: per generated corpus: train, valid, test and long utterances
+_SIZES = {"digits": (3000, 100, 200, 100), "sentences": (8000, 200, 300, 100)}
+
+
+@dataclass
+class SpeechOptions:
+    """What to train on and which model; the trainer's settings are in :class:`qkv.train.TrainConfig`."""
+
+    # data
+    data: str = option("digits", help="'digits' or 'sentences' (spoken by espeak-ng and flite), a manifest "
+                       "(TSV/CSV: audio path, transcript; Common Voice's columns work) or a LibriSpeech folder")
+    text: str | None = option(None, applies={"data": ("sentences",)}, help="sentences: a text file, one sentence "
+                              "per line (default: the English side of ../shared/data/tatoeba-eng-fra.tsv.gz)")
+    cache: str | None = option(None, applies=_GEN, help="folder of the generated audio (default: "
+                               "$QKV_CACHE/speech or ~/.cache/qkv/speech)")
+    n_train: int | None = option(None, low=1, applies=_GEN, help="generated training utterances (default: 3000 "
+                                 "digits, 8000 sentences)")
+    n_valid: int | None = option(None, low=1, applies=_GEN, help="generated validation utterances (default 100/200)")
+    n_test: int | None = option(None, low=1, applies=_GEN, help="generated test utterances, held-out voices and "
+                                "texts (default 200/300)")
+    n_long: int | None = option(None, low=0, applies=_GEN, help="generated 'long' utterances: 2-3 test texts "
+                                "joined, longer than any training one (default 100)")
+    on_error: str = option("raise", choices=("raise", "skip"), excludes=_GEN,
+                           help="a bad manifest row or audio file (missing, corrupt, empty, too short): stop with "
+                                "file:line, or skip and count it")
+    valid: float = option(0.05, low=0, low_open=True, high=0.5, excludes=_GEN, help="share of speakers (or "
+                          "sentences) for valid")
+    test: float = option(0.05, low=0, low_open=True, high=0.5, excludes=_GEN, help="share of speakers (or "
+                         "sentences) for test")
+    data_seed: int = option(0, low=0, help="seed of the data's generation and split (not of training)")
+    n_mels: int = option(40, low=8, high=256, help="log-mel channels (25 ms windows every 10 ms)")
+    spec_augment: bool = option(True, help="SpecAugment on the training features: 2 frequency masks (<= 8 "
+                                "channels) and 2 time masks (<= 20 frames)")
+    # model
+    model: str = option("las", choices=MODELS, help="las (Listen, Attend and Spell), ctc (no attention) or "
+                        "transformer")
+    score: str = option("location", choices=("content", "location"), applies=_LAS,
+                        help="las: content-only (additive) or location-aware attention (Chorowski et al. 2015)")
+    beta: float = option(1.0, low=0, low_open=True, applies=_LAS, help="las: sharpening, a factor on the scores")
+    smoothing: bool = option(False, applies=_LAS, help="las: sigmoid(s)/sum sigmoid(s) instead of softmax")
+    filters: int = option(10, low=1, applies=_LAS, help="las, location: convolution channels over the previous "
+                          "weights")
+    kernel_size: int = option(31, low=1, applies=_LAS, help="las, location: their width (odd)")
+    listener: str = option("pyramid", choices=("pyramid", "conv"), applies=_LISTENER,
+                           help="las/ctc: pyramidal BiLSTM or strided convolutions before the BiLSTMs")
+    reduction: int = option(4, choices=(2, 4, 8), applies=_LISTENER, help="las/ctc: how many times shorter the "
+                            "listener's frames are")
+    hidden_dim: int = option(128, low=1, applies=_LISTENER, help="las/ctc: listener LSTM size per direction")
+    num_layers: int = option(3, low=1, help="las/ctc: listener BiLSTM layers; transformer: encoder layers")
+    embed_dim: int = option(64, low=1, applies=_LAS, help="las: character embedding size")
+    decoder_dim: int = option(256, low=1, applies=_LAS, help="las: speller LSTM size")
+    attn_dim: int = option(128, low=1, applies=_LAS, help="las: hidden size of the attention score")
+    dim: int = option(144, low=2, applies=_TRANSFORMER, help="transformer: model width")
+    num_heads: int = option(4, low=1, applies=_TRANSFORMER, help="transformer: attention heads")
+    ffn_dim: int | None = option(None, low=1, applies=_TRANSFORMER, help="transformer: feed-forward width "
+                                 "(default 4 x dim)")
+    num_decoder_layers: int = option(2, low=1, applies=_TRANSFORMER, help="transformer: decoder layers")
+    dropout: float = option(0.1, low=0, high=0.99, help="dropout")
+    # loss and evaluation
+    ctc_weight: float = option(0.0, low=0, high=0.99, applies=_ATTENTION,
+                               help="las/transformer: weight of a CTC head's loss (> 0: the hybrid CTC/attention "
+                                    "model, also used in its joint decoding)")
+    label_smoothing: float = option(0.1, low=0, high=0.99, applies=_ATTENTION, help="label smoothing of the "
+                                    "attention decoder's cross-entropy")
+    eval_beam: int = option(1, low=1, help="beam of the evaluations during training (1 = greedy)")
+    eval_max: int = option(200, low=1, help="utterances transcribed per evaluation")
+    max_decode_len: int = option(300, low=1, help="longest transcript decoded, in characters")
+
+    def __post_init__(self):
+        if self.data in _SIZES:
+            sizes = _SIZES[self.data]
+            self.n_train = self.n_train or sizes[0]
+            self.n_valid = self.n_valid or sizes[1]
+            self.n_test = self.n_test or sizes[2]
+            self.n_long = sizes[3] if self.n_long is None else self.n_long
+        check_options(self)
+        if self.model == "las" and self.kernel_size % 2 == 0:
+            raise ValueError(f"kernel_size must be odd, got {self.kernel_size}")
+        if self.model == "transformer" and self.dim % self.num_heads:
+            raise ValueError(f"num_heads ({self.num_heads}) must divide dim ({self.dim})")
+        if self.model in ("las", "ctc") and self.listener == "pyramid" and \
+                self.num_layers < 1 + self.reduction.bit_length() - 1:
+            raise ValueError(f"a pyramid listener with reduction {self.reduction} needs num_layers >= "
+                             f"{self.reduction.bit_length()}, got {self.num_layers}")
+
+    @property
+    def generated(self) -> bool:
+        return self.data in GENERATED
+
+
+def train_defaults(options: SpeechOptions):
+    """The trainer's settings for speech recognition (the ``qkv train speech`` defaults): the best model is the
+    one of least character error rate on the validation split."""
+    from ...train import TrainConfig
+
+    return TrainConfig(epochs=30, batch_size=32, lr=1e-3, warmup_steps=200, schedule="cosine", weight_decay=0.01,
+                       clip_norm=5.0, monitor="cer", mode="min")

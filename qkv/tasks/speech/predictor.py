@@ -1,0 +1,150 @@
+"""A trained speech recognition run read back: :class:`Transcriber` (``load`` / ``predict`` / ``evaluate`` /
+``view``); its result is :class:`~qkv.tasks.speech.decode.Transcript`."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from ..base import PageInput, Predictor, ViewInput, load_run, upgrade_options
+from .decode import Transcript, speech_metrics, transcribe_batch, utterance_features
+from .options import SpeechOptions
+from .task import SpeechTask, load_data, read_features
+
+__all__ = ["Transcriber", "Transcript"]
+
+
+def _upgrade_v1(config: dict[str, Any], state_dict: dict) -> tuple[dict, dict]:
+    raise ValueError("speech runs exist only in format version 2 and later")
+
+
+class Transcriber(Predictor):
+    """A trained speech recogniser: ``Transcriber.load("runs/digits").predict(["clip.wav"])``."""
+
+    task = SpeechTask.name
+
+    def __init__(self, model: nn.Module, tokenizer, options: SpeechOptions):
+        self.model, self.tokenizer, self.options = model.eval(), tokenizer, options
+        self._data = None
+
+    @classmethod
+    def load(cls, run_dir: str | os.PathLike, device: str = "auto") -> Transcriber:
+        """Read a run directory (its ``best/``, else ``checkpoint/``) or a checkpoint directory."""
+        from ...data import load_tokenizer
+
+        run = load_run(run_dir, cls.task, _upgrade_v1, SpeechOptions, device)
+        return cls(run.model, load_tokenizer(run.checkpoint.assets / "tokenizer"), run.options)
+
+    @property
+    def has_ctc(self) -> bool:
+        return getattr(self.model, "ctc_head", None) is not None
+
+    def features(self, audio: str | os.PathLike | Tensor) -> Tensor:
+        """The model's input ``(F, n_mels)`` of an audio file (any rate, any channels) or a 16 kHz ``(T,)`` wave."""
+        from ...data.audio import load_audio
+
+        wave = audio if isinstance(audio, Tensor) else load_audio(audio)
+        if wave.dim() != 1 or wave.numel() == 0:
+            raise ValueError(f"a wave must be a non-empty (T,) tensor at 16 kHz, got {tuple(wave.shape)}")
+        return utterance_features(wave.float(), self.options.n_mels)
+
+    def predict(self, inputs: list[str | os.PathLike | Tensor], *, beam: int = 1, max_len: int = 300,
+                ctc_weight: float | None = None, length_penalty: float = 0.0) -> list[Transcript]:
+        """Transcripts of audio files or 16 kHz waves. ``ctc_weight``: joint CTC/attention decoding's weight (default:
+        the trained one for a hybrid, none otherwise). An empty input, or a bad file, is a ``ValueError``."""
+        if not inputs:
+            raise ValueError("no audio to transcribe")
+        if beam < 1 or max_len < 1:
+            raise ValueError(f"beam and max_len must be >= 1, got {beam} and {max_len}")
+        features = [self.features(a) for a in inputs]
+        results = self.transcribe(features, beam=beam, max_len=max_len, ctc_weight=ctc_weight,
+                                  length_penalty=length_penalty)
+        for r, a in zip(results, inputs, strict=True):
+            r.source = str(a) if not isinstance(a, Tensor) else ""
+        return results
+
+    def transcribe(self, features: list[Tensor], *, beam: int = 1, max_len: int = 300,
+                   ctc_weight: float | None = None, length_penalty: float = 0.0) -> list[Transcript]:
+        """:meth:`predict` on features already read (each ``(F, n_mels)``)."""
+        if ctc_weight is None:
+            ctc_weight = self.options.ctc_weight if self.has_ctc and hasattr(self.model, "decode_step") else 0.0
+        return transcribe_batch(self.model, self.tokenizer, [f.to(self.device) for f in features], beam=beam,
+                                max_len=max_len, ctc_weight=ctc_weight, length_penalty=length_penalty)
+
+    def data(self):
+        """The run's data (generated again from the cache, or read again)."""
+        if self._data is None:
+            self._data = load_data(self.options)
+        return self._data
+
+    def utterances(self, data: str | None = None, split: str = "test", on_error: str = "raise"):
+        """The utterances of ``split`` of the run's data, or every utterance of another manifest or LibriSpeech
+        folder ``data``."""
+        from ...data.speech import read_librispeech, read_manifest
+
+        if data is None:
+            return self.data().split(split)
+        path = Path(data)
+        if path.is_dir():
+            return read_librispeech(path, on_error=on_error)[0]
+        if path.is_file():
+            return read_manifest(path, on_error=on_error)[0]
+        if data in ("digits", "sentences"):
+            options = upgrade_options(SpeechOptions, {**dataclasses.asdict(self.options), "data": data})
+            return load_data(options).split(split)
+        raise ValueError(f"no such manifest or folder: {data}")
+
+    def evaluate(self, data: str | None = None, *, split: str = "test", limit: int | None = None, beam: int = 1,
+                 max_len: int = 300, ctc_weight: float | None = None, on_error: str = "raise") -> dict[str, float]:
+        """WER and CER (%, ``jiwer``), exact match and the count on ``split`` of the run's data (``test``: held-out
+        voices and texts; ``long``: longer than training) or on another manifest or LibriSpeech folder ``data``;
+        ``on_error="skip"``: unreadable files are skipped and counted (``skipped``)."""
+        utterances = self.utterances(data, split, on_error)[:limit]
+        feats, kept, bad = read_features(utterances, self.options.n_mels, on_error)
+        if not feats:
+            raise ValueError(f"no utterance could be read ({bad} skipped)")
+        hyps = self.transcribe(feats, beam=beam, max_len=max_len, ctc_weight=ctc_weight)
+        figures = speech_metrics([h.text for h in hyps], [utterances[i].text for i in kept])
+        if bad:
+            figures["skipped"] = float(bad)
+        return figures
+
+    def view(self, given: ViewInput) -> PageInput:
+        """Every attention of the model transcribing one utterance (an audio file given as the text, or ``index``
+        in the test split), greedily: the decoding itself is recorded."""
+        from ...capture import capture_attention
+
+        audio = getattr(given, "audio", None) or given.text
+        if given.index is not None:
+            part = self.data().split("test")
+            if not 0 <= given.index < len(part):
+                raise ValueError(f"--index {given.index} is out of range: the test split has {len(part)} utterances")
+            audio = part[given.index].audio
+        if not audio:
+            raise ValueError("a speech run needs an audio file (qkv view RUN AUDIO) or --index N")
+        features = self.features(audio)
+        with torch.no_grad(), capture_attention(self.model) as records:
+            (result,) = self.transcribe([features], beam=1, ctc_weight=0.0)
+        frames = _frames(self.model, features.shape[0])
+        hop = features.shape[0] / max(frames, 1) * 0.01
+        tokens: dict[str, list[str]] = {"source": [f"{t * hop:.2f}s" for t in range(frames)]}
+        if hasattr(self.model, "decode_step"):
+            tokens["target"] = [*result.tokens, "<eos>"]
+        notes = [f"{self.options.model} speech model ({self.options.score} attention)" if self.options.model == "las"
+                 else f"{self.options.model} speech model", "greedy decoding; source positions are listener frames"]
+        return PageInput(records, tokens, title=f"{Path(str(audio)).name} \u2192 {result.text}", notes=notes)
+
+
+def _frames(model: nn.Module, frames: int) -> int:
+    """How many frames the model's encoder makes of ``frames`` feature frames."""
+    listener = getattr(model, "listener", None)
+    if listener is not None:
+        return int(listener.out_lengths(torch.tensor([frames]))[0])
+    for _ in range(2):
+        frames = (frames + 1) // 2
+    return frames

@@ -1,0 +1,218 @@
+"""Speech recognition's data, model and the trainer's task: :func:`load_data`, :func:`model_spec`,
+:func:`build_model` and :class:`SpeechTask`."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from ...train.task import Task
+from .decode import pad_features, speech_metrics, transcribe_batch, utterance_features
+from .options import SpeechOptions
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["load_data", "model_spec", "build_model", "SpeechTask", "speech_tokenizer", "read_features"]
+
+
+def speech_tokenizer():
+    """The characters every speech model spells: :data:`qkv.data.speech.ALPHABET` (``<pad>`` is CTC's blank)."""
+    from ...data import CharTokenizer
+    from ...data.speech import ALPHABET
+
+    return CharTokenizer(ALPHABET)
+
+
+def load_data(options: SpeechOptions):
+    """The :class:`qkv.data.speech.SpeechCorpus` ``options`` describe: generated (``digits``, ``sentences``), a
+    manifest or a LibriSpeech folder; every split must hold an utterance."""
+    from ...data.speech import SpeechCorpus, read_librispeech, read_manifest, split_utterances
+
+    o = options
+    if o.generated:
+        from ...data.speech_synth import generate_corpus
+
+        corpus = generate_corpus(o.data, n_train=o.n_train, n_valid=o.n_valid, n_test=o.n_test, n_long=o.n_long,
+                                 text=o.text, seed=o.data_seed, cache=o.cache)
+    else:
+        path = Path(o.data)
+        if path.is_dir():
+            utterances, skipped = read_librispeech(path, on_error=o.on_error)
+        elif path.is_file():
+            utterances, skipped = read_manifest(path, on_error=o.on_error)
+        else:
+            raise ValueError(f"no such manifest or folder: {o.data} (--data: digits, sentences, a manifest or a "
+                             "LibriSpeech folder)")
+        if skipped:
+            logger.warning("%s: skipped %s", o.data, ", ".join(f"{n} ({why})" for why, n in skipped.items()))
+        corpus = SpeechCorpus(split_utterances(utterances, valid=o.valid, test=o.test, seed=o.data_seed), skipped)
+    sizes = {s: len(u) for s, u in corpus.splits.items()}
+    if not all(sizes[s] for s in ("train", "valid", "test")):
+        raise ValueError(f"{o.data}: too few utterances to split: {', '.join(f'{n} {s}' for s, n in sizes.items())}; "
+                         "every split needs one (at least 3 speakers or sentences)")
+    return corpus
+
+
+def read_features(utterances, n_mels: int, on_error: str = "raise") -> tuple[list[Tensor], list[int], int]:
+    """The features of ``utterances`` (in order), the indices of those read, and how many could not be (skipped
+    with ``on_error="skip"``; otherwise the first bad file is a ``ValueError`` naming it and its manifest line)."""
+    from ...data.audio import load_audio
+
+    feats, kept, bad = [], [], 0
+    for i, u in enumerate(utterances):
+        try:
+            feats.append(utterance_features(load_audio(u.audio, where=u.name()), n_mels).half())
+        except ValueError:
+            if on_error == "raise":
+                raise
+            bad += 1
+            continue
+        kept.append(i)
+    if bad:
+        logger.warning("skipped %d unreadable audio files", bad)
+    return feats, kept, bad
+
+
+def model_spec(options: SpeechOptions, *, vocab_size: int, n_mels: int) -> dict[str, Any]:
+    """``{"name", "config"}`` for :func:`qkv.models.create`."""
+    o = options
+    config: dict[str, Any] = {"vocab_size": vocab_size, "n_mels": n_mels, "num_layers": o.num_layers,
+                              "dropout": o.dropout}
+    if o.model == "transformer":
+        config.update(dim=o.dim, num_heads=o.num_heads, ffn_dim=o.ffn_dim, num_decoder_layers=o.num_decoder_layers,
+                      max_len=o.max_decode_len + 2, ctc=o.ctc_weight > 0)
+        return {"name": "speech-transformer", "config": config}
+    config.update(hidden_dim=o.hidden_dim, listener=o.listener, reduction=o.reduction)
+    if o.model == "ctc":
+        return {"name": "speech-ctc", "config": config}
+    config.update(embed_dim=o.embed_dim, decoder_dim=o.decoder_dim, attn_dim=o.attn_dim, score=o.score,
+                  filters=o.filters, kernel_size=o.kernel_size, beta=o.beta, smoothing=o.smoothing,
+                  ctc=o.ctc_weight > 0)
+    return {"name": "speech-las", "config": config}
+
+
+def build_model(options: SpeechOptions, **sizes) -> nn.Module:
+    """A new speech recogniser (see :func:`model_spec`)."""
+    from ...models import create
+
+    spec = model_spec(options, **sizes)
+    return create(spec["name"], **spec["config"])
+
+
+class _Examples:
+    def __init__(self, features: list[Tensor], ids: list[list[int]]):
+        self.features, self.ids = features, ids
+
+    def __len__(self) -> int:
+        return len(self.features)
+
+    def __getitem__(self, i: int):
+        return self.features[i], self.ids[i]
+
+
+class SpeechTask(Task):
+    """Label-smoothed cross-entropy of the attention decoder, plus (hybrid) or alone (CTC) the CTC loss; metrics:
+    character and word error rates (:func:`~qkv.tasks.speech.decode.speech_metrics`)."""
+
+    name = "speech"
+    unit = "chars"
+
+    def __init__(self, options: SpeechOptions, data=None):
+        self.options = options
+        self.data = data
+        self.tokenizer = speech_tokenizer()
+        self._train: _Examples | None = None
+        self._eval: dict[str, tuple[list[Tensor], list[str]]] = {}
+
+    def setup(self) -> None:
+        if self.data is None:
+            self.data = load_data(self.options)
+        logger.info("data %s: %s", self.options.data, ", ".join(f"{len(u)} {s}" for s, u in self.data.splits.items()))
+        train = self.data.splits["train"]
+        feats, kept, _ = read_features(train, self.options.n_mels, self.options.on_error)
+        if not feats:
+            raise ValueError(f"{self.options.data}: no training utterance could be read")
+        self._train = _Examples(feats, [self.tokenizer.encode(train[i].text) for i in kept])
+
+    def train_examples(self):
+        return self._train
+
+    def lengths(self):
+        return [f.shape[0] for f in self._train.features]
+
+    def collate(self, examples):
+        from ...data import BOS_ID, EOS_ID, pad_sequences
+        from ...data.audio import spec_augment
+
+        feats = [f.float() for f, _ in examples]
+        if self.options.spec_augment:
+            feats = [spec_augment(f, freq_width=min(8, self.options.n_mels // 5)) for f in feats]
+        x, lengths = pad_features(feats)
+        ids = [i for _, i in examples]
+        tgt_in, _, _ = pad_sequences([[BOS_ID] + i for i in ids])
+        tgt_out, _, mask = pad_sequences([i + [EOS_ID] for i in ids])
+        return {"features": x, "lengths": lengths, "tgt_in": tgt_in, "tgt_out": tgt_out, "mask": mask,
+                "targets": torch.tensor([t for i in ids for t in i], dtype=torch.long),
+                "target_lengths": torch.tensor([len(i) for i in ids])}
+
+    def save_assets(self, directory: Path) -> None:
+        self.tokenizer.save(directory / "tokenizer")
+
+    def load_assets(self, directory: Path) -> None:
+        from ...data import load_tokenizer
+
+        self.tokenizer = load_tokenizer(directory / "tokenizer")
+
+    def sizes(self) -> dict[str, Any]:
+        """The sizes :func:`model_spec` takes."""
+        return {"vocab_size": self.tokenizer.vocab_size, "n_mels": self.options.n_mels}
+
+    def config(self) -> dict[str, Any]:
+        return {"model": model_spec(self.options, **self.sizes()), "options": dataclasses.asdict(self.options)}
+
+    def build_model(self) -> nn.Module:
+        return build_model(self.options, **self.sizes())
+
+    def loss(self, model, batch):
+        o = self.options
+        out = model(batch["features"], batch["lengths"], batch["tgt_in"])
+        mask = batch["mask"]
+        loss = torch.zeros((), device=mask.device)
+        stats: dict[str, Any] = {}
+        weight = 1.0 if o.model == "ctc" else o.ctc_weight
+        if out.logits is not None:
+            ce = F.cross_entropy(out.logits.float().transpose(1, 2), batch["tgt_out"], ignore_index=0,
+                                 reduction="sum", label_smoothing=o.label_smoothing)
+            loss = loss + (1.0 - weight) * ce
+            stats["token_acc"] = ((out.logits.argmax(-1) == batch["tgt_out"]) & mask).sum()
+        if out.ctc_logits is not None and weight > 0:
+            log_probs = torch.log_softmax(out.ctc_logits.float(), -1).transpose(0, 1)  # (S, B, V)
+            ctc = F.ctc_loss(log_probs, batch["targets"], out.lengths, batch["target_lengths"], blank=0,
+                             reduction="sum", zero_infinity=True)
+            loss = loss + weight * ctc
+            stats["ctc_loss"] = ctc.detach()
+        return loss, mask.sum(), stats
+
+    def eval_split(self, split: str) -> tuple[list[Tensor], list[str]]:
+        """Features and transcripts of the first ``eval_max`` utterances of ``split`` (read once)."""
+        if split not in self._eval:
+            part = self.data.split(split)[: self.options.eval_max]
+            feats, kept, _ = read_features(part, self.options.n_mels, self.options.on_error)
+            self._eval[split] = (feats, [part[i].text for i in kept])
+        return self._eval[split]
+
+    def evaluate(self, model, split: str) -> dict[str, float]:
+        if split not in self.data.splits:
+            raise ValueError(f"no split {split!r} ({', '.join(self.data.splits)})")
+        feats, refs = self.eval_split(split)
+        if not feats:
+            raise ValueError(f"no utterance of the {split} split could be read")
+        hyps = transcribe_batch(model, self.tokenizer, feats, beam=self.options.eval_beam,
+                                max_len=self.options.max_decode_len)
+        return speech_metrics([h.text for h in hyps], refs)
