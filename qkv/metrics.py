@@ -8,7 +8,7 @@ of strings; results are plain floats.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -18,6 +18,7 @@ __all__ = ["accuracy", "cross_entropy", "classification_metrics", "regression_me
            "translation_metrics", "bleu_by_length"]
 __all__ += ["normalize_answer", "answer_exact_match", "answer_f1", "squad_metrics"]  # question answering
 __all__ += ["caption_bleu", "box_mass", "grounding"]  # image captioning
+__all__ += ["rouge", "repeated_ngram_rate"]  # summarisation
 __all__ += ["confusion_matrix", "segmentation_metrics"]  # semantic segmentation
 
 
@@ -214,6 +215,52 @@ def grounding(masses: Sequence[float], threshold: float = 0.5) -> dict[str, floa
         return {"grounding": math.nan, "grounding_above": math.nan, "grounded_words": 0.0}
     return {"grounding": sum(masses) / n, "grounding_above": sum(m > threshold for m in masses) / n,
             "grounded_words": float(n)}
+
+
+# --------------------------------------------------------------------------- summarisation
+
+def rouge(hyps: Sequence[str], refs: Sequence[str], *,
+          tokenize: Callable[[str], list[str]] | None = None) -> dict[str, float]:
+    """ROUGE-1, ROUGE-2 and ROUGE-L F1 (x 100, averaged over the texts) of ``rouge-score`` (Lin, 2004, "ROUGE: A
+    Package for Automatic Evaluation of Summaries", https://aclanthology.org/W04-1013; Google's re-implementation,
+    from the ``summarize`` extra). ``tokenize``: the words of a text (default: rouge-score's, lower-cased ASCII
+    letters and digits only; give one that keeps CJK characters for Chinese)."""
+    try:
+        from rouge_score import rouge_scorer
+    except ImportError:  # pragma: no cover - the extra is missing
+        raise ImportError("ROUGE needs rouge-score: pip install qkv[summarize]") from None
+    if len(hyps) != len(refs):
+        raise ValueError(f"{len(hyps)} outputs but {len(refs)} references")
+    if not hyps:
+        raise ValueError("no outputs to score")
+
+    class _Words:
+        def tokenize(self, text: str) -> list[str]:
+            return tokenize(text)
+
+    scorer = rouge_scorer.RougeScorer(["rouge1", "rouge2", "rougeL"],
+                                      tokenizer=_Words() if tokenize is not None else None)
+    totals = {"rouge1": 0.0, "rouge2": 0.0, "rougeL": 0.0}
+    for h, r in zip(hyps, refs, strict=True):
+        for name, score in scorer.score(r, h).items():
+            totals[name] += score.fmeasure
+    return {name: 100.0 * v / len(hyps) for name, v in totals.items()}
+
+
+def repeated_ngram_rate(outputs: Sequence[Sequence[str]], n: int = 3) -> float:
+    """The share of the ``n``-grams of the outputs (token lists) that repeat an earlier ``n``-gram of the same
+    output: 0 without repetition, near 1 for "the the the ..."; NaN when no output has ``n`` tokens."""
+    if n < 1:
+        raise ValueError(f"n must be at least 1, got {n}")
+    total = repeated = 0
+    for tokens in outputs:
+        seen: set[tuple[str, ...]] = set()
+        for i in range(len(tokens) - n + 1):
+            gram = tuple(tokens[i:i + n])
+            repeated += gram in seen
+            seen.add(gram)
+            total += 1
+    return repeated / total if total else math.nan
 
 
 # --------------------------------------------------------------------------- semantic segmentation

@@ -19,7 +19,7 @@ __all__ = ["APPLICATIONS", "application", "application_of", "load_predictor", "A
            "PageInput", "ViewInput"]
 
 #: the applications, in the order ``qkv train --help`` lists them (each a package ``qkv.tasks.NAME``)
-APPLICATIONS = ("translate", "sentiment", "images", "caption", "qa", "segment", "speech")
+APPLICATIONS = ("translate", "sentiment", "images", "caption", "qa", "segment", "summarize", "speech")
 
 
 def application(name: str) -> Application:

@@ -1,0 +1,100 @@
+"""Summarisation's options (:class:`SummarizeOptions`) and the trainer's preset (:func:`train_defaults`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ...options import check_options, option
+
+__all__ = ["SummarizeOptions", "train_defaults", "MODELS", "DEBIAN_FILE"]
+
+MODELS = ("pointer", "seq2seq", "transformer")
+#: where ``--data debian`` reads the package descriptions unless ``--debian-file`` says otherwise
+DEBIAN_FILE = "../shared/data/debian-descriptions.jsonl.gz"
+_GENERATED = ("debian", "facts")
+_RNN = {"model": ("pointer", "seq2seq")}
+_TRANSFORMER = {"model": ("transformer",)}
+_FACTS = {"data": ("facts",)}
+
+
+@dataclass
+class SummarizeOptions:
+    """What to train on and which model; the trainer's settings are in :class:`qkv.train.TrainConfig`."""
+
+    # data
+    data: str = option("debian", help="'debian' (package descriptions -> synopses), 'facts' (question + passage "
+                                      "-> answer) or a JSON Lines / CSV / TSV file or a directory of CNN/DailyMail "
+                                      ".story files")
+    debian_file: str = option(DEBIAN_FILE, applies={"data": ("debian",)},
+                              help="debian: the descriptions file (JSON Lines of package, summary, text)")
+    format: str = option("auto", choices=("auto", "jsonl", "csv", "tsv", "stories"), excludes={"data": _GENERATED},
+                         help="file: its format (auto: by the name; a directory is CNN/DailyMail stories)")
+    source_column: str = option("text", excludes={"data": _GENERATED}, help="file: the column of the texts")
+    target_column: str = option("summary", excludes={"data": _GENERATED}, help="file: the column of the summaries")
+    on_error: str = option("raise", choices=("raise", "skip"), excludes=_FACTS,
+                           help="bad rows: stop with file:line, or skip and count them")
+    max_examples: int | None = option(None, low=1, excludes=_FACTS,
+                                      help="read at most this many examples (whole near-duplicate families)")
+    lang: str = option("both", choices=("en", "zh", "both"), applies=_FACTS,
+                       help="facts: English, Chinese, or both mixed half and half")
+    n_train: int = option(20_000, low=1, applies=_FACTS, help="facts: training questions")
+    n_eval: int = option(1_000, low=2, applies=_FACTS, help="facts: questions in valid, test and test_phrasings each")
+    data_seed: int = option(0, low=0, help="seed of the split (and of the facts' generation)")
+    # tokens
+    vocab_size: int = option(20_000, low=8, help="most frequent words kept (the rest are <unk>, or copied)")
+    min_freq: int = option(2, low=1, help="words seen fewer times in training are outside the vocabulary")
+    max_source: int = option(120, low=1, help="source words read (the rest are cut)")
+    max_target: int = option(30, low=1, help="target words trained on (the rest are cut)")
+    # model
+    model: str = option("pointer", choices=MODELS,
+                        help="pointer (See et al.'s pointer-generator), seq2seq (the same without copying) or "
+                             "transformer (copy attention from its last cross-attention layer)")
+    embed_dim: int = option(128, low=1, applies=_RNN, help="pointer/seq2seq: word embedding size")
+    hidden_dim: int = option(256, low=2, applies=_RNN, help="pointer/seq2seq: decoder state and encoder output "
+                                                            "(both directions together)")
+    attn_dim: int | None = option(None, low=1, applies=_RNN, help="hidden size of the additive score "
+                                                                  "(default: hidden-dim)")
+    dim: int = option(128, low=2, applies=_TRANSFORMER, help="transformer: model width")
+    num_heads: int = option(4, low=1, applies=_TRANSFORMER, help="transformer: attention heads")
+    ffn_dim: int | None = option(None, low=1, applies=_TRANSFORMER, help="transformer: feed-forward width "
+                                 "(default: 4 x dim)")
+    num_layers: int = option(2, low=1, applies=_TRANSFORMER, help="transformer: layers in each stack")
+    dropout: float = option(0.1, low=0, high=0.99, help="dropout")
+    # coverage
+    coverage_from: int | None = option(None, low=0, applies={"model": ("pointer",)},
+                                       help="pointer: the training step from which coverage enters the attention "
+                                            "and the coverage loss is added (0: from the start; none: no coverage)")
+    coverage_weight: float = option(1.0, low=0, applies={"model": ("pointer",)},
+                                    help="pointer: weight of the coverage loss (See et al.: 1)")
+    # evaluation
+    eval_beam: int = option(1, low=1, help="beam of the evaluations during training (1 = greedy)")
+    eval_max: int = option(500, low=1, help="examples decoded per evaluation")
+    max_decode_len: int = option(40, low=1, help="longest output decoded, in words")
+
+    def __post_init__(self):
+        check_options(self)
+        if self.model == "transformer" and self.dim % self.num_heads:
+            raise ValueError(f"num_heads ({self.num_heads}) must divide dim ({self.dim})")
+        if self.model != "transformer" and self.hidden_dim % 2:
+            raise ValueError(f"hidden_dim ({self.hidden_dim}) must be even: it is split between two directions")
+        if self.coverage_weight != 1.0 and self.coverage_from is None:
+            raise ValueError("coverage_weight needs coverage_from (the step from which coverage is trained)")
+
+    @property
+    def coverage(self) -> bool:
+        """Whether the model has coverage (``coverage_from`` is set)."""
+        return self.coverage_from is not None
+
+    @property
+    def generated(self) -> bool:
+        return self.data in _GENERATED
+
+
+def train_defaults(options: SummarizeOptions):
+    """The trainer's settings for summarisation (the ``qkv train summarize`` defaults)."""
+    from ...train import TrainConfig
+
+    facts = options.data == "facts"
+    return TrainConfig(epochs=10 if facts else 5, batch_size=32, lr=1e-3, warmup_steps=100, schedule="cosine",
+                       weight_decay=0.0, clip_norm=2.0, monitor="exact_match" if facts else "rougeL",
+                       final_splits=("valid", "test", "test_phrasings") if facts else ("valid", "test"))
