@@ -182,3 +182,19 @@ def test_labels_outside_the_classes_are_errors():
         confusion_matrix(torch.tensor([0, 1]), torch.tensor([0, 7]), 3, ignore_index=255)
     with pytest.raises(ValueError, match="differ in shape"):
         confusion_matrix(torch.tensor([0, 1]), torch.tensor([0]), 3)
+
+
+def test_circular_padding_makes_the_features_shift_with_the_canvas(gen):
+    """Shifting a 64x64 canvas by one scene cell (32 pixels, the backbone's stride) shifts every feature map by as
+    many cells: with circular padding no feature can tell where it is; with zeros the borders tell."""
+    x = torch.randn(2, 3, 64, 64, generator=gen)
+    shifted = x.roll(32, dims=-1)
+    circular, zeros = tiny(padding="circular"), tiny()
+    with torch.no_grad():
+        for f, g, stride in zip(circular.backbone(x), circular.backbone(shifted), (8, 16, 32), strict=True):
+            torch.testing.assert_close(f.roll(32 // stride, dims=-1), g)
+        torch.testing.assert_close(circular.spatial_path(x).roll(4, dims=-1), circular.spatial_path(shifted))
+        f8, g8 = zeros.backbone(x)[0], zeros.backbone(shifted)[0]
+        assert not torch.allclose(f8.roll(4, dims=-1), g8, atol=1e-3)
+    with pytest.raises(ValueError, match="padding must be one of zeros, circular"):
+        tiny(padding="reflect")

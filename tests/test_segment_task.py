@@ -75,7 +75,7 @@ def test_segment_prints_labels_and_plots_the_attention(scenes_run, tmp_path, cap
     assert any(line.startswith("test2\t64x64\t") for line in lines)
     for name in ("odd", "test2"):
         picture = Image.open(plots / f"{name}.png")
-        assert f"wrote {plots / f'{name}.png'}" in lines and picture.size[0] > 3 * picture.size[1]
+        assert f"wrote {plots / f'{name}.png'}" in lines and picture.size[0] > 800 and picture.size[1] > 500
         a = np.asarray(picture.convert("L"), dtype=np.float64)
         assert a.std() > 20  # drawn, not blank
 
@@ -179,3 +179,13 @@ def test_segment_command_errors(scenes_run, tmp_path, capsys):
     assert "out of range" in capsys.readouterr().err
     assert main(["segment", str(scenes_run), "--index", "1", "--data", "scenes"]) == 2
     assert "go with --evaluate" in capsys.readouterr().err
+
+
+def test_padding_defaults_to_circular_on_scenes_only():
+    from qkv.tasks.segment import model_spec
+
+    assert model_spec(SegmentOptions(), num_classes=7, in_channels=1)["config"]["padding"] == "circular"
+    assert model_spec(SegmentOptions(data="folder"), num_classes=3, in_channels=3)["config"]["padding"] == "zeros"
+    spec = model_spec(SegmentOptions(model="fcn", padding="zeros"), num_classes=7, in_channels=1)
+    assert spec == {"name": "fcn", "config": {"num_classes": 7, "in_channels": 1, "widths": [64, 128, 256, 512],
+                                              "blocks": [2, 2, 2, 2], "head_dim": 64, "padding": "zeros"}}

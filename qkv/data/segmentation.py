@@ -104,7 +104,7 @@ def _scene(rng: np.random.Generator, pool: list[Tensor], n_classes: int, allow_h
     return canvas.to(torch.uint8), labels, held
 
 
-def make_segmentation_scenes(n_train: int = 4_000, n_valid: int = 200, n_test: int = 500, *, seed: int = 0,
+def make_segmentation_scenes(n_train: int = 10_000, n_valid: int = 500, n_test: int = 1_000, *, seed: int = 0,
                              root: str | None = None, sizes: tuple[int, int] = SEG_SIZES,
                              ignore_index: int = IGNORE) -> SegmentationData:
     """The three splits of labelled scenes (see the module docstring); classes ``background`` and the item words.

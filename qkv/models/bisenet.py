@@ -19,7 +19,8 @@ class scores from 1/32, 1/16 and 1/8 (each through a conv-BN-ReLU), summed from 
 What differs from the paper: every width is an argument (``widths``, ``spatial_widths``, ``dim``), so that a tiny
 network trains in seconds; as in the authors' released code, each ARM follows a 3x3 conv-BN-ReLU that brings the
 backbone's channels to ``dim``, and the context path's sums pass a 3x3 conv-BN-ReLU after each upsampling; the
-spatial path's kernels are 3x3. Any input size works: features are upsampled to the size of the level they join,
+spatial path's kernels are 3x3; ``padding="circular"`` (wrap-around padding, as the captioning CNN has on scenes)
+is an option. Any input size works: features are upsampled to the size of the level they join,
 and the logits to the input's.
 """
 
@@ -34,7 +35,7 @@ from torch import Tensor, nn
 from ..vision import AttentionRefinement, FeatureFusion
 from .resnet import BasicBlock
 
-__all__ = ["BiSeNet", "FCN", "ResNetBackbone", "ConvBNReLU", "SegmentationHead", "SEGMENTATION_MODELS"]
+__all__ = ["BiSeNet", "FCN", "ResNetBackbone", "ConvBNReLU", "SegmentationHead", "SEGMENTATION_MODELS", "PADDINGS"]
 
 
 def _ints(name: str, values: Sequence[int], n: int) -> tuple[int, ...]:
@@ -97,6 +98,24 @@ class ResNetBackbone(nn.Module):
         return f8, f16, self.layer4(f16)
 
 
+PADDINGS = ("zeros", "circular")
+
+
+def _set_padding(model: nn.Module, padding: str) -> None:
+    """``circular``: every padded convolution wraps around, and the stem's max-pool too (its own circular pad),
+    so that shifting the input by a multiple of 32 pixels (the backbone's stride) shifts every feature map alike:
+    no feature can tell where on the canvas it is."""
+    if padding not in PADDINGS:
+        raise ValueError(f"padding must be one of {', '.join(PADDINGS)}, got {padding!r}")
+    if padding == "zeros":
+        return
+    for m in model.modules():
+        if isinstance(m, nn.Conv2d) and any(m.padding):
+            m.padding_mode = "circular"
+        elif isinstance(m, ResNetBackbone):
+            m.stem[3] = nn.Sequential(nn.CircularPad2d(1), nn.MaxPool2d(3, 2, 0))
+
+
 def _init(model: nn.Module) -> None:
     for m in model.modules():
         if isinstance(m, nn.Conv2d):
@@ -113,7 +132,8 @@ class BiSeNet(nn.Module):
         spatial_widths: the spatial path's three convolutions.  dim: the context path's channels.
         fuse_dim: the FFM's output channels (default: spatial + context channels).  head_dim: the heads' hidden
         channels.  arm, ffm, spatial: keep the ARMs, the FFM, the spatial path (``spatial=False`` needs
-        ``ffm=True``, which then means nothing).  aux: the two auxiliary heads.
+        ``ffm=True``, which then means nothing).  aux: the two auxiliary heads.  padding: ``zeros`` or
+        ``circular`` (every convolution's, see :data:`PADDINGS`).
 
     Shapes: ``x (B, C_in, H, W) -> logits (B, K, H, W)`` for any ``H, W``. ``return_aux=True`` adds the auxiliary
     heads' logits (a list, ``(B, K, H, W)`` each; empty without them); ``return_attention=True`` adds
@@ -124,7 +144,7 @@ class BiSeNet(nn.Module):
     def __init__(self, num_classes: int, in_channels: int = 3, *, widths: Sequence[int] = (64, 128, 256, 512),
                  blocks: Sequence[int] = (2, 2, 2, 2), spatial_widths: Sequence[int] = (64, 64, 128), dim: int = 128,
                  fuse_dim: int | None = None, head_dim: int = 64, arm: bool = True, ffm: bool = True,
-                 spatial: bool = True, aux: bool = True):
+                 spatial: bool = True, aux: bool = True, padding: str = "zeros"):
         super().__init__()
         if not isinstance(num_classes, int) or num_classes < 2:
             raise ValueError(f"num_classes must be an integer of at least 2, got {num_classes!r}")
@@ -155,6 +175,7 @@ class BiSeNet(nn.Module):
         self.head = SegmentationHead(head_in, head_dim, num_classes)
         self.aux8 = SegmentationHead(dim, head_dim, num_classes) if aux else None
         self.aux16 = SegmentationHead(dim, head_dim, num_classes) if aux else None
+        _set_padding(self, padding)
         _init(self)
 
     def _refine(self, x: Tensor, conv: nn.Module, arm: nn.Module | None, maps: dict, name: str) -> Tensor:
@@ -206,7 +227,7 @@ class FCN(nn.Module):
     neither)."""
 
     def __init__(self, num_classes: int, in_channels: int = 3, *, widths: Sequence[int] = (64, 128, 256, 512),
-                 blocks: Sequence[int] = (2, 2, 2, 2), head_dim: int = 128):
+                 blocks: Sequence[int] = (2, 2, 2, 2), head_dim: int = 128, padding: str = "zeros"):
         super().__init__()
         if not isinstance(num_classes, int) or num_classes < 2:
             raise ValueError(f"num_classes must be an integer of at least 2, got {num_classes!r}")
@@ -214,6 +235,7 @@ class FCN(nn.Module):
         self.backbone = ResNetBackbone(in_channels, widths, blocks)
         c8, c16, c32 = self.backbone.widths[1:]
         self.score32, self.score16, self.score8 = (SegmentationHead(c, head_dim, num_classes) for c in (c32, c16, c8))
+        _set_padding(self, padding)
         _init(self)
 
     def forward(self, x: Tensor, *, return_aux: bool = False, return_attention: bool = False):

@@ -68,31 +68,34 @@ def _legend(ax, labels: Sequence[np.ndarray], class_names: Sequence[str]) -> Non
 def segmentation_figure(image, labels, class_names: Sequence[str], *, truth=None,
                         attention: Mapping[str, torch.Tensor] | None = None, ignore_index: int | None = 255,
                         title: str | None = None, path: str | Path | None = None):
-    """One row: the image, the predicted ``labels (H, W)`` coloured (a legend of the classes shown), the true
-    labels when ``truth`` is given (ignored pixels white), then a bar chart of each channel-weight vector of
-    ``attention`` (``{"arm16": (C,), "arm32": (C,), "ffm": (C,)}``, in [0, 1]). Saved to ``path`` when given
-    (the figure is then closed); returns the figure."""
+    """The image, the predicted ``labels (H, W)`` coloured (a legend of the classes shown) and the true labels when
+    ``truth`` is given (ignored pixels white) in a row; below them a bar chart of each channel-weight vector of
+    ``attention`` (``{"arm16": (C,), "arm32": (C,), "ffm": (C,)}``, in [0, 1]). Saved to ``path`` when given (the
+    figure is then closed); returns the figure."""
     plt = _pyplot()
     k = len(class_names)
-    pred = colorize(labels, k, ignore_index=None)
     shown = [np.asarray(labels.cpu() if isinstance(labels, torch.Tensor) else labels)]
-    panels = [("image", to_image(image)), ("predicted", pred)]
+    panels = [("image", to_image(image)), ("predicted", colorize(labels, k, ignore_index=None))]
     if truth is not None:
         panels.append(("true", colorize(truth, k, ignore_index=ignore_index)))
         shown.append(np.asarray(truth.cpu() if isinstance(truth, torch.Tensor) else truth))
     bars = dict(attention or {})
-    n = len(panels) + len(bars)
-    fig, axes = plt.subplots(1, n, figsize=(2.6 * len(panels) + 3.0 * len(bars) + 1.0, 2.8), squeeze=False)
-    for ax, (name, picture) in zip(axes[0], panels, strict=False):
+    cols = max(len(panels), len(bars), 1)
+    rows = 2 if bars else 1
+    fig = plt.figure(figsize=(3.1 * cols + 1.2, 2.9 * rows + (0.3 if title else 0)))
+    grid = fig.add_gridspec(rows, cols)
+    for j, (name, picture) in enumerate(panels):
+        ax = fig.add_subplot(grid[0, j])
         ax.imshow(picture, cmap="gray" if picture.ndim == 2 else None, interpolation="nearest")
         ax.set_title(name, fontsize=9)
         ax.set_xticks([])
         ax.set_yticks([])
-    _legend(axes[0][len(panels) - 1], shown, class_names)
+    _legend(fig.axes[-1], shown, class_names)
     names = {"arm16": "ARM at 1/16", "arm32": "ARM at 1/32", "ffm": "FFM"}
-    for ax, (name, w) in zip(axes[0][len(panels):], bars.items(), strict=True):
+    for j, (name, w) in enumerate(bars.items()):
         w = w.detach().float().cpu().flatten()
-        channel_bars(w, ax=ax, title=f"{names.get(name, name)}: {w.numel()} channels, mean {float(w.mean()):.2f}")
+        channel_bars(w, ax=fig.add_subplot(grid[1, j]),
+                     title=f"{names.get(name, name)}: {w.numel()} channels, mean {float(w.mean()):.2f}")
     if title:
         fig.suptitle(title, fontsize=10)
     if path is not None:

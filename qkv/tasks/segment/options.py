@@ -20,9 +20,9 @@ class SegmentOptions:
     # data
     data: str = option("scenes", help="'scenes' (generated Fashion-MNIST scenes with label maps) or a folder of "
                        "images with label PNGs (images/ + labels/, or VOC's JPEGImages/ + SegmentationClass/)")
-    n_train: int = option(4_000, low=1, applies=_SCENES, help="generated training scenes")
-    n_valid: int = option(200, low=1, applies=_SCENES, help="generated validation scenes")
-    n_test: int = option(500, low=1, applies=_SCENES, help="generated test scenes")
+    n_train: int = option(10_000, low=1, applies=_SCENES, help="generated training scenes")
+    n_valid: int = option(500, low=1, applies=_SCENES, help="generated validation scenes")
+    n_test: int = option(1_000, low=1, applies=_SCENES, help="generated test scenes")
     scenes_root: str | None = option(None, applies=_SCENES, help="Fashion-MNIST IDX folder for the scenes "
                                      "(default: /usr/share/datasets/fashion-mnist, else scikit-learn digits)")
     image_size: int = option(128, low=8, excludes=_SCENES, help="folder: images and labels are resized to this "
@@ -59,6 +59,10 @@ class SegmentOptions:
     head_dim: int = option(64, low=1, help="hidden channels of the segmentation heads")
     aux_weight: float = option(1.0, low=0, applies=_BISENET,
                                help="bisenet: weight of the two auxiliary heads' losses (0: no auxiliary heads)")
+    padding: str | None = option(None, choices=("zeros", "circular"),
+                                 help="the convolutions' padding; circular: an item gives the same features in "
+                                      "every cell, so none can say where it is (default: circular on scenes, zeros "
+                                      "otherwise)")
     eval_batch: int = option(64, low=1, help="images per forward pass in evaluation")
 
     def __post_init__(self):
@@ -70,6 +74,11 @@ class SegmentOptions:
                 raise ValueError(f"{name} must be {n} numbers, got {getattr(self, name)}")
         if self.num_classes is not None and self.ignore_index < self.num_classes:
             raise ValueError(f"ignore_index {self.ignore_index} is one of the {self.num_classes} classes")
+
+    @property
+    def padding_mode(self) -> str:
+        """The padding actually used: ``padding``, or circular on scenes and zeros otherwise."""
+        return self.padding or ("circular" if self.data == "scenes" else "zeros")
 
     @property
     def variant(self) -> str:

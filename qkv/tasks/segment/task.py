@@ -36,7 +36,7 @@ def model_spec(options: SegmentOptions, *, num_classes: int, in_channels: int) -
     """``{"name", "config"}`` for :func:`qkv.models.create`."""
     o = options
     config: dict[str, Any] = {"num_classes": num_classes, "in_channels": in_channels, "widths": list(o.widths),
-                              "blocks": list(o.blocks), "head_dim": o.head_dim}
+                              "blocks": list(o.blocks), "head_dim": o.head_dim, "padding": o.padding_mode}
     if o.model == "bisenet":
         config.update(spatial_widths=list(o.spatial_widths), dim=o.dim, arm=o.arm, ffm=o.ffm,
                       spatial=not o.context_only, aux=o.aux_weight > 0)
