@@ -1,8 +1,17 @@
 """Generated fact passages with questions, in English and Chinese, for question answering (deterministic).
 
-A passage states one to four facts, each about a different *thing* (an invention, a theory, an equation, a law),
-who brought it out (a person), when (a year), where (a city) and sometimes at which organisation. Questions ask
-who / when / where / what, each in several phrasings; the answer is a span of the passage (character offsets).
+A passage states one to four facts, each about a different *thing* (an invention, a theory, an equation, a
+building, a discovery, a written work), who brought it out (a person), when (a year), where (a city) and sometimes
+at which organisation; some facts leave out the person or the place, and some hold numbers that are not years (an
+age, a count) beside the year. Questions ask who / when / where / what, each in seven to ten phrasings; the answer
+is a span of the passage (character offsets).
+
+So that a reader learns what a question asks rather than the generator's wording, the facts vary what real text
+varies: each kind of thing has its own verbs (invented, patented, completed, opened, isolated, wrote...; 发明, 建成,
+分离出, 出版...) used in the passage and the question alike, names are one to three words (double-barrelled
+surnames, Chinese transliterations with "-" or 夫人, places with or without 城/港...), and a thing may be a bare name
+("Curie discovered polonium") as well as "the Kavo engine". ``tests/data/qa/handwritten-*.tsv`` holds real
+single-sentence facts outside these templates that ``benchmarks/qa.py`` scores a trained reader on.
 
 Memorising cannot pass: the entities of the valid and test splits (people, things, cities, organisations and years)
 never occur in the training split -- for English every name *word* of the held-out entities is absent from the
@@ -22,7 +31,27 @@ Example::
 from __future__ import annotations
 
 import random
+import re
 from dataclasses import dataclass, field
+
+from .fact_templates import (  # noqa: F401 - the tables, also imported from here by tests
+    _EN_FACTS,
+    _EN_INTRANSITIVE,
+    _EN_ORGS,
+    _EN_QUESTIONS,
+    _EN_SYLLABLES,
+    _EN_THINGS,
+    _ZH_CITY_SUFFIX,
+    _ZH_FACTS,
+    _ZH_GIVEN,
+    _ZH_ORGS,
+    _ZH_QUESTIONS,
+    _ZH_SURNAMES,
+    _ZH_THING_CHARS,
+    _ZH_THINGS,
+    _ZH_TRANSLIT,
+    HELD_OUT_PHRASINGS,
+)
 
 __all__ = ["QAExample", "QACorpus", "fact_corpus", "SPLITS", "LANGS", "QUESTION_KINDS", "entity_names"]
 
@@ -70,28 +99,6 @@ class QACorpus:
 
 # ------------------------------------------------------------------------------------------------ entities
 
-_EN_SYLLABLE_TEXT = ("ka ro ven mar tel dri san lo mi qua bel tor fen gar zu li pra nos ael dun vik hel ost rin "
-                      "bra col dem fal gil hor jun kel lum mon nar per quin ras sil tam ul vor wen yel zan tis "
-                      "cor del eri fro gan ira jor lin mer nel ori pal rud sev tev ubi val wil xan")
-_EN_SYLLABLES = tuple(_EN_SYLLABLE_TEXT.split())
-_EN_THINGS = {"invention": (("engine", "machine", "telescope", "lamp", "compass", "battery", "loom", "pump"),
-                            ("invented", "built", "designed")),
-              "theory": (("theory", "principle", "hypothesis", "model"), ("proposed", "formulated", "put forward")),
-              "equation": (("equation", "law", "formula", "theorem"), ("derived", "discovered", "stated"))}
-_EN_ORGS = ("Institute", "Society", "Academy", "University", "Laboratory", "College", "Observatory")
-
-_ZH_SURNAMES = ("王李张刘陈杨黄赵吴周徐孙马朱胡郭何高林罗郑梁谢宋唐许韩冯邓曹彭曾肖田董袁潘蒋蔡余杜叶程苏魏"
-                "吕丁任沈姚卢姜崔钟谭陆汪范金石廖贾夏韦付方白邹孟熊秦邱江尹薛闫段雷侯龙史陶黎贺顾毛郝龚邵万"
-                "钱严覃武戴莫孔向汤")
-_ZH_GIVEN = ("明华伟芳娜敏静丽强磊军洋勇艳杰涛超秀霞平刚桂英玉兰萍红鹏飞志文建国新春海波宁欣佳嘉怡晨宇浩"
-             "然子轩博雅思源泽睿琪瑞辰昊天翔云")
-_ZH_TRANSLIT = ("阿巴卡达埃费加哈伊拉马纳奥帕萨塔维斯坦因爱尔克特森顿林普莱诺贝里德利洛夫曼托尼亚欧兹基柯罗"
-                "索布")
-_ZH_THING_CHARS = ("质能光电磁热声力波粒量子场核频谱相流晶熵引星云原动静压速时空弦链环轨射")
-_ZH_THINGS = {"theory": ("理论", "假说", "原理", "模型"), "equation": ("方程", "定律", "公式", "定理"),
-              "invention": ("机", "仪", "灯", "泵", "望远镜", "电池")}
-_ZH_CITY_SUFFIX = ("城", "堡", "港", "镇", "市")
-_ZH_ORGS = ("研究所", "学会", "科学院", "大学", "实验室", "天文台")
 
 
 def _en_words(rng: random.Random, n: int) -> list[str]:
@@ -116,9 +123,22 @@ def _en_entities(rng: random.Random, words: list[str], years: list[int], n: int)
     def pick(k):
         return rng.sample(words, k)
 
-    people = sorted({" ".join(pick(2)) for _ in range(n)})
-    things = sorted({(f"{pick(1)[0]} {rng.choice(_EN_THINGS[k][0])}", k) for k in _EN_THINGS for _ in range(n // 3)})
-    places = sorted({pick(1)[0] for _ in range(n // 2)})
+    def person():  # one to three name words, sometimes a double-barrelled surname (Berners-Lee)
+        k = rng.choice((1, 2, 2, 2, 2, 3, 3))
+        name = pick(k)
+        if k >= 2 and rng.random() < 0.15:
+            name[-1] = f"{name[-1]}-{pick(1)[0]}"
+        return " ".join(name)
+
+    def thing(kind):  # Kavo engine, Kavo Tel bridge, or a bare name (polonium, Principia)
+        r = rng.random()
+        if r < 0.2:
+            return pick(1)[0]
+        return " ".join(pick(2 if r > 0.85 else 1) + [rng.choice(_EN_THINGS[kind][0])])
+
+    people = sorted({person() for _ in range(n)})
+    things = sorted({(thing(k), k) for k in _EN_THINGS for _ in range(n // 3)})
+    places = sorted({" ".join(pick(2 if rng.random() < 0.2 else 1)) for _ in range(n // 2)})
     orgs = sorted({f"{pick(1)[0]} {rng.choice(_EN_ORGS)}" for _ in range(n // 3)})
     return _Entities(people, things, places, orgs, years)
 
@@ -127,10 +147,21 @@ def _zh_entities(rng: random.Random, years: list[int], n: int) -> _Entities:
     def chars(pool, lo, hi):
         return "".join(rng.choice(pool) for _ in range(rng.randint(lo, hi)))
 
+    def translit():  # 阿巴卡, 伯纳斯-李, 居里夫人
+        r = rng.random()
+        if r < 0.15:
+            return chars(_ZH_TRANSLIT, 2, 3) + "-" + chars(_ZH_TRANSLIT, 1, 2)
+        return chars(_ZH_TRANSLIT, 2, 4) + ("夫人" if r > 0.93 else "")
+
+    def thing(kind):  # 质能方程, 埃菲尔铁塔
+        pool = _ZH_THING_CHARS if rng.random() < 0.6 else _ZH_TRANSLIT
+        return chars(pool, 2, 3 if pool is _ZH_TRANSLIT else 2) + rng.choice(_ZH_THINGS[kind][0])
+
     people = {rng.choice(_ZH_SURNAMES) + chars(_ZH_GIVEN, 1, 2) for _ in range(n // 2)}
-    people |= {chars(_ZH_TRANSLIT, 3, 4) for _ in range(n // 2)}
-    things = {(chars(_ZH_THING_CHARS, 2, 2) + rng.choice(_ZH_THINGS[k]), k) for k in _ZH_THINGS for _ in range(n // 3)}
-    places = {chars(_ZH_TRANSLIT, 2, 3) + rng.choice(_ZH_CITY_SUFFIX) for _ in range(n // 2)}
+    people |= {translit() for _ in range(n // 2)}
+    things = {(thing(k), k) for k in _ZH_THINGS for _ in range(n // 3)}
+    places = {chars(_ZH_TRANSLIT, 2, 3) + (rng.choice(_ZH_CITY_SUFFIX) if rng.random() < 0.5 else "")
+              for _ in range(n // 2)}
     orgs = {chars(_ZH_TRANSLIT, 2, 2) + rng.choice(_ZH_ORGS) for _ in range(n // 3)}
     return _Entities(sorted(people), sorted(things), sorted(places), sorted(orgs), years)
 
@@ -170,48 +201,13 @@ def entity_names(lang: str, seed: int = 0, n: int = 600) -> dict[str, set[str]]:
     return out
 
 
-# ------------------------------------------------------------------------------------------------ templates
-# A fact template marks its slots {thing} {person} {year} {place} {org} {verb}; every slot is a possible answer.
 
-_EN_FACTS = (
-    "The {thing} was {verb} by {person} in {year} in {place}.",
-    "{person} {verb} the {thing} in {place} in {year}.",
-    "In {year}, {person} {verb} the {thing} at the {org} in {place}.",
-    "The {thing} was {verb} in {place} by {person}, who worked at the {org}, in {year}.",
-    "Working in {place}, {person} {verb} the {thing} in {year}.",
-)
-# (kind, answer slot, phrasings); the last phrasing of each kind is held out of training
-_EN_QUESTIONS = {
-    "who": ("person", ("Who {verb} the {thing}?", "Which person {verb} the {thing}?", "By whom was the {thing} {verb}?",
-                       "Name the person who {verb} the {thing}.", "The {thing} is the work of whom?")),
-    "when": ("year", ("When was the {thing} {verb}?", "In which year was the {thing} {verb}?",
-                      "What year did {person} give us the {thing}?", "In what year did the {thing} appear?",
-                      "The {thing} dates from which year?")),
-    "where": ("place", ("Where was the {thing} {verb}?", "In which city was the {thing} {verb}?",
-                        "Where did {person} work on the {thing}?", "In what place did the {thing} appear?",
-                        "The {thing} comes from which city?")),
-    "what": ("thing", ("What did {person} give us in {year}?", "Which {noun} did {person} bring out?",
-                       "What is {person} known for?", "Name the {noun} of {person}.",
-                       "{person} is remembered for which work?")),
-}
-_ZH_FACTS = (
-    "{thing}由{person}于{year}年提出。",
-    "{person}于{year}年在{place}提出了{thing}。",
-    "{year}年,{person}在{place}的{org}提出了{thing}。",
-    "{thing}是{person}在{place}提出的,时间是{year}年。",
-    "在{place}工作的{person}于{year}年提出{thing}。",
-)
-_ZH_QUESTIONS = {
-    "who": ("person", ("{thing}是谁提出的?", "谁提出了{thing}?", "哪位学者提出了{thing}?", "{thing}的提出者是谁?",
-                       "{thing}出自何人之手?")),
-    "when": ("year", ("{thing}是什么时候提出的?", "{thing}是哪一年提出的?", "{person}在哪一年提出了{thing}?",
-                      "{thing}提出于哪一年?", "{thing}诞生于何时?")),
-    "where": ("place", ("{thing}是在哪里提出的?", "{thing}是在哪个城市提出的?", "{person}在哪里提出了{thing}?",
-                        "{thing}在什么地方提出?", "{thing}诞生于何地?")),
-    "what": ("thing", ("{person}提出了什么?", "{person}在{year}年提出了什么?", "{person}的成果是什么?",
-                       "{person}以什么闻名?", "{person}留下了哪项成果?")),
-}
-HELD_OUT_PHRASINGS = 1  # the last phrasing of every kind
+
+_ENTITY_SLOTS = frozenset(("thing", "person", "year", "place", "org"))
+
+
+def _slots(template: str) -> set[str]:
+    return set(re.findall(r"\{(\w+)\}", template))
 
 
 def _render(template: str, slots: dict[str, str]) -> tuple[str, dict[str, tuple[int, int]]]:
@@ -249,9 +245,17 @@ def _passage(rng: random.Random, lang: str, ents: _Entities, n_facts: int):
     parts, facts, offset = [], [], 0
     for f in range(n_facts):
         name, kind = things[f]
-        verb = rng.choice(_EN_THINGS[kind][1]) if lang == "en" else "提出"
         slots = {"thing": name, "person": people[f], "year": str(years[f]), "place": places[f],
-                 "org": rng.choice(ents.orgs), "verb": verb}
+                 "org": rng.choice(ents.orgs), "age": str(rng.randint(20, 80)), "count": str(rng.randint(3, 400))}
+        if lang == "en":
+            nouns, verbs = _EN_THINGS[kind]
+            slots["verb"], slots["pp"], slots["base"] = rng.choice(verbs)
+            slots["intr"] = rng.choice(_EN_INTRANSITIVE.get(kind, ("appear", "come about")))
+            bare = " " not in name
+            slots["the"], slots["The"] = ("", "") if bare else ("the ", "The ")
+            slots["noun"] = rng.choice(nouns) if bare else name.split()[-1]
+        else:
+            slots["verb"] = rng.choice(_ZH_THINGS[kind][1])
         text, spans = _render(rng.choice(facts_t), slots)
         if f:
             offset += len(sep)
@@ -269,12 +273,18 @@ def _examples(rng: random.Random, lang: str, ents: _Entities, n: int, phrasings:
         context, facts = _passage(rng, lang, ents, rng.choice((1, 2, 3, 3, 4, 4)))
         for _ in range(min(3, n - len(out))):
             slots, kind, spans = rng.choice(facts)
-            qkind = rng.choice([k for k in QUESTION_KINDS if questions[k][0] in spans])
-            slot, templates = questions[qkind]
-            pool = templates[-HELD_OUT_PHRASINGS:] if phrasings == "held_out" else templates[:-HELD_OUT_PHRASINGS]
-            template = rng.choice(pool)
-            noun = slots["thing"].split()[-1] if lang == "en" else ""
-            question, _ = _render(template, {**slots, "noun": noun})
+            pools = {}  # per kind whose answer the fact states, the phrasings that name only what it states
+            for k in QUESTION_KINDS:
+                slot, templates = questions[k]
+                held = templates[-HELD_OUT_PHRASINGS:] if phrasings == "held_out" else templates[:-HELD_OUT_PHRASINGS]
+                pool = [t for t in held if _ENTITY_SLOTS.intersection(_slots(t)) <= spans.keys()]
+                if slot in spans and pool:
+                    pools[k] = pool
+            if not pools:
+                continue
+            qkind = rng.choice(sorted(pools))
+            slot = questions[qkind][0]
+            question, _ = _render(rng.choice(pools[qkind]), slots)
             a, b = spans[slot]
             out.append(QAExample(context, question, [context[a:b]], a, b, qkind))
     return out
