@@ -24,6 +24,7 @@ from pathlib import Path
 import torch
 
 from qkv.models import create
+from qkv.options import default_of, option_fields, why_not
 from qkv.tasks.segment import SegmentOptions, SegmentTask, model_spec, train_defaults
 from qkv.train import train
 
@@ -32,7 +33,16 @@ VARIANTS = {"bisenet": {}, "bisenet-noarm": {"arm": False}, "bisenet-noffm": {"f
 
 
 def _options(variant: str, args) -> SegmentOptions:
-    return SegmentOptions(**{**json.loads(args.options), **VARIANTS[variant]})
+    """``--options`` with the variant's settings, less the options that do not apply to it (e.g. the spatial path's
+    widths for the FCN)."""
+    values = {**json.loads(args.options), **VARIANTS[variant]}
+    specs = {f.name: (f, spec) for f, spec in option_fields(SegmentOptions)}
+
+    def value_of(name):
+        return values.get(name, default_of(specs[name][0]))
+
+    return SegmentOptions(**{k: v for k, v in values.items() if k in VARIANTS[variant]
+                             or why_not(specs[k][1], k, value_of) is None})
 
 
 def latency(variant: str, args, size: int, repeats: int) -> float:

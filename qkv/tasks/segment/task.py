@@ -115,7 +115,7 @@ class SegmentTask(Task):
     """
 
     name = "segment"
-    unit = "images"
+    unit = "pixels"  #: what loss counts: the scored (not ignored) pixels
 
     def __init__(self, options: SegmentOptions, data: SegmentationData | None = None):
         self.options = options
