@@ -27,9 +27,13 @@ from qkv.models import (
     sknet50,
     upgrade_state_dict,
 )
+from qkv.models.bisenet import FCN, BiSeNet
 from qkv.models.captioning import FixedCaptioner, HardCaptioner, SoftCaptioner, TransformerCaptioner
 from qkv.models.legacy import RENAMES
+from qkv.models.pointer import PointerGenerator, TransformerPointer
 from qkv.models.reading import AttentiveReader, BiDAFReader, TransformerReader
+from qkv.models.speech import LAS, CTCModel
+from qkv.models.speech_transformer import SpeechTransformer
 
 V1 = Path(__file__).parent / "data" / "v1"
 
@@ -66,6 +70,15 @@ CASES = {
         ("attentive-reader", AttentiveReader, {"vocab_size": 30, "embed_dim": 8, "hidden_dim": 12}),
         ("bidaf-reader", BiDAFReader, {"vocab_size": 30, "embed_dim": 8, "hidden_dim": 12, "score": "additive"}),
         ("transformer-reader", TransformerReader, {"vocab_size": 30, "dim": 16, "num_heads": 2, "num_layers": 1}),
+        ("speech-las", LAS, {"vocab_size": 12, "n_mels": 8, "hidden_dim": 8, "num_layers": 3, "decoder_dim": 12,
+                             "attn_dim": 6, "score": "location", "filters": 2, "kernel_size": 3, "ctc": True}),
+        ("speech-ctc", CTCModel, {"vocab_size": 12, "n_mels": 8, "hidden_dim": 8, "num_layers": 3}),
+        ("speech-transformer", SpeechTransformer, {"vocab_size": 12, "n_mels": 8, "dim": 16, "num_heads": 2}),
+        ("bisenet", BiSeNet, {"num_classes": 3, "in_channels": 1, "widths": [4, 8, 8, 16]}),
+        ("fcn", FCN, {"num_classes": 3, "in_channels": 1, "widths": [4, 8, 8, 16]}),
+        ("pointer", PointerGenerator, {"vocab": 20, "embed_dim": 8, "hidden_dim": 12, "attn_dim": 6}),
+        ("transformer-pointer", TransformerPointer, {"vocab": 20, "dim": 16, "num_heads": 2, "ffn_dim": 24,
+                                                     "num_layers": 1}),
     )},
 }
 
