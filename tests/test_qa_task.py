@@ -22,7 +22,7 @@ from qkv.tasks.qa.encode import collate_qa, encode_example
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 TINY = ["--n-train", "1500", "--n-eval", "100", "--embed-dim", "16", "--hidden-dim", "32", "--dropout", "0",
-        "--lr", "1e-2", "--warmup-steps", "0", "--no-progress"]
+        "--lr", "1e-2", "--warmup-steps", "0", "--epochs", "3", "--no-progress"]
 CONTEXT = "The Kavo engine was invented by Mira Tel in 1905."
 
 
