@@ -94,7 +94,8 @@ class CTCPrefixScorer(PrefixScorer):
         for banned in self.banned:
             psi[:, banned] = _NEG
         scores = self.weight * (psi - state["psi"][:, None])
-        scores = torch.nan_to_num(scores, nan=_NEG)  # -inf - -inf: a prefix CTC cannot give
+        impossible = torch.isneginf(state["psi"])[:, None] | torch.isnan(scores)  # g itself cannot be output
+        scores = scores.masked_fill(impossible, _NEG)
         return scores, {"r": r, "psi": psi, "x": x, "len": length}
 
     def select(self, candidates: dict, rows: Tensor, tokens: Tensor) -> dict:

@@ -113,8 +113,8 @@ class Listener(nn.Module):
         x = features
         if self.kind == "conv":
             x = x.transpose(1, 2)
-            for conv in self.convs:
-                x = F.gelu(conv(x))
+            for conv in self.convs:  # padding zeroed first: a frame near the end reads no padding
+                x = F.gelu(conv(x * frames_mask(lengths, x.shape[-1])[:, None]))
                 lengths = (lengths + 1) // 2
             x = x.transpose(1, 2)
         num = len(self.layers)

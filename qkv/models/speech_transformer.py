@@ -51,8 +51,8 @@ class SpeechTransformer(nn.Module):
 
     def _listen(self, features: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         x = features.transpose(1, 2)
-        for conv in self.convs:
-            x = F.gelu(conv(x))
+        for conv in self.convs:  # padding zeroed first: a frame near the end reads no padding
+            x = F.gelu(conv(x * frames_mask(lengths, x.shape[-1])[:, None]))
             lengths = (lengths + 1) // 2
         x = x.transpose(1, 2)
         lengths = lengths.clamp(min=1, max=x.shape[1])

@@ -1,0 +1,128 @@
+"""Speech recognition on generated speech: the recognisers side by side, and Debian's pocketsphinx beside them.
+
+    python benchmarks/speech.py                                  # digits, every model, 4 minutes each
+    python benchmarks/speech.py --data sentences --minutes 30 --models las-location,hybrid
+    python benchmarks/speech.py --quick                          # a few steps, a smoke test
+
+Each model trains with the project's trainer and the ``qkv train speech`` defaults (batch 32, lr 1e-3, cosine) on
+one CPU thread for ``--minutes`` (the trainer's ``max_minutes``: the schedule ends with the budget); the best
+weights on the validation split (unseen texts, training voices) are then scored, greedy, on
+
+* ``test``: unseen texts spoken by voices never heard in training (speaker-independent);
+* ``long``: 2-3 test texts joined, longer than any training utterance (Chorowski et al.'s claim: content-only
+  attention loses its place there, location-aware attention keeps it).
+
+Models: ``las-content``, ``las-location`` (Listen, Attend and Spell with either score), ``hybrid`` (las-location with
+a CTC head, ``--ctc-weight 0.3``, decoded jointly with CTC prefix scores at beam 4), ``ctc`` (no attention),
+``transformer``. ``pocketsphinx`` (``pocketsphinx_continuous`` with ``pocketsphinx-en-us``, a recogniser trained on
+real speech with a general English language model) transcribes the same test audio when it is installed.
+Printed: WER and CER (%, jiwer) per split, the training time and steps, and the parameters.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from qkv.tasks.speech import (  # noqa: E402
+    SpeechOptions,
+    SpeechTask,
+    Transcriber,
+    load_data,
+    speech_metrics,
+    train_defaults,
+)
+from qkv.train import train  # noqa: E402
+
+MODELS = {
+    "las-content": {"model": "las", "score": "content"},
+    "las-location": {"model": "las", "score": "location"},
+    "hybrid": {"model": "las", "score": "location", "ctc_weight": 0.3},
+    "ctc": {"model": "ctc"},
+    "transformer": {"model": "transformer"},
+}
+
+
+def pocketsphinx(utterances) -> dict[str, float] | None:
+    """WER/CER of ``pocketsphinx_continuous`` (US English model) on the utterances; None when not installed."""
+    tool = shutil.which("pocketsphinx_continuous")
+    if tool is None:
+        return None
+    hyps = []
+    for u in utterances:
+        done = subprocess.run([tool, "-infile", u.audio, "-logfn", "/dev/null"], capture_output=True, text=True)
+        hyps.append(" ".join(done.stdout.split()).lower())
+    return speech_metrics(hyps, [u.text for u in utterances])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--data", default="digits", choices=("digits", "sentences"))
+    parser.add_argument("--models", default=",".join(MODELS))
+    parser.add_argument("--minutes", type=float, default=4.0, help="training budget per model")
+    parser.add_argument("--beam", type=int, default=1)
+    parser.add_argument("--n-train", type=int, default=None)
+    parser.add_argument("--max-test", type=int, default=200, help="utterances scored per split")
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--out", default=None, help="keep the runs here (default: a temporary folder)")
+    parser.add_argument("--json", default=None)
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    logging.basicConfig(level=logging.WARNING)
+    extra = {"n_train": 200, "n_valid": 20, "n_test": 20, "n_long": 10} if args.quick else \
+        ({"n_train": args.n_train} if args.n_train else {})
+    data = load_data(SpeechOptions(data=args.data, **extra))
+    print(f"# speech, {args.data}: {', '.join(f'{len(u)} {s}' for s, u in data.splits.items())}; "
+          f"{platform.machine()}, torch {torch.__version__}, 1 thread, {args.minutes} min per model")
+    results = {}
+    tmp = tempfile.mkdtemp(prefix="qkv-speech-")
+    root = Path(args.out or tmp)
+    print("| model | params | steps | minutes | test WER | test CER | long WER | long CER |")
+    print("|---|---|---|---|---|---|---|---|")
+    for name in args.models.split(","):
+        options = SpeechOptions(data=args.data, **extra, **MODELS[name])
+        config = train_defaults(options).replace(max_minutes=args.minutes, out=str(root / name), progress=False,
+                                                 epochs=1000)
+        if args.quick:
+            config = config.replace(max_steps=5, eval_every=0)
+        started = time.time()
+        result = train(SpeechTask(options, data), config)
+        minutes = (time.time() - started) / 60
+        transcriber = Transcriber.load(root / name, "cpu")
+        transcriber._data = data
+        beam = 4 if name == "hybrid" and args.beam == 1 else args.beam
+        row = {s: transcriber.evaluate(split=s, limit=args.max_test, beam=beam) for s in ("test", "long")}
+        params = sum(p.numel() for p in transcriber.model.parameters())
+        results[name] = {**{f"{s}_{k}": v for s, m in row.items() for k, v in m.items()}, "params": params,
+                         "steps": result.state.global_step, "minutes": minutes}
+        steps = result.state.global_step
+        print(f"| {name} | {params / 1e6:.2f}M | {steps} | {minutes:.1f} | {row['test']['wer']:.1f} | "
+              f"{row['test']['cer']:.1f} | {row['long']['wer']:.1f} | {row['long']['cer']:.1f} |", flush=True)
+    sphinx = {s: pocketsphinx(data.split(s)[: args.max_test]) for s in ("test", "long")}
+    if sphinx["test"] is not None:
+        results["pocketsphinx"] = {f"{s}_{k}": v for s, m in sphinx.items() for k, v in m.items()}
+        print(f"| pocketsphinx (en-us) | - | - | - | {sphinx['test']['wer']:.1f} | {sphinx['test']['cer']:.1f} | "
+              f"{sphinx['long']['wer']:.1f} | {sphinx['long']['cer']:.1f} |")
+    else:
+        print("pocketsphinx_continuous is not installed: no baseline (apt install pocketsphinx pocketsphinx-en-us)")
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=2) + "\n")
+    if not args.out:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
