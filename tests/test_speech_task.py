@@ -189,3 +189,21 @@ def test_cli_hostile_inputs_are_one_line_errors(tiny, tmp_path):
     assert code == 0 and "1 utterances" in out and "1 skipped" in out, err
     code, _, err = run(["train", "speech", "--data", "digits", "--model", "ctc", "--score", "content"])
     assert code == 2 and "score" in err
+
+
+def test_speech_alignment_picture(tmp_path, gen):
+    from qkv.viz.speech import speech_alignment
+
+    feats = torch.randn(120, 20, generator=gen)
+    attn = torch.softmax(torch.randn(4, 30, generator=gen), -1)
+    ctc = torch.log_softmax(torch.randn(30, 6, generator=gen) * 3, -1)
+    path = speech_alignment(feats, list("one"), attn, ctc=ctc, vocab=["<pad>", "<s>", "</s>", "o", "n", "e"],
+                            title="one", path=tmp_path / "a.png")
+    assert path.stat().st_size > 5000
+    assert speech_alignment(feats, [], None, ctc=ctc, path=tmp_path / "ctc.png").is_file()  # CTC alone
+    with pytest.raises(ValueError, match="attention must be"):
+        speech_alignment(feats, list("on"), attn)
+    with pytest.raises(ValueError, match="nothing to draw"):
+        speech_alignment(feats, list("one"))
+    with pytest.raises(ValueError, match="ctc must be"):
+        speech_alignment(feats, list("one"), attn, ctc=ctc, vocab=["a"])

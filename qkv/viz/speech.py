@@ -45,7 +45,7 @@ def speech_alignment(features: Tensor, tokens: Sequence[str], attention: Tensor 
         raise ValueError(f"ctc must be (S, V) with V = len(vocab), got {tuple(ctc.shape)}")
     seconds = features.shape[0] * _HOP_S
     panels = 1 + (attention is not None) + (ctc is not None)
-    heights = [1.2] + ([max(1.2, 0.16 * len(rows))] if attention is not None else []) + \
+    heights = [1.2] + ([min(4.0, max(1.2, 0.1 * len(rows)))] if attention is not None else []) + \
         ([1.6] if ctc is not None else [])
     plt = _pyplot()
     fig, axes = plt.subplots(panels, 1, figsize=(9, 1.0 + 1.3 * sum(heights)), sharex=True,
