@@ -126,7 +126,10 @@ class Segmenter(Predictor):
     def data(self, data: str | None = None) -> SegmentationData:
         """The splits of the run's data (or of ``data``), read once; their classes must be the model's."""
         if data not in self._data:
-            d = load_data(self.options_for(data))
+            options = self.options_for(data)
+            if options.data == "scenes":  # valid and test scenes do not depend on the training ones: make one
+                options = dataclasses.replace(options, n_train=1)
+            d = load_data(options)
             if len(d.class_names) != len(self.class_names) or d.channels != self.channels:
                 raise ValueError(f"{data}: {len(d.class_names)} classes and {d.channels}-channel images, the model "
                                  f"{len(self.class_names)} and {self.channels}")
