@@ -58,16 +58,17 @@ class SpeechOptions:
     filters: int = option(10, low=1, applies=_LAS, help="las, location: convolution channels over the previous "
                           "weights")
     kernel_size: int = option(31, low=1, applies=_LAS, help="las, location: their width (odd)")
-    listener: str = option("pyramid", choices=("pyramid", "conv"), applies=_LISTENER,
+    listener: str = option("conv", choices=("pyramid", "conv"), applies=_LISTENER,
                            help="las/ctc: pyramidal BiLSTM or strided convolutions before the BiLSTMs")
     reduction: int = option(4, choices=(2, 4, 8), applies=_LISTENER, help="las/ctc: how many times shorter the "
                             "listener's frames are")
-    hidden_dim: int = option(128, low=1, applies=_LISTENER, help="las/ctc: listener LSTM size per direction")
-    num_layers: int = option(3, low=1, help="las/ctc: listener BiLSTM layers; transformer: encoder layers")
-    embed_dim: int = option(64, low=1, applies=_LAS, help="las: character embedding size")
-    decoder_dim: int = option(256, low=1, applies=_LAS, help="las: speller LSTM size")
-    attn_dim: int = option(128, low=1, applies=_LAS, help="las: hidden size of the attention score")
-    dim: int = option(144, low=2, applies=_TRANSFORMER, help="transformer: model width")
+    hidden_dim: int = option(64, low=1, applies=_LISTENER, help="las/ctc: listener LSTM size per direction")
+    num_layers: int = option(2, low=1, help="las/ctc: listener BiLSTM layers (a pyramid needs 1 + log2(reduction)); "
+                            "transformer: encoder layers")
+    embed_dim: int = option(32, low=1, applies=_LAS, help="las: character embedding size")
+    decoder_dim: int = option(128, low=1, applies=_LAS, help="las: speller LSTM size")
+    attn_dim: int = option(64, low=1, applies=_LAS, help="las: hidden size of the attention score")
+    dim: int = option(96, low=2, applies=_TRANSFORMER, help="transformer: model width")
     num_heads: int = option(4, low=1, applies=_TRANSFORMER, help="transformer: attention heads")
     ffn_dim: int | None = option(None, low=1, applies=_TRANSFORMER, help="transformer: feed-forward width "
                                  "(default 4 x dim)")
@@ -110,5 +111,5 @@ def train_defaults(options: SpeechOptions):
     one of least character error rate on the validation split."""
     from ...train import TrainConfig
 
-    return TrainConfig(epochs=30, batch_size=32, lr=1e-3, warmup_steps=200, schedule="cosine", weight_decay=0.01,
+    return TrainConfig(epochs=30, batch_size=32, lr=1e-3, warmup_steps=100, schedule="cosine", weight_decay=0.01,
                        clip_norm=5.0, monitor="cer", mode="min")
