@@ -130,14 +130,14 @@ def copy_figure(item: CopyView, path: str | os.PathLike | None = None, *, max_so
 
     t, s = len(item.output), min(len(item.source), max_source)
     attn = item.attention[:t, :s].numpy()
-    fig = plt.figure(figsize=(max(6.0, 0.22 * s + 2), 0.3 * t + 2.2))
-    grid = fig.add_gridspec(2, 2, width_ratios=(20, 1), height_ratios=(max(t, 1), 1.2), wspace=0.03, hspace=0.08)
+    fig = plt.figure(figsize=(max(6.0, 0.22 * s + 2), 0.3 * t + 3.2), layout="constrained")
+    grid = fig.add_gridspec(2, 2, width_ratios=(20, 1), height_ratios=(max(t, 1), 1.2))
     ax = fig.add_subplot(grid[0, 0])
     ax.imshow(attn, aspect="auto", cmap="Oranges", vmin=0)
     ax.set_yticks(range(t), item.output, fontsize=8)
     for label, p in zip(ax.get_yticklabels(), item.p_gen[:t].tolist(), strict=True):
         label.set_color([c / 255 for c in pgen_colour(p)])
-    ax.set_xticks([])
+    ax.tick_params(labelbottom=False, bottom=False)
     ax.set_title(item.caption or "attention of each output word (label colour: p_gen, blue generated, orange "
                  "copied)", fontsize=9)
     bar = fig.add_subplot(grid[0, 1], sharey=ax)
@@ -151,8 +151,13 @@ def copy_figure(item: CopyView, path: str | os.PathLike | None = None, *, max_so
     cov.imshow(item.coverage[:s].numpy()[None], aspect="auto", cmap="Greens", vmin=0)
     cov.set_yticks([0], ["coverage"], fontsize=8)
     cov.set_xticks(range(s), list(item.source)[:s], rotation=90, fontsize=7)
-    if path is not None:
-        from .files import save_figure
+    if path is not None:  # constrained layout, not save_figure's tight_layout
+        import io
 
-        save_figure(fig, path)
+        from .files import picture_path, write_atomic
+
+        target = picture_path(path)
+        buf = io.BytesIO()
+        fig.savefig(buf, format=target.suffix[1:].lower(), dpi=110)
+        write_atomic(target, buf.getvalue())
     return fig
