@@ -3,7 +3,6 @@ its result is :class:`~qkv.tasks.summarize.decode.Summary`."""
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 from pathlib import Path
@@ -11,7 +10,7 @@ from typing import Any
 
 from torch import nn
 
-from ..base import PageInput, Predictor, ViewInput, load_run, need_text, upgrade_options
+from ..base import PageInput, Predictor, ViewInput, load_run, need_text
 from .decode import Summary, first_words, lead, summarize_batch, summary_metrics
 from .options import SummarizeOptions
 from .task import SummarizeTask, load_data
@@ -69,7 +68,7 @@ class Summarizer(Predictor):
         """The examples evaluated: ``split`` of the run's own data (``data`` None or the run's), else the whole
         of another file of the same format (read with the run's columns, and ``on_error``)."""
         o = self.options
-        own = data is None or data == o.data or (data == "debian" and o.data == "debian")
+        own = data is None or data == o.data
         if own:
             if on_error is not None:
                 raise ValueError("on_error is for another data file: the run's own data is read as in training")
@@ -133,8 +132,3 @@ class Summarizer(Predictor):
             notes.append(f"the source was cut to its first {len(s.source_tokens)} words: {s.cut} more were not read")
         return PageInput(records, {"source": s.source_tokens, "target": target}, title=f"summary: {s.text}",
                          notes=notes)
-
-    def with_options(self, **changes: Any) -> Summarizer:
-        """The same model with other options (e.g. ``debian_file``), for reading data elsewhere."""
-        options = upgrade_options(SummarizeOptions, {**dataclasses.asdict(self.options), **changes})
-        return Summarizer(self.model, self.tok, options)
