@@ -188,3 +188,18 @@ def test_metrics_against_hand_computed_cases():
     assert lead("First one. Second one.") == "First one." and lead("No stop") == "No stop"
     assert lead("第一句。第二句。") == "第一句。" and lead("v1.2 is out. Next.") == "v1.2 is out."
     assert first_words("a b c d e f g h i j") == "a b c d e f g h"
+
+
+@pytest.mark.parametrize("model", ["transformer", "seq2seq"])
+def test_the_other_models_train_and_summarise(model, tmp_path):
+    data = write_copy_data(tmp_path / "c.jsonl", n=80)
+    sizes = ["--dim", "16", "--num-heads", "2", "--num-layers", "1"] if model == "transformer" else \
+        ["--embed-dim", "16", "--hidden-dim", "32"]
+    common = TINY[:2] + TINY[6:]  # without the RNN sizes
+    assert main(["train", "summarize", "--data", str(data), "--model", model, "--max-steps", "3", *sizes,
+                 "--out", str(tmp_path / "r"), *common]) == 0
+    s = Summarizer.load(tmp_path / "r")
+    (r,) = s.predict(["a tool called xoqeba"], beam=2, max_len=3, no_repeat_ngram_size=2, coverage_penalty=0.2)
+    assert r.attention.shape[1] == 4 and len(r.p_gen) >= len(r.tokens)
+    if model == "seq2seq":  # no copying: never a word outside the vocabulary, p_gen 1
+        assert not any(r.copied) and bool((r.p_gen == 1).all())
