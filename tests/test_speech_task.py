@@ -207,3 +207,15 @@ def test_speech_alignment_picture(tmp_path, gen):
         speech_alignment(feats, list("one"))
     with pytest.raises(ValueError, match="ctc must be"):
         speech_alignment(feats, list("one"), attn, ctc=ctc, vocab=["a"])
+
+
+def test_options_refuse_what_does_not_apply():
+    from qkv.tasks.speech import SpeechOptions
+
+    with pytest.raises(ValueError, match="location-aware score only"):
+        SpeechOptions(score="content", filters=4)
+    with pytest.raises(ValueError, match="needs num_layers >= 3"):
+        SpeechOptions(listener="pyramid", num_layers=2)
+    with pytest.raises(ValueError, match="odd"):
+        SpeechOptions(kernel_size=30)
+    assert SpeechOptions(data="sentences").n_train == 8000 and SpeechOptions(data="clips.tsv").n_train is None

@@ -92,6 +92,8 @@ class SpeechOptions:
             self.n_test = self.n_test or sizes[2]
             self.n_long = sizes[3] if self.n_long is None else self.n_long
         check_options(self)
+        if self.model == "las" and self.score == "content" and (self.filters, self.kernel_size) != (10, 31):
+            raise ValueError("filters and kernel_size apply to the location-aware score only (--score location)")
         if self.model == "las" and self.kernel_size % 2 == 0:
             raise ValueError(f"kernel_size must be odd, got {self.kernel_size}")
         if self.model == "transformer" and self.dim % self.num_heads:
