@@ -127,6 +127,9 @@ class Transcriber(Predictor):
             audio = part[given.index].audio
         if not audio:
             raise ValueError("a speech run needs an audio file (qkv view RUN AUDIO) or --index N")
+        if not hasattr(self.model, "decode_step"):
+            raise ValueError("a CTC run has no attention to show; its alignment is drawn by qkv transcribe RUN AUDIO "
+                             "--plot DIR")
         features = self.features(audio)
         with torch.no_grad(), capture_attention(self.model) as records:
             (result,) = self.transcribe([features], beam=1, ctc_weight=0.0)
