@@ -25,12 +25,12 @@ class SpeechTransformer(nn.Module):
     Args:
         vocab_size: ``V``.  n_mels: ``M``.  dim, num_heads, ffn_dim (default ``4 * dim``): the layers' sizes.
         num_layers: encoder layers.  num_decoder_layers: decoder layers (default ``num_layers``).
-        max_len: longest transcript, in characters (positions of the decoder).  max_frames: longest input after
-            the convolutions (positions of the encoder; sinusoidal, so any length works).  ctc: a CTC head.
+        max_len: longest transcript, in characters (sinusoidal positions of the decoder).  max_frames: longest
+            input after the convolutions (sinusoidal positions of the encoder).  ctc: a CTC head.
     """
 
     def __init__(self, vocab_size: int, n_mels: int, *, dim: int = 144, num_heads: int = 4, ffn_dim: int | None = None,
-                 num_layers: int = 4, num_decoder_layers: int | None = None, max_len: int = 256,
+                 num_layers: int = 4, num_decoder_layers: int | None = None, max_len: int = 1024,
                  max_frames: int = 2048, ctc: bool = False, dropout: float = 0.1):
         super().__init__()
         self.convs = nn.ModuleList([nn.Conv1d(n_mels, dim, 5, stride=2, padding=2),
@@ -40,7 +40,8 @@ class SpeechTransformer(nn.Module):
                                      for _ in range(num_layers))
         self.encoder_norm = nn.LayerNorm(dim)
         self.embed = nn.Embedding(vocab_size, dim, padding_idx=PAD_ID)
-        self.positions = PositionalEncoding(dim, max_len, "learned")
+        self.positions = PositionalEncoding(dim, max_len)
+        self.max_len = max_len
         self.layers = nn.ModuleList(TransformerLayer(dim, num_heads, ffn_dim, dropout=dropout, cross_attention=True)
                                     for _ in range(num_decoder_layers or num_layers))
         self.norm = nn.LayerNorm(dim)

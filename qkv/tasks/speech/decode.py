@@ -79,7 +79,7 @@ def transcribe_batch(model: nn.Module, tokenizer, features: Sequence[Tensor], *,
             if not attending:
                 hyps = [(ids, None, 0.0) for ids in ctc_greedy(ctc, state["lengths"], blank=PAD_ID)]
             else:
-                limit = min(max_len, 4 * int(state["memory"].shape[1]) + 10)
+                limit = min(max_len, 4 * int(state["memory"].shape[1]) + 10, getattr(model, "max_len", max_len + 1) - 1)
                 options = {}
                 step = model.decode_step
                 if weight:

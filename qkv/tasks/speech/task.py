@@ -86,7 +86,7 @@ def model_spec(options: SpeechOptions, *, vocab_size: int, n_mels: int) -> dict[
                               "dropout": o.dropout}
     if o.model == "transformer":
         config.update(dim=o.dim, num_heads=o.num_heads, ffn_dim=o.ffn_dim, num_decoder_layers=o.num_decoder_layers,
-                      max_len=o.max_decode_len + 2, ctc=o.ctc_weight > 0)
+                      max_len=max(1024, o.max_decode_len + 2), ctc=o.ctc_weight > 0)
         return {"name": "speech-transformer", "config": config}
     config.update(hidden_dim=o.hidden_dim, listener=o.listener, reduction=o.reduction)
     if o.model == "ctc":
