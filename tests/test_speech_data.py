@@ -190,3 +190,22 @@ def test_sentence_texts_from_a_file(tmp_path):
     assert sorted(texts) == ["hello there my friend", "where is the station please"]
     with pytest.raises(ValueError, match="no such text file"):
         sentence_texts(tmp_path / "nope.txt")
+
+
+@needs_espeak
+def test_two_writers_of_one_cached_utterance_both_succeed(tmp_path):
+    """Two runs generating one corpus into one cache at once (each with its own temporary file): both finish, and
+    the cached WAV is whole (two benchmark processes once failed here on a shared `.part.wav`)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import soundfile
+
+    from qkv.data.speech_synth import synthesize
+
+    path = tmp_path / "one.wav"
+    with ThreadPoolExecutor(4) as pool:
+        done = list(pool.map(lambda _: synthesize("three one four", "espeak:en-us", path), range(4)))
+    assert done == [path] * 4
+    wave, rate = soundfile.read(path)
+    assert rate == 16000 and len(wave) > 1600
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["one.wav"]  # no temporary file left

@@ -25,6 +25,7 @@ import random
 import shutil
 import subprocess
 import tempfile
+import uuid
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -193,9 +194,13 @@ def synthesize(text: str, voice: str, path: str | os.PathLike, *, rate: float = 
 
         seed = int(hashlib.sha1(f"{voice}|{text}".encode()).hexdigest()[:8], 16)
         wave = add_noise(wave, snr_db, torch.Generator().manual_seed(seed))
-    part = Path(path).with_suffix(".part.wav")
-    write_audio(part, wave)
-    os.replace(part, path)
+    # a temporary name of this process's own: two runs filling one cache at once must not take each other's file
+    part = Path(path).with_name(f".{Path(path).stem}.{os.getpid()}.{uuid.uuid4().hex[:8]}.part.wav")
+    try:
+        write_audio(part, wave)
+        os.replace(part, path)
+    finally:
+        part.unlink(missing_ok=True)
     return Path(path)
 
 
