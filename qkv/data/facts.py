@@ -30,6 +30,7 @@ Example::
 
 from __future__ import annotations
 
+import functools
 import random
 import re
 from dataclasses import dataclass, field
@@ -206,8 +207,9 @@ def entity_names(lang: str, seed: int = 0, n: int = 600) -> dict[str, set[str]]:
 _ENTITY_SLOTS = frozenset(("thing", "person", "year", "place", "org"))
 
 
-def _slots(template: str) -> set[str]:
-    return set(re.findall(r"\{(\w+)\}", template))
+@functools.cache
+def _slots(template: str) -> frozenset[str]:
+    return frozenset(re.findall(r"\{(\w+)\}", template))
 
 
 def _render(template: str, slots: dict[str, str]) -> tuple[str, dict[str, tuple[int, int]]]:
