@@ -3,10 +3,15 @@
     python benchmarks/speech.py                                  # digits, every model, 4 minutes each
     python benchmarks/speech.py --data sentences --minutes 30 --models las-location,hybrid
     python benchmarks/speech.py --quick                          # a few steps, a smoke test
+    python benchmarks/speech.py --models las-location --minutes 10 --options '{"concat": 0.5}' --beam 4
+
+``--options`` (JSON) sets any :class:`qkv.tasks.speech.SpeechOptions` field of every model (``concat``: training
+batches joined two by two; ``window``, ``max_rate``, ``eos_threshold``, ``length_penalty``: decoding limits), and
+``--train`` (JSON) any :class:`qkv.train.TrainConfig` field (``lr``, ``batch_size``...).
 
 Each model trains with the project's trainer and the ``qkv train speech`` defaults (batch 32, lr 1e-3, cosine) on
 one CPU thread for ``--minutes`` (the trainer's ``max_minutes``: the schedule ends with the budget); the best
-weights on the validation split (unseen texts, training voices) are then scored, greedy, on
+weights on the validation split (unseen texts, training voices) are then scored (greedy, or ``--beam``) on
 
 * ``test``: unseen texts spoken by voices never heard in training (speaker-independent);
 * ``long``: 2-3 test texts joined, longer than any training utterance (Chorowski et al.'s claim: content-only
@@ -79,6 +84,8 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--out", default=None, help="keep the runs here (default: a temporary folder)")
     parser.add_argument("--json", default=None)
+    parser.add_argument("--options", default="{}", help="JSON: SpeechOptions fields for every model")
+    parser.add_argument("--train", default="{}", help="JSON: TrainConfig fields for every model")
     args = parser.parse_args()
     torch.set_num_threads(1)
     logging.basicConfig(level=logging.WARNING)
@@ -86,16 +93,18 @@ def main() -> None:
         ({"n_train": args.n_train} if args.n_train else {})
     data = load_data(SpeechOptions(data=args.data, **extra))
     print(f"# speech, {args.data}: {', '.join(f'{len(u)} {s}' for s, u in data.splits.items())}; "
-          f"{platform.machine()}, torch {torch.__version__}, 1 thread, {args.minutes} min per model")
+          f"{platform.machine()}, torch {torch.__version__}, 1 thread, {args.minutes} min per model; "
+          f"options {args.options}, train {args.train}, beam {args.beam}")
     results = {}
     tmp = tempfile.mkdtemp(prefix="qkv-speech-")
     root = Path(args.out or tmp)
     print("| model | params | steps | minutes | test WER | test CER | long WER | long CER |")
     print("|---|---|---|---|---|---|---|---|")
     for name in args.models.split(","):
-        options = SpeechOptions(data=args.data, **extra, **MODELS[name])
+        given = {k: tuple(v) if isinstance(v, list) else v for k, v in json.loads(args.options).items()}
+        options = SpeechOptions(data=args.data, **extra, **{**MODELS[name], **given})
         config = train_defaults(options).replace(max_minutes=args.minutes, out=str(root / name), progress=False,
-                                                 epochs=1000)
+                                                 epochs=1000).replace(**json.loads(args.train))
         if args.quick:
             config = config.replace(max_steps=5, eval_every=0)
         started = time.time()

@@ -1,5 +1,7 @@
 """CTC prefix scores against brute force over every alignment, greedy CTC decoding, and joint CTC/attention beam
-search (with the attention's weight at 0 it finds the labelling CTC makes most likely, as brute force does)."""
+search (with the attention's weight at 0 it finds the labelling CTC makes most likely, as brute force does), and
+CTC prefix beam search alone (a beam wide enough to keep every prefix finds brute force's argmax and its
+probability)."""
 
 import itertools
 import math
@@ -7,7 +9,7 @@ import math
 import pytest
 import torch
 
-from qkv.models.ctc import CTCPrefixScorer, ctc_greedy, joint_step
+from qkv.models.ctc import CTCPrefixScorer, ctc_beam_search, ctc_greedy, joint_step
 from qkv.models.decoding import search
 
 BLANK, BOS, EOS = 0, 1, 2
@@ -110,3 +112,27 @@ def test_joint_search_with_ctc_alone_finds_the_most_likely_labelling(seed):
     assert tuple(found[0].tokens) == best
     expected = weight * math.log(probs[best]) + (1 - weight) * (len(best) + 1) * -math.log(v)
     assert found[0].score == pytest.approx(expected, rel=1e-3)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_ctc_beam_search_finds_the_most_likely_labelling(seed):
+    g = torch.Generator().manual_seed(200 + seed)
+    s, v = 5, 5  # labels a=3, b=4: at most 2 + 4 + ... + 32 = 62 prefixes, all kept by a beam of 64
+    x = torch.log_softmax(torch.randn(2, s, v, generator=g) * 2, -1)
+    lengths = torch.tensor([s, s - 2])
+    found = ctc_beam_search(x, lengths, beam=64, blank=BLANK, eos_id=EOS, banned=(BOS,))
+    for row in range(2):
+        # brute force over the alignments of blank, a and b only: <bos> and <eos> are never outputs
+        y = x[row, : int(lengths[row])].double().clone()
+        y[:, [BOS, EOS]] = -math.inf
+        probs = labelling_probs(y)
+        best = max(probs, key=probs.get)
+        assert tuple(found[row].tokens) == best
+        assert found[row].score == pytest.approx(math.log(probs[best]), rel=1e-4)
+    # a narrow beam gives a labelling of no higher probability, and the greedy path's is never better than the best
+    narrow = ctc_beam_search(x, lengths, beam=2, blank=BLANK, eos_id=EOS, banned=(BOS,))
+    assert all(n.score <= f.score + 1e-5 for n, f in zip(narrow, found, strict=True))
+    with pytest.raises(ValueError, match="two different ids"):
+        ctc_beam_search(x, lengths, blank=0, eos_id=0)
+    with pytest.raises(ValueError, match="lengths must be"):
+        ctc_beam_search(x, lengths[:1], eos_id=EOS)

@@ -23,6 +23,15 @@ class TranscribeCommand:
     ctc_weight: float | None = option(None, low=0, high=0.99, help="hybrid runs: weight of the CTC prefix scores "
                                       "in joint decoding (default: the trained weight; 0: attention alone)")
     max_len: int = option(300, low=1, help="longest transcript, in characters")
+    max_rate: float | None = option(None, low=0, low_open=True, help="at most this many characters per second of "
+                                    "audio, +5 (default: the run's, 40)")
+    window: tuple[int, ...] | None = option(None, low=0, metavar="LEFT,RIGHT", help="las runs: attend only to "
+                                            "these listener frames around the previous attention's median "
+                                            "(default: the run's, none)")
+    eos_threshold: float | None = option(None, low=0, high=1, help="beam: end only where p(<eos>) >= this x the "
+                                         "best other character's (default: the run's, 0 = off)")
+    length_penalty: float | None = option(None, low=0, help="beam: Wu et al.'s length normalisation alpha "
+                                          "(default: the run's, 0 = off)")
     plot: str | None = option(None, metavar="DIR", help="write a picture per file: the log-mel spectrogram, each "
                               "character's attention over the frames and (hybrid) the CTC alignment")
     evaluate: str | None = option(None, metavar="MANIFEST_OR_SPLIT", help="print WER and CER on a split of the "
@@ -34,6 +43,11 @@ class TranscribeCommand:
     device: str = option("auto", help="auto (CUDA if available), cpu, cuda or cuda:N")
 
 
+def _limits(o: TranscribeCommand) -> dict:
+    return {"window": o.window, "max_rate": o.max_rate, "eos_threshold": o.eos_threshold,
+            "length_penalty": o.length_penalty}
+
+
 def _evaluate(transcriber: task.Transcriber, o: TranscribeCommand) -> None:
     target = o.evaluate
     is_path = Path(target).exists()
@@ -42,7 +56,7 @@ def _evaluate(transcriber: task.Transcriber, o: TranscribeCommand) -> None:
                          f"({', '.join(transcriber.data().splits)})")
     m = transcriber.evaluate(target if is_path else None, split="test" if is_path else target,
                              limit=o.max_utterances, beam=o.beam, max_len=o.max_len, ctc_weight=o.ctc_weight,
-                             on_error=o.on_error)
+                             on_error=o.on_error, **_limits(o))
     print(f"{safe(target)}: {int(m['utterances'])} utterances, beam {o.beam}"
           + (f", {int(m['skipped'])} skipped" if m.get("skipped") else ""))
     print(f"WER {m['wer']:.2f}%\nCER {m['cer']:.2f}%")
@@ -67,7 +81,7 @@ def transcribe(args) -> int:
         _evaluate(transcriber, o)
     if not o.audio:
         return 0
-    results = transcriber.predict(o.audio, beam=o.beam, max_len=o.max_len, ctc_weight=o.ctc_weight)
+    results = transcriber.predict(o.audio, beam=o.beam, max_len=o.max_len, ctc_weight=o.ctc_weight, **_limits(o))
     for path, r in zip(o.audio, results, strict=True):
         print(f"{safe(path)}\t{safe(r.text)}")
     if o.plot:

@@ -11,6 +11,9 @@ frames).
 With the attention decoder's log-probabilities weighted by ``1 - weight`` (:func:`joint_step`), the beam ranks
 hypotheses by ``(1 - weight) log p_att(g) + weight log p_ctc(g)``.
 
+:func:`ctc_beam_search` is CTC prefix beam search without attention: the same scorer with weight 1 is the only
+score, so a hypothesis's score is ``log psi(g)`` while it grows and ``log P(y = g)`` once ended.
+
 Axis letters: ``N`` hypotheses, ``S`` frames, ``V`` the vocabulary (``blank`` is one of its ids), ``t`` tokens.
 """
 
@@ -24,7 +27,7 @@ from torch import Tensor
 
 from .decoding import PrefixScorer
 
-__all__ = ["CTCPrefixScorer", "ctc_greedy", "joint_step"]
+__all__ = ["CTCPrefixScorer", "ctc_greedy", "ctc_beam_search", "joint_step"]
 
 _NEG = float("-inf")
 
@@ -102,6 +105,30 @@ class CTCPrefixScorer(PrefixScorer):
         r = candidates["r"][rows, :, tokens]  # (N, S, 2): extension `tokens` of hypothesis `rows`
         return {"r": r, "psi": candidates["psi"][rows, tokens], "x": candidates["x"][rows],
                 "len": candidates["len"][rows]}
+
+
+def ctc_beam_search(log_probs: Tensor, lengths: Tensor, *, beam: int = 8, blank: int = 0, eos_id: int,
+                    banned: tuple[int, ...] = (), max_len: int | None = None) -> list:
+    """CTC prefix beam search of ``log_probs (B, S, V)`` over the first ``lengths (B,)`` frames: the
+    :class:`~qkv.models.decoding.Hypothesis` of highest ``P(y | x)`` found by :func:`qkv.models.decoding.search`
+    with :class:`CTCPrefixScorer` as its only score (``eos_id``: the id that ends a hypothesis, never a CTC
+    output; ``banned``: other ids never output). ``max_len``: most tokens (default ``S``, CTC's own limit)."""
+    from .decoding import search
+
+    b, s, v = log_probs.shape
+    if lengths.shape != (b,):
+        raise ValueError(f"lengths must be (B,) = ({b},), got {tuple(lengths.shape)}")
+    if not 0 <= eos_id < v or not 0 <= blank < v or eos_id == blank:
+        raise ValueError(f"blank ({blank}) and eos_id ({eos_id}) must be two different ids below V = {v}")
+    scorer = CTCPrefixScorer(blank=blank, eos_id=eos_id, weight=1.0, banned=banned)
+    state = scorer.initial_state(log_probs, lengths)
+    zeros = log_probs.new_zeros(1, v).float()
+
+    def step(tokens: Tensor, st):
+        return zeros.expand(tokens.shape[0], v), None, st
+
+    return search(step, {}, b, beam=beam, max_len=(max_len or s) + 1, length_penalty=0.0, prefix_scorer=scorer,
+                  prefix_state=state, normalize=False, eos_id=eos_id, device=log_probs.device)
 
 
 def joint_step(decode_step: Callable[[Tensor, Any], tuple[Tensor, Tensor | None, Any]],

@@ -9,7 +9,11 @@
   step's weights, convolved, feed the score), with sharpening ``beta`` (a factor on the scores) and optional
   smoothing (``normalize="smooth"``). With ``ctc=True`` a linear CTC head on the listener gives the hybrid
   CTC/attention model (Watanabe et al., 2017, https://arxiv.org/abs/1609.06773): the task weighs the two losses,
-  and decoding adds CTC prefix scores (:class:`qkv.models.ctc.CTCPrefixScorer`) to the beam.
+  and decoding adds CTC prefix scores (:class:`qkv.models.ctc.CTCPrefixScorer`) to the beam. At decoding time the
+  attention can be *windowed* (Chorowski et al., 2015, section 2.3): a decoding state with ``"window": (left, right)``
+  lets step ``i`` attend only to the frames ``[m - left, m + right]`` around the median ``m`` of step ``i - 1``'s
+  weights (:func:`attention_window`), so that the alignment cannot jump back or far ahead (it is not used in
+  training here, only when decoding; the paper also trained with it).
 - :class:`CTCModel`: the listener and a CTC head, no attention (the baseline).
 
 Axis letters: ``B`` utterances, ``F`` feature frames, ``M`` mel channels, ``S = F / reduction`` listener frames,
@@ -33,7 +37,8 @@ from ..functional import attention
 from ..location import LocationAware
 from ..scores import create_score
 
-__all__ = ["Listener", "LAS", "CTCModel", "SpeechOutput", "SpellerAttention", "frames_mask", "SPEECH_MODELS"]
+__all__ = ["Listener", "LAS", "CTCModel", "SpeechOutput", "SpellerAttention", "frames_mask", "attention_median",
+           "attention_window", "SPEECH_MODELS"]
 
 
 @dataclass
@@ -50,6 +55,23 @@ class SpeechOutput:
 def frames_mask(lengths: Tensor, frames: int) -> Tensor:
     """``(B, frames)`` bool, True at the frames before each length."""
     return torch.arange(frames, device=lengths.device) < lengths[:, None]
+
+
+def attention_median(weights: Tensor) -> Tensor:
+    """``(B,)`` long: the median frame of each row of ``weights (B, S)``, the first frame where the cumulative
+    weight reaches one half."""
+    below = weights.float().cumsum(-1) < 0.5
+    return below.sum(-1).clamp(max=weights.shape[-1] - 1)
+
+
+def attention_window(previous: Tensor, left: int, right: int) -> Tensor:
+    """``(B, S)`` bool: the frames ``[m - left, m + right]`` around the median ``m`` of the previous weights
+    ``(B, S)`` (Chorowski et al.'s windowing; ``m`` itself is always inside)."""
+    if left < 0 or right < 0:
+        raise ValueError(f"the attention window needs left and right >= 0, got {left} and {right}")
+    m = attention_median(previous)[:, None]
+    j = torch.arange(previous.shape[-1], device=previous.device)[None, :]
+    return (j >= m - left) & (j <= m + right)
 
 
 class _BiLSTM(nn.Module):
@@ -196,10 +218,14 @@ class LAS(nn.Module):
         return state
 
     def decode_step(self, tokens: Tensor, state: dict) -> tuple[Tensor, Tensor, dict]:
-        """One character of every row: ``tokens (N,)`` -> logits ``(N, V)``, weights ``(N, S)``, the new state."""
+        """One character of every row: ``tokens (N,)`` -> logits ``(N, V)``, weights ``(N, S)``, the new state
+        (windowed when the state holds ``"window": (left, right)``, see the module docstring)."""
         x = torch.cat([self.dropout(self.embed(tokens)), state["context"]], -1)
         h, c = self.cell(x, (state["h"], state["c"]))
-        context, weights = self.attend(h, state["keys"], state["memory"], state["mask"], state["previous"])
+        mask = state["mask"]
+        if state.get("window") is not None:  # decoding only: frames around the previous median
+            mask = mask & attention_window(state["previous"], *state["window"])
+        context, weights = self.attend(h, state["keys"], state["memory"], mask, state["previous"])
         logits = self.out(self.dropout(torch.tanh(self.hidden(torch.cat([h, context], -1)))))
         return logits, weights, {**state, "h": h, "c": c, "context": context, "previous": weights}
 

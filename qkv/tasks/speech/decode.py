@@ -4,13 +4,15 @@ error rates (:func:`speech_metrics`, with ``jiwer``)."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor, nn
 
-__all__ = ["Transcript", "utterance_features", "transcribe_batch", "speech_metrics", "pad_features"]
+__all__ = ["Transcript", "utterance_features", "transcribe_batch", "limited_step", "eos_threshold_step",
+           "speech_metrics", "pad_features"]
 
 
 @dataclass
@@ -47,16 +49,27 @@ def pad_features(features: Sequence[Tensor]) -> tuple[Tensor, Tensor]:
 
 
 def transcribe_batch(model: nn.Module, tokenizer, features: Sequence[Tensor], *, beam: int = 1, max_len: int = 300,
-                     ctc_weight: float | None = None, length_penalty: float = 0.0,
+                     ctc_weight: float | None = None, length_penalty: float = 0.0, window: Sequence[int] = (),
+                     max_rate: float | None = None, eos_threshold: float = 0.0,
                      batch_size: int = 32) -> list[Transcript]:
     """Transcribe ``features`` (each ``(F, M)``) in length-sorted batches.
 
     Attention models decode with :func:`qkv.models.decoding.search` (greedy when ``beam`` is 1); with a CTC head
     and ``ctc_weight > 0`` (default: none) the beam adds CTC prefix scores (joint CTC/attention decoding). A CTC
-    model decodes the best path.
+    model decodes the best path (``beam`` 1) or by CTC prefix beam search (:func:`qkv.models.ctc.ctc_beam_search`).
+
+    Limits that keep decoding robust to the utterance's length:
+
+    - ``max_rate``: at most ``ceil(max_rate * seconds) + 5`` characters for an utterance of ``F`` frames of 10 ms
+      (each its own limit; English speech is 10-20 characters a second), and never more than ``max_len``;
+    - ``window = (left, right)``: Listen, Attend and Spell attends only to the listener frames ``[m - left,
+      m + right]`` around the median ``m`` of the previous step's weights (:func:`qkv.models.speech.attention_window`);
+    - ``eos_threshold`` ``gamma`` in ``(0, 1]``: the end is proposed only when ``p(<eos>) >= gamma * max_c p(c)``
+      (Hannun et al., 2019, https://arxiv.org/abs/1904.02619: a beam stops less often too early);
+    - ``length_penalty``: Wu et al.'s ``alpha``, the final beam ranked by ``score / lp``.
     """
     from ...data import BOS_ID, EOS_ID, PAD_ID
-    from ...models.ctc import CTCPrefixScorer, ctc_greedy, joint_step
+    from ...models.ctc import CTCPrefixScorer, ctc_beam_search, ctc_greedy, joint_step
     from ...models.decoding import search
 
     device = next(model.parameters()).device
@@ -70,26 +83,51 @@ def transcribe_batch(model: nn.Module, tokenizer, features: Sequence[Tensor], *,
         raise ValueError("ctc_weight needs a model with a CTC head (trained with --ctc-weight > 0)")
     if attending and not 0 <= weight < 1:
         raise ValueError(f"ctc_weight must be in [0, 1) for an attention model, got {weight}")
+    window = tuple(window or ())
+    if window and (len(window) != 2 or min(window) < 0):
+        raise ValueError(f"window must be two frame counts (left, right) >= 0, got {window}")
+    if window and not hasattr(model, "attend"):
+        raise ValueError("window applies to Listen, Attend and Spell (--model las) only")
+    if max_rate is not None and max_rate <= 0:
+        raise ValueError(f"max_rate must be > 0 characters a second, got {max_rate}")
+    if not 0 <= eos_threshold <= 1:
+        raise ValueError(f"eos_threshold must be in [0, 1], got {eos_threshold}")
     with torch.no_grad():
         for start in range(0, len(order), batch_size):
             idx = order[start:start + batch_size]
             x, lengths = pad_features([features[i] for i in idx])
             state = model.encode(x.to(device), lengths.to(device))
             ctc = state.get("ctc_log_probs")
+            limits = torch.full((len(idx),), max_len, dtype=torch.long)
+            if max_rate is not None:
+                limits = limits.clamp(max=(lengths.float() * 0.01 * max_rate).ceil().long() + 5)
             if not attending:
-                hyps = [(ids, None, 0.0) for ids in ctc_greedy(ctc, state["lengths"], blank=PAD_ID)]
+                if beam == 1:
+                    hyps = [(ids[:int(n)], None, 0.0) for ids, n in
+                            zip(ctc_greedy(ctc, state["lengths"], blank=PAD_ID), limits, strict=True)]
+                else:
+                    found = ctc_beam_search(ctc, state["lengths"], beam=beam, blank=PAD_ID, eos_id=EOS_ID,
+                                            banned=(BOS_ID,), max_len=int(limits.max()))
+                    hyps = [(h.tokens[:int(n)], None, h.score) for h, n in zip(found, limits, strict=True)]
             else:
-                limit = min(max_len, 4 * int(state["memory"].shape[1]) + 10, getattr(model, "max_len", max_len + 1) - 1)
+                # the end is forced once an utterance has its most characters (<eos> counts as one)
+                limits = limits.clamp(max=4 * int(state["memory"].shape[1]) + 10,
+                                      min=1).clamp(max=getattr(model, "max_len", max_len + 2) - 1)
                 options = {}
                 step = model.decode_step
+                if eos_threshold:
+                    step = eos_threshold_step(step, EOS_ID, eos_threshold)
+                if window:
+                    state["window"] = window
                 if weight:
                     scorer = CTCPrefixScorer(blank=PAD_ID, eos_id=EOS_ID, weight=weight, banned=(BOS_ID,))
                     options = {"prefix_scorer": scorer, "prefix_state": scorer.initial_state(ctc, state["lengths"]),
                                "normalize": False}
-                    step = joint_step(model.decode_step, weight)
-                found = search(step, state, len(idx), beam=beam, max_len=limit, length_penalty=length_penalty,
-                               reorder=getattr(model, "reorder_state", None) or _reorder, device=device,
-                               **options)
+                    step = joint_step(step, weight)
+                step = limited_step(step, EOS_ID, limits.to(device), beam)
+                found = search(step, state, len(idx), beam=beam, max_len=int(limits.max()),
+                               length_penalty=length_penalty, device=device,
+                               reorder=getattr(model, "reorder_state", None) or _reorder, **options)
                 hyps = [(h.tokens, h.attention, h.score) for h in found]
             for row, (i, (ids, attn, score)) in enumerate(zip(idx, hyps, strict=True)):
                 s = int(state["lengths"][row])
@@ -99,6 +137,48 @@ def transcribe_batch(model: nn.Module, tokenizer, features: Sequence[Tensor], *,
                                         float(score))
     model.train(was_training)
     return [results[i] for i in range(len(features))]
+
+
+def eos_threshold_step(step, eos_id: int, gamma: float):
+    """``step`` (a :func:`qkv.models.decoding.search` step function giving logits) with ``<eos>`` allowed only where
+    ``p(<eos>) >= gamma * max_c p(c)`` over the other tokens ``c`` (its logit is ``-inf`` elsewhere)."""
+    if not 0 < gamma <= 1:
+        raise ValueError(f"eos_threshold must be in (0, 1], got {gamma}")
+    log_gamma = math.log(gamma)
+
+    def thresholded(tokens: Tensor, state):
+        logits, attn, state = step(tokens, state)
+        logits = logits.float().clone()
+        others = logits.clone()
+        others[:, eos_id] = float("-inf")
+        low = logits[:, eos_id] - others.max(-1).values < log_gamma
+        logits[:, eos_id] = logits[:, eos_id].masked_fill(low, float("-inf"))
+        return logits, attn, state
+
+    return thresholded
+
+
+def limited_step(step, eos_id: int, limits: Tensor, beam: int):
+    """``step`` (a :func:`qkv.models.decoding.search` step function) with the hypotheses of input ``b`` ending at
+    their ``limits[b]``-th token: there only ``<eos>`` is allowed (with its own score, floored at -1e4).
+    ``limits (B,)``; rows ``b * beam ... b * beam + beam - 1`` are input ``b``'s (the search's layout), and the
+    search calls the step once per position, from the first."""
+    t = 0
+    per_row = limits.repeat_interleave(beam)
+
+    def limited(tokens: Tensor, state):
+        nonlocal t
+        scores, attn, state = step(tokens, state)
+        end = t + 1 >= per_row.to(scores.device)
+        t += 1
+        if not bool(end.any()):
+            return scores, attn, state
+        eos = scores[:, eos_id].float().clamp(min=-1e4)
+        scores = scores.float().masked_fill(end[:, None], float("-inf"))
+        scores[:, eos_id] = torch.where(end, eos, scores[:, eos_id])
+        return scores, attn, state
+
+    return limited
 
 
 def _reorder(state, index):

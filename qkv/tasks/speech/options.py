@@ -48,6 +48,9 @@ class SpeechOptions:
     n_mels: int = option(40, low=8, high=256, help="log-mel channels (25 ms windows every 10 ms)")
     spec_augment: bool = option(True, help="SpecAugment on the training features: 2 frequency masks (<= 8 "
                                 "channels) and 2 time masks (<= 20 frames)")
+    concat: float = option(0.0, low=0, high=1, help="share of training batches whose utterances are joined two by "
+                           "two (features end to end, transcripts with a space): utterances twice as long in "
+                           "training at the same cost, so that decoding holds on longer ones")
     # model
     model: str = option("las", choices=MODELS, help="las (Listen, Attend and Spell), ctc (no attention) or "
                         "transformer")
@@ -83,6 +86,15 @@ class SpeechOptions:
     eval_beam: int = option(1, low=1, help="beam of the evaluations during training (1 = greedy)")
     eval_max: int = option(200, low=1, help="utterances transcribed per evaluation")
     max_decode_len: int = option(300, low=1, help="longest transcript decoded, in characters")
+    max_rate: float = option(40.0, low=0, low_open=True, help="decoding: at most this many characters per second "
+                             "of audio (+5), so that a transcript that never ends stops (speech: 10-20 a second)")
+    window: tuple[int, ...] = option((), low=0, applies=_LAS, help="las decoding: LEFT,RIGHT listener frames "
+                                     "around the median of the previous attention (Chorowski et al.'s windowing; "
+                                     "default: none)")
+    eos_threshold: float = option(0.0, low=0, high=1, applies=_ATTENTION, help="beam decoding: end a transcript "
+                                  "only where p(<eos>) >= this x the best other character's (0: off)")
+    length_penalty: float = option(0.0, low=0, applies=_ATTENTION, help="beam decoding: Wu et al.'s length "
+                                   "normalisation alpha of the final ranking (0: off)")
 
     def __post_init__(self):
         if self.data in _SIZES:
@@ -96,6 +108,8 @@ class SpeechOptions:
             raise ValueError("filters and kernel_size apply to the location-aware score only (--score location)")
         if self.model == "las" and self.kernel_size % 2 == 0:
             raise ValueError(f"kernel_size must be odd, got {self.kernel_size}")
+        if self.window and len(self.window) != 2:
+            raise ValueError(f"window takes two frame counts LEFT,RIGHT, got {','.join(map(str, self.window))}")
         if self.model == "transformer" and self.dim % self.num_heads:
             raise ValueError(f"num_heads ({self.num_heads}) must divide dim ({self.dim})")
         if self.model in ("las", "ctc") and self.listener == "pyramid" and \

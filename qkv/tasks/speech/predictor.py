@@ -14,7 +14,7 @@ from torch import Tensor, nn
 from ..base import PageInput, Predictor, ViewInput, load_run, upgrade_options
 from .decode import Transcript, speech_metrics, transcribe_batch, utterance_features
 from .options import SpeechOptions
-from .task import SpeechTask, load_data, read_features
+from .task import SpeechTask, decoding_options, load_data, read_features
 
 __all__ = ["Transcriber", "Transcript"]
 
@@ -54,27 +54,31 @@ class Transcriber(Predictor):
         return utterance_features(wave.float(), self.options.n_mels)
 
     def predict(self, inputs: list[str | os.PathLike | Tensor], *, beam: int = 1, max_len: int = 300,
-                ctc_weight: float | None = None, length_penalty: float = 0.0) -> list[Transcript]:
+                ctc_weight: float | None = None, **limits) -> list[Transcript]:
         """Transcripts of audio files or 16 kHz waves. ``ctc_weight``: joint CTC/attention decoding's weight (default:
-        the trained one for a hybrid, none otherwise). An empty input, or a bad file, is a ``ValueError``."""
+        the trained one for a hybrid, none otherwise); ``limits``: ``window``, ``max_rate``, ``eos_threshold``,
+        ``length_penalty`` (:func:`~qkv.tasks.speech.decode.transcribe_batch`; default: the run's options). An
+        empty input, or a bad file, is a ``ValueError``."""
         if not inputs:
             raise ValueError("no audio to transcribe")
         if beam < 1 or max_len < 1:
             raise ValueError(f"beam and max_len must be >= 1, got {beam} and {max_len}")
         features = [self.features(a) for a in inputs]
-        results = self.transcribe(features, beam=beam, max_len=max_len, ctc_weight=ctc_weight,
-                                  length_penalty=length_penalty)
+        results = self.transcribe(features, beam=beam, max_len=max_len, ctc_weight=ctc_weight, **limits)
         for r, a in zip(results, inputs, strict=True):
             r.source = str(a) if not isinstance(a, Tensor) else ""
         return results
 
     def transcribe(self, features: list[Tensor], *, beam: int = 1, max_len: int = 300,
-                   ctc_weight: float | None = None, length_penalty: float = 0.0) -> list[Transcript]:
+                   ctc_weight: float | None = None, **limits) -> list[Transcript]:
         """:meth:`predict` on features already read (each ``(F, n_mels)``)."""
         if ctc_weight is None:
             ctc_weight = self.options.ctc_weight if self.has_ctc and hasattr(self.model, "decode_step") else 0.0
+        unknown = set(limits) - {"window", "max_rate", "eos_threshold", "length_penalty"}
+        if unknown:
+            raise TypeError(f"unknown decoding options: {', '.join(sorted(unknown))}")
         return transcribe_batch(self.model, self.tokenizer, [f.to(self.device) for f in features], beam=beam,
-                                max_len=max_len, ctc_weight=ctc_weight, length_penalty=length_penalty)
+                                max_len=max_len, ctc_weight=ctc_weight, **decoding_options(self.options, **limits))
 
     def data(self):
         """The run's data (generated again from the cache, or read again)."""
@@ -100,15 +104,17 @@ class Transcriber(Predictor):
         raise ValueError(f"no such manifest or folder: {data}")
 
     def evaluate(self, data: str | None = None, *, split: str = "test", limit: int | None = None, beam: int = 1,
-                 max_len: int = 300, ctc_weight: float | None = None, on_error: str = "raise") -> dict[str, float]:
+                 max_len: int = 300, ctc_weight: float | None = None, on_error: str = "raise",
+                 **limits) -> dict[str, float]:
         """WER and CER (%, ``jiwer``), exact match and the count on ``split`` of the run's data (``test``: held-out
         voices and texts; ``long``: longer than training) or on another manifest or LibriSpeech folder ``data``;
-        ``on_error="skip"``: unreadable files are skipped and counted (``skipped``)."""
+        ``on_error="skip"``: unreadable files are skipped and counted (``skipped``); ``limits`` as in
+        :meth:`predict`."""
         utterances = self.utterances(data, split, on_error)[:limit]
         feats, kept, bad = read_features(utterances, self.options.n_mels, on_error)
         if not feats:
             raise ValueError(f"no utterance could be read ({bad} skipped)")
-        hyps = self.transcribe(feats, beam=beam, max_len=max_len, ctc_weight=ctc_weight)
+        hyps = self.transcribe(feats, beam=beam, max_len=max_len, ctc_weight=ctc_weight, **limits)
         figures = speech_metrics([h.text for h in hyps], [utterances[i].text for i in kept])
         if bad:
             figures["skipped"] = float(bad)

@@ -18,7 +18,8 @@ from .options import SpeechOptions
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["load_data", "model_spec", "build_model", "SpeechTask", "speech_tokenizer", "read_features"]
+__all__ = ["load_data", "model_spec", "build_model", "SpeechTask", "speech_tokenizer", "read_features",
+           "join_pairs", "decoding_options"]
 
 
 def speech_tokenizer():
@@ -116,6 +117,27 @@ class _Examples:
         return self.features[i], self.ids[i]
 
 
+def join_pairs(examples: list[tuple[Tensor, list[int]]], space_id: int) -> list[tuple[Tensor, list[int]]]:
+    """Examples ``(features (F, M), ids)`` joined two by two: ``2i`` then ``2i + 1``, features end to end and ids
+    with ``space_id`` between (an odd last one is kept alone). A batch of similar lengths joined this way costs
+    what it cost before, with utterances twice as long."""
+    out = []
+    for i in range(0, len(examples) - 1, 2):
+        (f1, i1), (f2, i2) = examples[i], examples[i + 1]
+        out.append((torch.cat([f1, f2]), [*i1, space_id, *i2]))
+    return out + list(examples[len(examples) // 2 * 2:])
+
+
+def decoding_options(options: SpeechOptions, **given) -> dict[str, Any]:
+    """:func:`transcribe_batch`'s length limits from ``options`` (``window``, ``max_rate``, ``eos_threshold``,
+    ``length_penalty``), each replaced by its value in ``given`` unless that is None."""
+    las = options.model == "las"
+    out = {"window": options.window if las else (), "max_rate": options.max_rate,
+           "eos_threshold": options.eos_threshold, "length_penalty": options.length_penalty}
+    out.update({k: v for k, v in given.items() if v is not None})
+    return out
+
+
 class SpeechTask(Task):
     """Label-smoothed cross-entropy of the attention decoder, plus (hybrid) or alone (CTC) the CTC loss; metrics:
     character and word error rates (:func:`~qkv.tasks.speech.decode.speech_metrics`)."""
@@ -150,6 +172,8 @@ class SpeechTask(Task):
         from ...data import BOS_ID, EOS_ID, pad_sequences
         from ...data.audio import spec_augment
 
+        if self.options.concat and len(examples) > 1 and float(torch.rand(())) < self.options.concat:
+            examples = join_pairs(examples, self.tokenizer.encode(" ")[0])  # training batches only
         feats = [f.float() for f, _ in examples]
         if self.options.spec_augment:
             feats = [spec_augment(f, freq_width=min(8, self.options.n_mels // 5)) for f in feats]
@@ -214,5 +238,5 @@ class SpeechTask(Task):
         if not feats:
             raise ValueError(f"no utterance of the {split} split could be read")
         hyps = transcribe_batch(model, self.tokenizer, feats, beam=self.options.eval_beam,
-                                max_len=self.options.max_decode_len)
+                                max_len=self.options.max_decode_len, **decoding_options(self.options))
         return speech_metrics([h.text for h in hyps], refs)

@@ -1,0 +1,83 @@
+"""Decoding settings side by side on a trained speech run: the length limits of
+:func:`qkv.tasks.speech.transcribe_batch` (windowed attention, characters per second, <eos> threshold, length
+normalisation, beam, joint CTC weight) on the ``test`` split (in-length) and the ``long`` split (2-3 test texts
+joined, longer than any training utterance).
+
+    python benchmarks/speech_decode.py runs/las-location                       # the default grid
+    python benchmarks/speech_decode.py runs/las --settings "beam=1" "beam=1,window=2:24" "beam=4,eos_threshold=0.5"
+
+A setting is ``key=value`` pairs joined by commas: ``beam``, ``window`` (``LEFT:RIGHT`` listener frames, or
+``none``), ``max_rate`` (characters per second, ``none`` for no limit but ``--max-len``), ``eos_threshold``,
+``length_penalty``, ``ctc_weight``. Printed: a Markdown table of WER and CER (%, jiwer) per split, and the seconds
+each took on one thread.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from qkv.tasks.speech import Transcriber, speech_metrics  # noqa: E402
+from qkv.tasks.speech.task import read_features  # noqa: E402
+
+DEFAULT = ("beam=1,max_rate=none", "beam=1", "beam=1,window=2:24", "beam=1,window=4:32", "beam=4",
+           "beam=4,window=2:24", "beam=4,window=2:24,eos_threshold=0.5,length_penalty=1")
+
+
+def parse(setting: str) -> dict:
+    out: dict = {"beam": 1, "window": (), "max_rate": None}
+    for part in filter(None, setting.split(",")):
+        key, _, value = part.partition("=")
+        if key == "window":
+            out[key] = () if value == "none" else tuple(int(v) for v in value.split(":"))
+        elif key == "max_rate":
+            out[key] = 1e9 if value == "none" else float(value)
+        elif key in ("beam",):
+            out[key] = int(value)
+        elif key in ("eos_threshold", "length_penalty", "ctc_weight"):
+            out[key] = float(value)
+        else:
+            raise SystemExit(f"unknown setting {key!r} in {setting!r}")
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("run")
+    parser.add_argument("--settings", nargs="+", default=DEFAULT)
+    parser.add_argument("--splits", default="test,long")
+    parser.add_argument("--max-test", type=int, default=200, help="utterances per split")
+    parser.add_argument("--threads", type=int, default=1)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    t = Transcriber.load(args.run, "cpu")
+    splits = args.splits.split(",")
+    data = {}
+    for s in splits:
+        utts = t.data().split(s)[: args.max_test]
+        feats, kept, _ = read_features(utts, t.options.n_mels)
+        data[s] = (feats, [utts[i].text for i in kept])
+    print(f"# {args.run}: {t.options.model} ({t.options.score}), "
+          + ", ".join(f"{len(v[0])} {k}" for k, v in data.items()))
+    print("| decoding | " + " | ".join(f"{s} WER | {s} CER" for s in splits) + " | seconds |")
+    print("|---|" + "---|---|" * len(splits) + "---|")
+    for setting in args.settings:
+        kw = parse(setting)
+        started, cells = time.time(), []
+        for s in splits:
+            feats, refs = data[s]
+            hyps = t.transcribe(feats, max_len=300, **kw)
+            m = speech_metrics([h.text for h in hyps], refs)
+            cells.append(f"{m['wer']:.1f} | {m['cer']:.1f}")
+        print(f"| {setting} | {' | '.join(cells)} | {time.time() - started:.0f} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
