@@ -11,7 +11,7 @@ import torch
 sf = pytest.importorskip("soundfile")
 librosa = pytest.importorskip("librosa")
 
-from qkv.data.audio import load_audio, log_mel, spec_augment  # noqa: E402
+from qkv.data.audio import load_audio, log_mel, spec_augment, warp_features  # noqa: E402
 from qkv.data.speech import normalize_transcript, read_librispeech, read_manifest, split_utterances  # noqa: E402
 from qkv.data.speech_synth import number_words  # noqa: E402
 
@@ -80,6 +80,22 @@ def test_spec_augment_masks_bands_and_spans(gen):
     assert torch.equal(x, x.clone())  # the input is not changed in place
     same = spec_augment(x, freq_masks=0, time_masks=0)
     assert torch.equal(same, x)
+
+
+@pytest.mark.parametrize("time, freq", [(1.2, 0.9), (0.85, 1.1), (1.0, 1.0)])
+def test_warp_features_matches_numpy_interpolation(gen, time, freq):
+    x = torch.randn(50, 20, generator=gen, dtype=torch.float64)
+    got = warp_features(x, time, freq)
+    # numpy's interp along the mel channels (channel k reads k / freq), then along the frames
+    warped = np.stack([np.interp(np.minimum(np.arange(20) / freq, 19), np.arange(20), row) for row in x.numpy()])
+    n = round(50 * time)
+    want = np.stack([np.interp(np.linspace(0, 49, n), np.arange(50), warped[:, k]) for k in range(20)], 1)
+    assert got.shape == (n, 20) and got.dtype == torch.float64
+    np.testing.assert_allclose(got.numpy(), want, atol=1e-5)
+    with pytest.raises(ValueError, match="factors"):
+        warp_features(x, 3.0)
+    with pytest.raises(ValueError, match="features must be"):
+        warp_features(x[0])
 
 
 def test_normalize_transcript():

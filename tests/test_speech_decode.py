@@ -139,12 +139,17 @@ def test_joined_pairs_and_joined_training_batches(gen):
     # the task joins the training batches it collates (evaluation decodes each utterance alone, never collated)
     utt = Utterance("x.wav", "one")
     corpus = SpeechCorpus({"train": [utt], "valid": [utt], "test": [Utterance("y.wav", "nine")]})
-    task = SpeechTask(SpeechOptions(data="clips.tsv", concat=1.0, spec_augment=False, n_mels=8), corpus)
+    task = SpeechTask(SpeechOptions(data="clips.tsv", concat=1.0, concat_from=2, spec_augment=False, n_mels=8),
+                      corpus)
+    assert [task.collate(examples[:4])["features"].shape[0] for _ in range(2)] == [4, 4]  # not yet joined
     batch = task.collate(examples[:4])
     assert batch["features"].shape == (2, 12, 8) and batch["lengths"].tolist() == [12, 10]
     torch.testing.assert_close(batch["features"][1, :10], torch.cat([examples[2][0], examples[3][0]]))
     assert [tok.decode(r[r > 0].tolist()) for r in batch["tgt_in"][:, 1:]] == ["one two", "three four"]
     plain = SpeechTask(SpeechOptions(data="clips.tsv", spec_augment=False, n_mels=8), corpus).collate(examples[:4])
     assert plain["features"].shape[0] == 4
+    warped = SpeechTask(SpeechOptions(data="clips.tsv", warp=0.2, spec_augment=False, n_mels=8), corpus)
+    lengths = warped.collate(examples)["lengths"].tolist()
+    assert all(round(0.8 * len(f)) <= n <= round(1.2 * len(f)) for (f, _), n in zip(examples, lengths, strict=True))
     with pytest.raises(ValueError, match="concat"):
         SpeechOptions(concat=1.5)

@@ -8,7 +8,10 @@ A file that cannot be used is a one-line ``ValueError`` naming it (missing, not 
 finite). Both libraries are imported when first needed (``pip install qkv[speech]``).
 
 SpecAugment: Park et al., 2019, "SpecAugment: A Simple Data Augmentation Method for Automatic Speech Recognition"
-(https://arxiv.org/abs/1904.08779), frequency and time masks only (no time warping).
+(https://arxiv.org/abs/1904.08779), frequency and time masks only (no time warping). :func:`warp_features`
+stretches the features in time (a tempo change, as speed perturbation's, Ko et al., 2015, without its change of
+pitch) and along the mel axis (a vocal tract length change, as VTLP's, Jaitly and Hinton, 2013, but linear on the mel
+scale rather than piecewise linear in Hz), by linear interpolation.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ import torch
 from torch import Tensor
 
 __all__ = ["SAMPLE_RATE", "load_audio", "write_audio", "log_mel", "mel_filterbank", "spec_augment", "add_noise",
-           "MIN_SECONDS"]
+           "warp_features", "MIN_SECONDS"]
 
 SAMPLE_RATE = 16_000  #: the rate every model reads
 MIN_SECONDS = 0.1  #: shorter audio is refused: no word fits in it
@@ -125,6 +128,28 @@ def spec_augment(features: Tensor, *, freq_masks: int = 2, freq_width: int = 10,
         start = draw(frames - width)
         out[start:start + width] = fill
     return out
+
+
+def warp_features(features: Tensor, time: float = 1.0, freq: float = 1.0) -> Tensor:
+    """``features (F, M)`` stretched by linear interpolation: ``round(F * time)`` frames (``time > 1``: slower
+    speech), and along the mel channels by ``freq``: channel ``k`` reads channel ``k / freq`` of the input (the
+    last channel beyond it; ``freq > 1``: formants move up, a shorter vocal tract)."""
+    if features.dim() != 2 or features.shape[0] < 1:
+        raise ValueError(f"features must be (F, M) with F >= 1, got {tuple(features.shape)}")
+    if not (0.5 <= time <= 2.0 and 0.5 <= freq <= 2.0):
+        raise ValueError(f"time and freq factors must be in [0.5, 2], got {time} and {freq}")
+    frames, mels = features.shape
+    x = features.float()
+    if freq != 1.0:
+        src = (torch.arange(mels, dtype=torch.float32) / freq).clamp(max=mels - 1)
+        low = src.floor().long()
+        high = (low + 1).clamp(max=mels - 1)
+        w = src - low
+        x = x[:, low] * (1 - w) + x[:, high] * w
+    n = max(1, round(frames * time))
+    if n != frames:
+        x = torch.nn.functional.interpolate(x.T[None], size=n, mode="linear", align_corners=True)[0].T
+    return x.to(features.dtype)
 
 
 def add_noise(wave: Tensor, snr_db: float, generator: torch.Generator | None = None) -> Tensor:

@@ -48,9 +48,15 @@ class SpeechOptions:
     n_mels: int = option(40, low=8, high=256, help="log-mel channels (25 ms windows every 10 ms)")
     spec_augment: bool = option(True, help="SpecAugment on the training features: 2 frequency masks (<= 8 "
                                 "channels) and 2 time masks (<= 20 frames)")
+    warp: float = option(0.0, low=0, high=0.3, help="training: stretch each utterance's features in time and along "
+                         "the mel channels by factors drawn in [1 - warp, 1 + warp] (speed and vocal tract length "
+                         "perturbation, on the features; 0: off)")
     concat: float = option(0.0, low=0, high=1, help="share of training batches whose utterances are joined two by "
                            "two (features end to end, transcripts with a space): utterances twice as long in "
                            "training at the same cost, so that decoding holds on longer ones")
+    concat_from: int = option(1000, low=0, help="--concat joins batches from this training batch on (counted "
+                              "from the start of this process): attention finds its diagonal on single "
+                              "utterances first (joined from the start, LAS had not aligned after 10 minutes)")
     # model
     model: str = option("las", choices=MODELS, help="las (Listen, Attend and Spell), ctc (no attention) or "
                         "transformer")

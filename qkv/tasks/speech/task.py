@@ -150,6 +150,7 @@ class SpeechTask(Task):
         self.data = data
         self.tokenizer = speech_tokenizer()
         self._train: _Examples | None = None
+        self._batches = 0  # training batches collated (--concat-from)
         self._eval: dict[str, tuple[list[Tensor], list[str]]] = {}
 
     def setup(self) -> None:
@@ -170,11 +171,16 @@ class SpeechTask(Task):
 
     def collate(self, examples):
         from ...data import BOS_ID, EOS_ID, pad_sequences
-        from ...data.audio import spec_augment
+        from ...data.audio import spec_augment, warp_features
 
-        if self.options.concat and len(examples) > 1 and float(torch.rand(())) < self.options.concat:
+        self._batches += 1
+        o = self.options
+        if o.concat and self._batches > o.concat_from and len(examples) > 1 and float(torch.rand(())) < o.concat:
             examples = join_pairs(examples, self.tokenizer.encode(" ")[0])  # training batches only
         feats = [f.float() for f, _ in examples]
+        if o.warp:
+            factors = 1 + o.warp * (2 * torch.rand(len(feats), 2) - 1)
+            feats = [warp_features(f, float(t), float(m)) for f, (t, m) in zip(feats, factors, strict=True)]
         if self.options.spec_augment:
             feats = [spec_augment(f, freq_width=min(8, self.options.n_mels // 5)) for f in feats]
         x, lengths = pad_features(feats)
