@@ -167,6 +167,8 @@ def test_cli_train_transcribe_evaluate_plot_view(tiny, tmp_path):
     code, out, err = run(["transcribe", str(run_dir), "--evaluate", "test", "--beam", "2", "--window", "2,8",
                           "--max-rate", "20", "--eos-threshold", "0.5", "--length-penalty", "1"])
     assert code == 0 and "test: 3 utterances, beam 2" in out and "CER" in out, err
+    code, out, err = run(["transcribe", str(run_dir), "--evaluate", "test", "--window", ""])  # no window
+    assert code == 0 and "CER" in out, err
     code, _, err = run(["transcribe", str(run_dir), "--evaluate", "test", "--window", "3"])
     assert code == 2 and "window" in err
     code, out, err = run(["evaluate", str(run_dir), "--max-len", "12"])

@@ -131,8 +131,8 @@ def join_pairs(examples: list[tuple[Tensor, list[int]]], space_id: int) -> list[
 def decoding_options(options: SpeechOptions, **given) -> dict[str, Any]:
     """:func:`transcribe_batch`'s length limits from ``options`` (``window``, ``max_rate``, ``eos_threshold``,
     ``length_penalty``), each replaced by its value in ``given`` unless that is None."""
-    las = options.model == "las"
-    out = {"window": options.window if las else (), "max_rate": options.max_rate,
+    location = options.model == "las" and options.score == "location"
+    out = {"window": options.window if location else (), "max_rate": options.max_rate,
            "eos_threshold": options.eos_threshold, "length_penalty": options.length_penalty}
     out.update({k: v for k, v in given.items() if v is not None})
     return out
