@@ -20,7 +20,7 @@ __all__ = ["register", "EvaluateCommand", "ViewCommand"]
 def _train(name: str):
     def train(args) -> int:
         app = application(name)
-        options, config = read_train_options(args, app.options, app.train_defaults)
+        options, config = read_train_options(args, app.options, app.train_defaults, app.budget_defaults)
         results = app.run_training(options, config)
         many = len(results) > 1
         for k, result in enumerate(results):

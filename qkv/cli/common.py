@@ -116,11 +116,28 @@ def add_train_command(train_commands, name: str, help: str, options_cls: type, t
     p.set_defaults(func=func)
 
 
-def read_train_options(args, options_cls: type, train_defaults):
-    """``(options, TrainConfig)`` of a ``qkv train NAME`` command line (the command stored with the run)."""
+def read_train_options(args, options_cls: type, train_defaults, budget_defaults=None):
+    """``(options, TrainConfig)`` of a ``qkv train NAME`` command line (the command stored with the run).
+
+    ``budget_defaults(options, max_minutes) -> {field: value}`` (an application's, optional) sizes the defaults to
+    the time budget; the flags given on the command line win over it, and what it changed is logged."""
+    import dataclasses
+
     from ..train import TrainConfig
-    from .options import options_from_args
+    from .options import given, options_from_args
 
     options = options_from_args(args, options_cls)
+    config = options_from_args(args, TrainConfig, defaults=train_defaults(options), extra={"command": command_line()})
+    if budget_defaults is None:
+        return options, config
+    chosen = given(args, options_cls)
+    preset = {k: v for k, v in budget_defaults(options, config.max_minutes).items()
+              if k not in chosen and getattr(options, k) != v}
+    if not preset:
+        return options, config
+    budget = "no time budget" if config.max_minutes is None else f"a {config.max_minutes:g}-minute budget"
+    print(f"defaults for {budget}: {', '.join(f'{k}={v}' for k, v in preset.items())} (flags given win)",
+          flush=True)
+    options = options_from_args(args, options_cls, defaults=dataclasses.replace(options, **preset))
     return options, options_from_args(args, TrainConfig, defaults=train_defaults(options),
                                       extra={"command": command_line()})

@@ -48,6 +48,8 @@ class Application:
         predictor: the :class:`Predictor` subclass that reads its runs back.
         train: ``(options, train_config) -> list of qkv.train.TrainResult``; ``None``: one run of ``task``
             (sentiment's k-fold cross-validation is its own).
+        budget_defaults: ``(options, max_minutes or None) -> {field: value}``, optional: the options' defaults
+            sized to a time budget (``qkv train`` applies them under the flags given); ``None``: one size for all.
     """
 
     name: str
@@ -59,6 +61,7 @@ class Application:
     task: type
     predictor: type[Predictor]
     train: Callable[[Any, Any], list[Any]] | None = None
+    budget_defaults: Callable[[Any, float | None], dict[str, Any]] | None = None
 
     def run_training(self, options: Any, config: Any) -> list[Any]:
         """Train with ``options`` and the trainer's ``config``: the :class:`qkv.train.TrainResult` of each run."""

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from ...options import check_options, option
 
-__all__ = ["TranslateOptions", "train_defaults", "MODELS", "RNN_MODELS"]
+__all__ = ["TranslateOptions", "train_defaults", "budget_defaults", "LARGER_FROM_MINUTES", "MODELS", "RNN_MODELS"]
 
 MODELS = ("fixed", "bahdanau", "luong", "transformer")
 RNN_MODELS = ("fixed", "bahdanau", "luong")
@@ -27,7 +27,7 @@ class TranslateOptions:
     max_length: int | None = option(20, low=1, excludes=_CORPUS, help="drop corpus pairs longer than this (words)")
     tokenizer: str = option("auto", choices=("auto", "char", "bpe", "unigram", "word"),
                             help="auto = char for dates, bpe for corpora")
-    vocab_size: int = option(8000, low=8, excludes={"tokenizer": ("char", "word")},
+    vocab_size: int = option(4000, low=8, excludes={"tokenizer": ("char", "word")},
                              help="subword vocabulary size of each side")
     n_train: int = option(50_000, low=1, applies={"data": ("dates",)}, help="generated training dates")
     n_eval: int = option(1_000, low=1, applies={"data": ("dates",)}, help="generated valid and test dates, each")
@@ -79,5 +79,26 @@ def train_defaults(options: TranslateOptions):
     """The trainer's settings for translation (the ``qkv train translate`` defaults)."""
     from ...train import TrainConfig
 
-    return TrainConfig(epochs=10, batch_size=64, lr=2e-3, warmup_steps=200, schedule="cosine", weight_decay=0.01,
-                       monitor="exact_match" if options.data == "dates" else "bleu")
+    if options.data == "dates":
+        return TrainConfig(epochs=10, batch_size=64, lr=2e-3, warmup_steps=200, schedule="cosine", weight_decay=0.01,
+                           monitor="exact_match")
+    # corpora: the peak learning rate and warm-up of the recorded search (benchmarks/translate_presets.py): a
+    # learner's budget is about one epoch, which a higher peak reached sooner uses better (BENCHMARKS.md)
+    return TrainConfig(epochs=10, batch_size=64, lr=3e-3, warmup_steps=100, schedule="cosine", weight_decay=0.01,
+                       monitor="bleu")
+
+
+LARGER_FROM_MINUTES = 15.0  #: budgets from this long (or none) train the larger Transformer
+
+
+def budget_defaults(options: TranslateOptions, max_minutes: float | None) -> dict:
+    """The Transformer's size for a corpus and a time budget (``qkv train translate`` applies it under the flags).
+
+    The dataclass defaults (width 128, one layer each side) are what a learner's few minutes train best; from
+    :data:`LARGER_FROM_MINUTES` on, or with no budget, two layers of width 256 learn more than the small model can
+    hold. Both found by ``benchmarks/translate_presets.py`` (BENCHMARKS.md). Dates and RNNs: one size for all."""
+    if options.data == "dates" or options.model != "transformer":
+        return {}
+    if max_minutes is not None and max_minutes < LARGER_FROM_MINUTES:
+        return {}
+    return {"dim": 256, "num_layers": 2}

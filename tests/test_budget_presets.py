@@ -1,0 +1,57 @@
+"""Defaults sized to the time budget (``Application.budget_defaults``): translation's Transformer on a corpus."""
+
+import pytest
+
+from qkv.cli import build_parser
+from qkv.cli.common import read_train_options
+from qkv.tasks import application
+from qkv.tasks.translate import LARGER_FROM_MINUTES, TranslateOptions, budget_defaults
+
+
+def read(argv):
+    args = build_parser().parse_args(["train", "translate", *argv])
+    app = application("translate")
+    return read_train_options(args, app.options, app.train_defaults, app.budget_defaults)
+
+
+CORPUS = ["--data", "corpus.tsv", "--model", "transformer"]
+
+
+@pytest.mark.parametrize("minutes", [1, 5, LARGER_FROM_MINUTES - 0.5])
+def test_a_learners_budget_keeps_the_small_transformer(minutes, capsys):
+    options, config = read([*CORPUS, "--max-minutes", str(minutes)])
+    small = TranslateOptions()
+    assert (options.dim, options.num_layers) == (small.dim, small.num_layers)
+    assert config.max_minutes == minutes
+    assert capsys.readouterr().out == ""  # nothing changed, nothing said
+
+
+@pytest.mark.parametrize("minutes", [None, LARGER_FROM_MINUTES, 30, 120])
+def test_a_longer_budget_or_none_gives_the_larger_transformer_and_says_so(minutes, capsys):
+    argv = [*CORPUS] + ([] if minutes is None else ["--max-minutes", str(minutes)])
+    options, _ = read(argv)
+    want = budget_defaults(TranslateOptions(data="corpus.tsv", model="transformer"), minutes)
+    assert want and all(getattr(options, k) == v for k, v in want.items())
+    assert options.dim > TranslateOptions().dim
+    out = capsys.readouterr().out
+    assert "defaults for" in out and "dim=256" in out and "flags given win" in out
+
+
+def test_flags_given_win_over_the_budgets_defaults():
+    options, _ = read([*CORPUS, "--max-minutes", "30", "--dim", "192", "--num-heads", "4"])
+    assert options.dim == 192 and options.num_layers == 2  # the flag kept, the rest from the budget
+    options, _ = read([*CORPUS, "--max-minutes", "30", "--num-layers", "3"])
+    assert options.dim == 256 and options.num_layers == 3
+
+
+@pytest.mark.parametrize("argv", [["--data", "dates", "--model", "transformer", "--max-minutes", "30"],
+                                  ["--data", "corpus.tsv", "--model", "bahdanau", "--max-minutes", "30"]])
+def test_dates_and_rnns_have_one_size(argv):
+    options, _ = read(argv)
+    assert (options.dim, options.num_layers) == (TranslateOptions().dim, TranslateOptions().num_layers)
+
+
+def test_the_budgets_defaults_are_valid_options():
+    for minutes in (None, 1, 30):
+        fields = budget_defaults(TranslateOptions(data="c.tsv", model="transformer"), minutes)
+        TranslateOptions(data="c.tsv", model="transformer", **fields)  # raises if a field does not apply
