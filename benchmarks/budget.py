@@ -8,6 +8,7 @@ not a cut-off.
 
     python benchmarks/budget.py                       # every goal, 3 seeds: about 5 hours on one core
     python benchmarks/budget.py --only translate-5 qa --seeds 0
+    python benchmarks/budget.py --only caption --jobs 2  # two runs at once, one core each
     python benchmarks/budget.py --scale 0.2           # a fifth of every budget (a smoke run; not the goals)
 
 Applications added to the registry after this file was written get a row with their defaults and a 10-minute budget
@@ -17,6 +18,7 @@ Applications added to the registry after this file was written get a row with th
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import dataclasses
 import json
 import math
@@ -120,18 +122,25 @@ def main() -> None:
     ap.add_argument("--scale", type=float, default=1.0, help="multiply every budget (a smoke run when < 1)")
     ap.add_argument("--root", default=str(ROOT / "runs" / "budget"), help="where the runs go")
     ap.add_argument("--json", help="also write every figure as JSON")
+    ap.add_argument("--jobs", type=int, default=1, help="runs at once, one core each (2 on a 2-core machine: "
+                    "side by side, as the recorded tables were taken)")
     args = ap.parse_args()
     if args.only:
         goals = [g for g in goals if g.key in args.only]
     root = Path(args.root)
     root.mkdir(parents=True, exist_ok=True)
-    print(f"# {platform.machine()}, {os.cpu_count()} cores, one torch thread; budgets x{args.scale:g}; "
-          f"seeds {args.seeds}", flush=True)
+    print(f"# {platform.machine()}, {os.cpu_count()} cores, one torch thread per run, {args.jobs} at once; budgets "
+          f"x{args.scale:g}; seeds {args.seeds}; load average {os.getloadavg()[0]:.1f} at the start", flush=True)
 
+    jobs = [(goal, seed) for goal in goals for seed in args.seeds]
+    with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:  # each run is its own process, one thread
+        done = list(pool.map(lambda job: run_goal(job[0], job[1], root, args.scale), jobs))
     results: dict[str, list[dict[str, float]]] = {}
+    for (goal, _), figures in zip(jobs, done, strict=True):
+        results.setdefault(goal.key, []).append(figures)
     rows = []
     for goal in goals:
-        runs = results[goal.key] = [run_goal(goal, s, root, args.scale) for s in args.seeds]
+        runs = results[goal.key]
         targets = dict(goal.targets)
         if goal.app == "sentiment":
             targets = {"10-fold accuracy": ("kfold/mean", bow_floor())}
