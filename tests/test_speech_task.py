@@ -226,3 +226,13 @@ def test_options_refuse_what_does_not_apply():
     with pytest.raises(ValueError, match="odd"):
         SpeechOptions(kernel_size=30)
     assert SpeechOptions(data="sentences").n_train == 8000 and SpeechOptions(data="clips.tsv").n_train is None
+    from qkv.tasks.speech.task import decoding_options
+
+    with pytest.raises(ValueError, match="window does not apply to ctc_weight"):
+        SpeechOptions(ctc_weight=0.3, window=(4, 16))
+    with pytest.raises(ValueError, match="two frame counts"):
+        SpeechOptions(window=(4,))
+    # the window is the location-aware LAS's default only; another is given explicitly
+    assert decoding_options(SpeechOptions())["window"] == (8, 32)
+    assert decoding_options(SpeechOptions(score="content"))["window"] == ()
+    assert decoding_options(SpeechOptions(ctc_weight=0.3), window=(2, 4))["window"] == (2, 4)

@@ -26,8 +26,8 @@ class TranscribeCommand:
     max_rate: float | None = option(None, low=0, low_open=True, help="at most this many characters per second of "
                                     "audio, +5 (default: the run's, 40)")
     window: tuple[int, ...] | None = option(None, low=0, metavar="LEFT,RIGHT", help="las runs: attend only to "
-                                            "these listener frames around the previous attention's median "
-                                            "(default: the run's, 8,32 for location-aware runs; '' for none)")
+                                            "these listener frames around the previous attention's median (default: "
+                                            "the run's, 8,32 for location-aware runs without CTC; '' for none)")
     eos_threshold: float | None = option(None, low=0, high=1, help="beam: end only where p(<eos>) >= this x the "
                                          "best other character's (default: the run's, 0 = off)")
     length_penalty: float | None = option(None, low=0, help="beam: Wu et al.'s length normalisation alpha "

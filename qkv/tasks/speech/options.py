@@ -94,10 +94,10 @@ class SpeechOptions:
     max_decode_len: int = option(300, low=1, help="longest transcript decoded, in characters")
     max_rate: float = option(40.0, low=0, low_open=True, help="decoding: at most this many characters per second "
                              "of audio (+5), so that a transcript that never ends stops (speech: 10-20 a second)")
-    window: tuple[int, ...] = option((8, 32), low=0, applies={**_LAS, "score": ("location",)},
-                                     help="las, location: decoding attends only to LEFT,RIGHT listener frames "
-                                     "around the median of the previous attention (Chorowski et al.'s windowing; "
-                                     "'' for none)")
+    window: tuple[int, ...] = option((8, 32), low=0, applies={**_LAS, "score": ("location",), "ctc_weight": (0.0,)},
+                                     help="las, location, no CTC head: decoding attends only to LEFT,RIGHT listener "
+                                     "frames around the median of the previous attention (Chorowski et al.'s "
+                                     "windowing; '' for none; hybrids decode jointly with CTC instead)")
     eos_threshold: float = option(0.0, low=0, high=1, applies=_ATTENTION, help="beam decoding: end a transcript "
                                   "only where p(<eos>) >= this x the best other character's (0: off)")
     length_penalty: float = option(0.0, low=0, applies=_ATTENTION, help="beam decoding: Wu et al.'s length "

@@ -130,9 +130,11 @@ def join_pairs(examples: list[tuple[Tensor, list[int]]], space_id: int) -> list[
 
 def decoding_options(options: SpeechOptions, **given) -> dict[str, Any]:
     """:func:`transcribe_batch`'s length limits from ``options`` (``window``, ``max_rate``, ``eos_threshold``,
-    ``length_penalty``), each replaced by its value in ``given`` unless that is None."""
-    location = options.model == "las" and options.score == "location"
-    out = {"window": options.window if location else (), "max_rate": options.max_rate,
+    ``length_penalty``), each replaced by its value in ``given`` unless that is None. The run's window applies to
+    location-aware LAS without a CTC head only (measured: it helps there on long utterances; the hybrid's attention
+    is less sharp, and windowed it did worse)."""
+    windowed = options.model == "las" and options.score == "location" and not options.ctc_weight
+    out = {"window": options.window if windowed else (), "max_rate": options.max_rate,
            "eos_threshold": options.eos_threshold, "length_penalty": options.length_penalty}
     out.update({k: v for k, v in given.items() if v is not None})
     return out
