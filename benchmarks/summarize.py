@@ -4,8 +4,10 @@ trained for a time budget on one thread; and exact match of generated answers on
 
     python benchmarks/summarize.py --minutes 5 --facts-minutes 3 --out runs/bench-summarize
 
-Pointer + coverage switches coverage on after ``--coverage-at`` of the plain pointer run's steps (See et al. add it
-to a converged model). Prints a Markdown table and writes ``results.json`` under ``--out``.
+Pointer + coverage switches coverage on for the last part of its own budget (``--coverage-at``: the fraction of the
+training done before, ``coverage_from`` as a fraction; See et al. add it to a converged model). Every model is also
+decoded with ``--no-repeat-ngram`` blocking when it is given (rows ``... + blocking``). Prints a Markdown table and
+writes ``results.json`` under ``--out``.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import logging
 import time
 from pathlib import Path
 
@@ -21,14 +24,13 @@ import torch
 from qkv.tasks.summarize import (
     SummarizeOptions,
     Summarizer,
-    SummarizeTask,
     first_words,
     lead,
     load_data,
     summary_metrics,
     train_defaults,
+    train_summarizer,
 )
-from qkv.train import train
 
 #: a CPU-sized model: what one core trains in minutes
 SMALL = {"vocab_size": 8000, "embed_dim": 64, "hidden_dim": 128, "max_source": 80, "max_target": 20,
@@ -45,15 +47,24 @@ def _options(base: dict, extra: dict) -> SummarizeOptions:
     return SummarizeOptions(**o)
 
 
-def run(name: str, options: SummarizeOptions, data, minutes: float, out: Path, args) -> dict:
+def run(name: str, options: SummarizeOptions, data, minutes: float, out: Path, args) -> list[dict]:
     cfg = train_defaults(options).replace(max_minutes=minutes, out=str(out / name), progress=False,
                                           final_splits=("test",))
     t0 = time.time()
-    result = train(SummarizeTask(options, data=data), cfg)
+    (result,) = train_summarizer(options, cfg, data=data)
+    train_s = time.time() - t0
     summarizer = Summarizer.load(out / name / "checkpoint")
-    figures = summarizer.evaluate(split="test", limit=args.test, beam=args.beam, baselines=False)
-    return {"name": name, "steps": int(result.state.global_step),
-            "minutes": minutes, "train_s": round(time.time() - t0, 1), **figures}
+    settings = [("", {})]
+    if args.no_repeat_ngram or args.coverage_penalty:
+        settings.append((" + blocking", {"no_repeat_ngram_size": args.no_repeat_ngram,
+                                         "coverage_penalty": args.coverage_penalty}))
+    rows = []
+    for suffix, extra in settings:
+        t1 = time.time()
+        figures = summarizer.evaluate(split="test", limit=args.test, beam=args.beam, baselines=False, **extra)
+        rows.append({"name": name + suffix, "steps": int(result.state.global_step), "minutes": minutes,
+                     "train_s": round(train_s, 1), "decode_s": round(time.time() - t1, 1), **extra, **figures})
+    return rows
 
 
 def _percent(row: dict, key: str, digits: int = 1) -> str:
@@ -65,8 +76,10 @@ def main() -> None:
     p.add_argument("--minutes", type=float, default=10.0, help="training budget of each Debian model")
     p.add_argument("--facts-minutes", type=float, default=3.0, help="training budget of each facts model (0: none)")
     p.add_argument("--models", default=",".join(MODELS), help="which Debian models")
-    p.add_argument("--coverage-at", type=float, default=0.75, help="pointer + coverage: coverage from this share "
-                                                                   "of the plain pointer's steps")
+    p.add_argument("--coverage-at", type=float, default=0.75, help="pointer + coverage: coverage on once this "
+                                                                   "fraction of its training is done")
+    p.add_argument("--no-repeat-ngram", type=int, default=0, help="also decode with this n-gram blocking")
+    p.add_argument("--coverage-penalty", type=float, default=0.0, help="and this coverage penalty (Wu et al.)")
     p.add_argument("--test", type=int, default=1000, help="test examples decoded")
     p.add_argument("--beam", type=int, default=4)
     p.add_argument("--debian-file", default=None)
@@ -74,6 +87,8 @@ def main() -> None:
     p.add_argument("--out", default="runs/bench-summarize")
     args = p.parse_args()
     torch.set_num_threads(args.threads)
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s: %(message)s")
+    logging.getLogger("qkv.tasks.summarize").setLevel(logging.INFO)  # when coverage is switched on
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     rows = []
@@ -82,17 +97,13 @@ def main() -> None:
     test = data.split("test")[:args.test]
     for name, make in (("lead", lead), ("first-8-words", first_words)):
         rows.append({"name": name, **summary_metrics([make(e.source) for e in test], [e.target for e in test])})
-    pointer_steps = None
     for name in args.models.split(","):
         extra = dict(MODELS[name])
         if name == "pointer+coverage":
-            steps = pointer_steps or 1000
-            extra["coverage_from"] = int(args.coverage_at * steps)
-        rows.append(run(name, _options(base, extra), data, args.minutes, out, args))
-        if name == "pointer":
-            log = [json.loads(x) for x in (out / name / "metrics.jsonl").read_text().splitlines()]
-            pointer_steps = max(x.get("global_step", 0) for x in log)
-        print(json.dumps(rows[-1]), flush=True)
+            extra["coverage_from"] = args.coverage_at
+        for row in run(name, _options(base, extra), data, args.minutes, out, args):
+            rows.append(row)
+            print(json.dumps(row), flush=True)
     if args.facts_minutes:
         for lang in ("en", "zh"):
             o = SummarizeOptions(data="facts", lang=lang, n_train=5000, n_eval=300, embed_dim=64, hidden_dim=128,
@@ -100,7 +111,7 @@ def main() -> None:
             name = f"facts-{lang}"
             cfg = train_defaults(o).replace(max_minutes=args.facts_minutes, out=str(out / name), progress=False,
                                             final_splits=("test",))
-            train(SummarizeTask(o), cfg)
+            train_summarizer(o, cfg)
             s = Summarizer.load(out / name / "checkpoint")
             rows.append({"name": name, **s.evaluate(split="test", beam=1, baselines=False),
                          "phrasings_exact_match": s.evaluate(split="test_phrasings", beam=1,

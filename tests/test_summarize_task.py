@@ -155,6 +155,36 @@ def test_coverage_from_switches_coverage_on_at_that_step(tmp_path):
     assert "coverage_loss" in logged and "coverage_loss" not in (tmp_path / "500" / "metrics.jsonl").read_text()
 
 
+def test_coverage_from_a_fraction_switches_coverage_on_for_the_last_part(tmp_path):
+    import json
+
+    from qkv.tasks.summarize import SummarizeTask, train_defaults, train_summarizer
+    from qkv.train import train
+
+    data = write_copy_data(tmp_path / "c.jsonl", n=120)
+    out = tmp_path / "frac"
+    assert main(["train", "summarize", "--data", str(data), "--coverage-from", "0.5", "--max-steps", "8",
+                 "--log-every", "1", "--out", str(out), *TINY]) == 0
+    logs = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    with_cov = sorted(x["global_step"] for x in logs if "coverage_loss" in x)
+    assert with_cov == [5, 6, 7, 8]  # switched on after step 4 of 8: the steps after it have the coverage loss
+    model = Summarizer.load(out / "checkpoint").model
+    assert model.score.coverage_proj.weight.detach().any()
+    # a time budget: the fraction is of the time when that comes first (a budget so short it is all past 0.5)
+    options = SummarizeOptions(data=str(data), coverage_from=0.5, vocab_size=60, embed_dim=8, hidden_dim=8)
+    config = train_defaults(options).replace(max_steps=3, max_minutes=1e-6, progress=False, eval_split=None,
+                                             final_splits=(), monitor=None)
+    task = SummarizeTask(options)
+    train(task, config, [task.coverage_callback(config)])
+    assert task.coverage_step == 1
+    (result,) = train_summarizer(options, config.replace(max_minutes=None))
+    assert int(result.model.trained_steps) == 3
+    with pytest.raises(ValueError, match="fraction of the training"):  # without the callback it would never start
+        train(SummarizeTask(options), config)
+    with pytest.raises(ValueError, match="a whole number"):
+        SummarizeOptions(coverage_from=2.5)
+
+
 def test_bad_inputs_are_one_line_errors(copy_run, tmp_path, capsys):
     out, data = copy_run
     assert main(["summarize", str(out)]) == 2

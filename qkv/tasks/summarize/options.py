@@ -61,9 +61,11 @@ class SummarizeOptions:
     num_layers: int = option(2, low=1, applies=_TRANSFORMER, help="transformer: layers in each stack")
     dropout: float = option(0.1, low=0, high=0.99, help="dropout")
     # coverage
-    coverage_from: int | None = option(None, low=0, applies={"model": ("pointer",)},
-                                       help="pointer: the training step from which coverage enters the attention "
-                                            "and the coverage loss is added (0: from the start; none: no coverage)")
+    coverage_from: float | None = option(None, low=0, applies={"model": ("pointer",)},
+                                         help="pointer: when coverage enters the attention and the coverage loss "
+                                              "is added: a training step (1 or more; 0: from the start), or a "
+                                              "fraction below 1 of the training (of --max-minutes, else of the "
+                                              "steps: 0.75 = the last quarter); none: no coverage")
     coverage_weight: float = option(1.0, low=0, applies={"model": ("pointer",)},
                                     help="pointer: weight of the coverage loss (See et al.: 1)")
     # evaluation
@@ -77,8 +79,17 @@ class SummarizeOptions:
             raise ValueError(f"num_heads ({self.num_heads}) must divide dim ({self.dim})")
         if self.model != "transformer" and self.hidden_dim % 2:
             raise ValueError(f"hidden_dim ({self.hidden_dim}) must be even: it is split between two directions")
+        c = self.coverage_from
+        if c is not None and c >= 1 and c != int(c):
+            raise ValueError(f"coverage_from must be a step (a whole number) or a fraction below 1, got {c}")
         if self.coverage_weight != 1.0 and self.coverage_from is None:
             raise ValueError("coverage_weight needs coverage_from (the step from which coverage is trained)")
+
+    @property
+    def coverage_fraction(self) -> float | None:
+        """``coverage_from`` when it is a fraction of the training (between 0 and 1, both excluded), else None."""
+        c = self.coverage_from
+        return float(c) if c is not None and 0 < c < 1 else None
 
     @property
     def coverage(self) -> bool:

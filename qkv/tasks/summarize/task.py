@@ -16,7 +16,7 @@ from .options import SummarizeOptions
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["load_data", "model_spec", "build_model", "train_tokenizer", "SummarizeTask"]
+__all__ = ["load_data", "model_spec", "build_model", "train_tokenizer", "SummarizeTask", "train_summarizer"]
 
 
 def load_data(options: SummarizeOptions):
@@ -81,6 +81,37 @@ class SummarizeTask(Task):
         self.corpus = data
         self.tok = None
         self._train: list | None = None
+        #: the training step from which coverage is on: ``coverage_from`` as a step, or set by
+        #: :meth:`coverage_callback` when the fraction ``coverage_from`` of the training is reached
+        self.coverage_step: int | None = None
+        self._fraction_watched = False
+        o = options
+        if o.coverage and o.coverage_fraction is None:
+            self.coverage_step = int(o.coverage_from)
+
+    def coverage_callback(self, config):
+        """The trainer's callback that switches coverage on once the fraction ``coverage_from`` of the training
+        is done: of ``config.max_minutes`` of training time, or of the steps (``max_steps``, ``schedule_steps``,
+        else the epochs' batches), whichever comes first. ``None`` when ``coverage_from`` is not a fraction."""
+        fraction = self.options.coverage_fraction
+        if fraction is None:
+            return None
+        self._fraction_watched = True
+        from ...train.schedule import num_batches
+
+        def switch(state, logs) -> None:
+            if self.coverage_step is not None:
+                return
+            steps = config.max_steps or config.schedule_steps or config.epochs * max(
+                1, num_batches(len(self._train), config.batch_size, drop_last=config.drop_last))
+            done = state.global_step / steps
+            if config.max_minutes:
+                done = max(done, state.elapsed / (60 * config.max_minutes))
+            if done >= fraction:
+                self.coverage_step = state.global_step
+                logger.info("coverage on from step %d (%.0f%% of the training done)", state.global_step, 100 * done)
+
+        return switch
 
     def setup(self) -> None:
         o = self.options
@@ -122,7 +153,11 @@ class SummarizeTask(Task):
     def loss(self, model, batch):
         o = self.options
         module = getattr(model, "module", model)  # under DDP
-        coverage = o.coverage and int(module.trained_steps) >= o.coverage_from if o.model == "pointer" else False
+        if o.coverage_fraction is not None and not self._fraction_watched:
+            raise ValueError(f"coverage_from {o.coverage_from} is a fraction of the training: train with "
+                             "qkv.tasks.summarize.train_summarizer (or pass task.coverage_callback(config) to train)")
+        coverage = (o.model == "pointer" and self.coverage_step is not None
+                    and int(module.trained_steps) >= self.coverage_step)
         if model.training and hasattr(module, "trained_steps"):
             module.trained_steps += 1
         out = model(batch.src, batch.src_mask, batch.tgt_in, batch.src_ext, batch.n_ext, use_coverage=coverage)
@@ -145,3 +180,13 @@ class SummarizeTask(Task):
                                   max_len=o.max_decode_len, max_source=o.max_source)
         return summary_metrics([s.text for s in outputs], [ex.target for ex in examples],
                                answers=o.data == "facts", summaries=outputs)
+
+
+def train_summarizer(options: SummarizeOptions, config, data=None) -> list:
+    """``qkv train summarize``: one run of :class:`SummarizeTask` with its coverage switch
+    (:meth:`SummarizeTask.coverage_callback`); ``[TrainResult]``."""
+    from ...train import train
+
+    task = SummarizeTask(options, data=data)
+    callback = task.coverage_callback(config)
+    return [train(task, config, [callback] if callback else [])]
