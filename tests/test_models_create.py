@@ -12,6 +12,7 @@ from safetensors.torch import load_file
 from qkv.data.tokenize import load_tokenizer
 from qkv.models import (
     BahdanauSeq2Seq,
+    BigramAttentionClassifier,
     FixedContextSeq2Seq,
     LuongSeq2Seq,
     RNNClassifier,
@@ -53,6 +54,8 @@ CASES = {
     "transformer-classifier": ({**CLASSIFIER, "dim": 16, "num_heads": 2, "pooling": "attention"},
                                lambda: TransformerClassifier(30, 3, embed_dim=8, dim=16, num_heads=2,
                                                              pooling="attention")),
+    "bigram-classifier": ({**CLASSIFIER, "buckets": 50, "hidden_dim": 6},
+                          lambda: BigramAttentionClassifier(30, 3, embed_dim=8, buckets=50, hidden_dim=6)),
     "small-cnn": ({"widths": [4, 8], "convs": [1, 1], "attn": "cbam", "attn_kwargs": {"reduction": 2}},
                   lambda: SmallCNN(widths=(4, 8), convs=(1, 1), attn="cbam", attn_kwargs={"reduction": 2})),
     **{name: ({"num_classes": 5, "in_channels": 1, "attn": "cbam", "stem": "cifar"},

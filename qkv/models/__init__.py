@@ -9,7 +9,14 @@ from .captioning import (
     SoftCaptioner,
     TransformerCaptioner,
 )
-from .classifiers import ClassifierOutput, RNNClassifier, TransformerClassifier, create_classifier, load_word_vectors
+from .classifiers import (
+    BigramAttentionClassifier,
+    ClassifierOutput,
+    RNNClassifier,
+    TransformerClassifier,
+    create_classifier,
+    load_word_vectors,
+)
 from .decoding import Decodable, Hypothesis, PrefixScorer, beam_search, greedy_decode, search
 from .legacy import upgrade_state_dict
 from .reading import QA_MODELS, AttentiveReader, BiDAFReader, ReaderOutput, TransformerReader, decode_spans
@@ -30,7 +37,8 @@ __all__ = [
     # images
     "ResNet", "create_resnet", "resnet18", "resnet34", "resnet50", "resnet101", "sknet50", "SmallCNN",
     # text classification
-    "ClassifierOutput", "RNNClassifier", "TransformerClassifier", "create_classifier", "load_word_vectors",
+    "ClassifierOutput", "RNNClassifier", "TransformerClassifier", "BigramAttentionClassifier", "create_classifier",
+    "load_word_vectors",
     # image captioning
     "CAPTION_MODELS", "CaptionOutput", "GridEncoder", "SoftCaptioner", "HardCaptioner", "FixedCaptioner",
     "TransformerCaptioner",

@@ -33,8 +33,8 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from ..layers import AttentionPooling, TransformerLayer, sinusoidal_positions
 
-__all__ = ["ClassifierOutput", "RNNClassifier", "TransformerClassifier", "load_word_vectors", "create_classifier",
-           "CLASSIFIERS"]
+__all__ = ["ClassifierOutput", "RNNClassifier", "TransformerClassifier", "BigramAttentionClassifier", "bigram_ids",
+           "load_word_vectors", "create_classifier", "CLASSIFIERS"]
 
 log = logging.getLogger(__name__)
 
@@ -96,13 +96,18 @@ class RNNClassifier(nn.Module):
         dropout: on the RNN outputs and before the output layer.  embed_dropout: on the word vectors.
         pretrained: ``(vocab_size, D)`` initial word vectors (see :func:`load_word_vectors`).
         freeze_embeddings: keep ``pretrained`` fixed.
+        buckets: hashed bigram vectors added to the word vectors, as in :class:`BigramAttentionClassifier`
+            (0 = none).
     """
 
     def __init__(self, vocab_size: int, num_classes: int, *, embed_dim: int = 128, hidden_dim: int = 128,
                  cell: str = "gru", num_layers: int = 1, hops: int = 1, attn_dim: int | None = None,
                  mlp_dim: int | None = None, dropout: float = 0.5, embed_dropout: float = 0.3,
-                 padding_idx: int = 0, pretrained: Tensor | None = None, freeze_embeddings: bool = False):
+                 padding_idx: int = 0, pretrained: Tensor | None = None, freeze_embeddings: bool = False,
+                 buckets: int = 0):
         super().__init__()
+        if buckets < 0:
+            raise ValueError(f"buckets must be >= 0 (0 = no bigrams), got {buckets}")
         if cell not in ("gru", "lstm"):
             raise ValueError(f"cell must be 'gru' or 'lstm', got {cell!r}")
         if num_classes < 1:
@@ -111,6 +116,8 @@ class RNNClassifier(nn.Module):
             raise ValueError(f"hidden_dim (both directions together) must be even and positive, got {hidden_dim}")
         self.embedding = _embedding(vocab_size, embed_dim, padding_idx, pretrained, freeze_embeddings)
         embed_dim = self.embedding.embedding_dim
+        self.bigrams = _bigram_table(buckets, embed_dim)
+        self.buckets = buckets
         self.embed_dropout = nn.Dropout(embed_dropout)
         rnn = nn.GRU if cell == "gru" else nn.LSTM
         self.rnn = rnn(embed_dim, hidden_dim // 2, num_layers=num_layers, batch_first=True, bidirectional=True,
@@ -122,7 +129,10 @@ class RNNClassifier(nn.Module):
 
     def encode(self, ids: Tensor, mask: Tensor) -> Tensor:
         """The RNN states ``(B, T, hidden_dim)``, zero at padding (padding is packed away)."""
-        x = self.embed_dropout(self.embedding(ids))
+        x = self.embedding(ids)
+        if self.bigrams is not None:
+            x = x + self.bigrams(bigram_ids(ids, mask, self.buckets))
+        x = self.embed_dropout(x)
         lengths = mask.sum(1).clamp(min=1).cpu()
         packed = pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)
         out, _ = self.rnn(packed)
@@ -203,8 +213,86 @@ class TransformerClassifier(nn.Module):
         return ClassifierOutput(self.head(self.norm(q[:, 0])), weights[:, 0, 1:])
 
 
+_HASH_A, _HASH_B = 1_000_003, 1_274_126_177  # odd multipliers below 2**31: every product fits in int64
+
+
+def bigram_ids(ids: Tensor, mask: Tensor, buckets: int) -> Tensor:
+    """The hashed bigram id of each position ``(B, T)``: the pair ``(ids[:, t], ids[:, t + 1])`` hashed into
+    ``1..buckets``, and 0 (no bigram) where position ``t`` or ``t + 1`` is padding, so the last real word of a text
+    has none and padding never changes a text's ids. The hash (31-bit: ``x = (a * 1000003 + b) mod 2^31``, then
+    ``((x xor x >> 13) * 1274126177) mod 2^31``, then ``mod buckets``) is fixed: a saved model reads the same
+    buckets everywhere."""
+    if buckets < 1:
+        raise ValueError(f"buckets must be >= 1, got {buckets}")
+    a = ids.long()
+    b = torch.zeros_like(a)
+    b[:, :-1] = a[:, 1:]
+    real = torch.zeros_like(mask)
+    real[:, :-1] = mask[:, :-1] & mask[:, 1:]
+    x = (a * _HASH_A + b) & 0x7FFFFFFF
+    x = ((x ^ (x >> 13)) * _HASH_B) & 0x7FFFFFFF
+    return torch.where(real, x % buckets + 1, torch.zeros_like(x))
+
+
+def _bigram_table(buckets: int, dim: int) -> nn.Embedding | None:
+    if not buckets:
+        return None
+    table = nn.Embedding(buckets + 1, dim, padding_idx=0)  # row 0: no bigram
+    nn.init.normal_(table.weight, std=0.1)  # a bigram starts smaller than a word (N(0, 1))
+    with torch.no_grad():
+        table.weight[0].zero_()
+    return table
+
+
+class BigramAttentionClassifier(nn.Module):
+    """Attention pooling over word vectors enriched with hashed bigram vectors: fast, and its weights are per word.
+
+    Position ``t``'s vector is ``E[w_t] + H[hash(w_t, w_{t+1})]`` (the bigram buckets of fastText, Joulin et al.,
+    2017, "Bag of Tricks for Efficient Text Classification", https://aclanthology.org/E17-2068; :func:`bigram_ids`),
+    optionally through a position-wise ``tanh`` layer (``hidden_dim``); the vectors are pooled by
+    :class:`qkv.AttentionPooling` (Yang et al.'s learned query; ``hops`` for Lin et al.'s) instead of fastText's
+    mean, so the pooled weights say which words (with the word after each) decided. No recurrence: a step costs a
+    few matrix products, so a short budget gives many epochs.
+
+    Args:
+        vocab_size, num_classes: as in :class:`RNNClassifier`.  embed_dim: word and bigram vector size.
+        buckets: rows of the bigram table (``0`` = words only).  hidden_dim: a position-wise ``tanh`` layer after
+            the sum (0/None = none).  hops, attn_dim, mlp_dim, dropout, embed_dropout, padding_idx, pretrained,
+            freeze_embeddings: as in :class:`RNNClassifier` (``dropout`` is on the pooled vector).
+    """
+
+    def __init__(self, vocab_size: int, num_classes: int, *, embed_dim: int = 64, buckets: int = 100_000,
+                 hidden_dim: int | None = None, hops: int = 1, attn_dim: int | None = None,
+                 mlp_dim: int | None = None, dropout: float = 0.5, embed_dropout: float = 0.3,
+                 padding_idx: int = 0, pretrained: Tensor | None = None, freeze_embeddings: bool = False):
+        super().__init__()
+        if num_classes < 1:
+            raise ValueError(f"num_classes must be >= 1, got {num_classes}")
+        if buckets < 0:
+            raise ValueError(f"buckets must be >= 0 (0 = no bigrams), got {buckets}")
+        self.embedding = _embedding(vocab_size, embed_dim, padding_idx, pretrained, freeze_embeddings)
+        embed_dim = self.embedding.embedding_dim
+        self.bigrams = _bigram_table(buckets, embed_dim)
+        self.buckets = buckets
+        self.embed_dropout = nn.Dropout(embed_dropout)
+        self.hidden = nn.Sequential(nn.Linear(embed_dim, hidden_dim), nn.Tanh()) if hidden_dim else nn.Identity()
+        dim = hidden_dim or embed_dim
+        self.pool = AttentionPooling(dim, attn_dim or dim, num_queries=hops)
+        self.head = _head(dim * hops, num_classes, mlp_dim, dropout)
+
+    def forward(self, ids: Tensor, mask: Tensor | None = None) -> ClassifierOutput:
+        """``ids (B, T)``, ``mask (B, T)`` bool, True at real tokens -> ``(logits (B, C), weights)``."""
+        mask = _check_inputs(ids, mask)
+        x = self.embedding(ids)
+        if self.bigrams is not None:
+            x = x + self.bigrams(bigram_ids(ids, mask, self.buckets))
+        pooled, weights = self.pool(self.hidden(self.embed_dropout(x)), mask)
+        return ClassifierOutput(self.head(pooled.reshape(ids.shape[0], -1)), weights)
+
+
 CLASSIFIERS = {"bigru": (RNNClassifier, {"cell": "gru"}), "bilstm": (RNNClassifier, {"cell": "lstm"}),
-               "transformer": (TransformerClassifier, {})}
+               "transformer": (TransformerClassifier, {}),
+               "bigram": (BigramAttentionClassifier, {})}
 
 
 def create_classifier(name: str, vocab_size: int, num_classes: int, **kwargs) -> nn.Module:

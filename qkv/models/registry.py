@@ -12,6 +12,8 @@ name                                                         keyword arguments
                                                              :class:`~qkv.models.RNNClassifier`'s options
 ``transformer-classifier``                                   ``vocab_size``, ``num_classes`` and
                                                              :class:`~qkv.models.TransformerClassifier`'s
+``bigram-classifier``                                        ``vocab_size``, ``num_classes`` and
+                                                             :class:`~qkv.models.BigramAttentionClassifier`'s
 ``small-cnn``                                                :class:`~qkv.models.SmallCNN`'s arguments
 ``resnet18``, ``resnet34``, ``resnet50``, ``resnet101``,     :func:`~qkv.models.create_resnet`'s arguments
 ``sknet50``                                                  (``num_classes``, ``in_channels``, ``attn``,
@@ -38,7 +40,7 @@ from torch import nn
 
 from .bisenet import SEGMENTATION_MODELS
 from .captioning import CAPTION_MODELS
-from .classifiers import RNNClassifier, TransformerClassifier
+from .classifiers import BigramAttentionClassifier, RNNClassifier, TransformerClassifier
 from .pointer import POINTER_MODELS
 from .reading import QA_MODELS
 from .resnet import RESNETS, create_resnet, sknet50
@@ -85,6 +87,7 @@ MODELS: dict[str, _Builder] = {
     "bigru-classifier": _from_kwargs(RNNClassifier, cell="gru"),
     "bilstm-classifier": _from_kwargs(RNNClassifier, cell="lstm"),
     "transformer-classifier": _from_kwargs(TransformerClassifier),
+    "bigram-classifier": _from_kwargs(BigramAttentionClassifier),
     "small-cnn": _from_kwargs(SmallCNN),
     **{name: _from_kwargs(partial(create_resnet, name), _RESNET_ARGS) for name in RESNETS},
     "sknet50": _from_kwargs(sknet50, tuple(a for a in _RESNET_ARGS if a != "attn")),

@@ -8,8 +8,9 @@ from ...options import check_options, option
 
 __all__ = ["SentimentOptions", "train_defaults", "MODELS"]
 
-MODELS = ("bigru", "bilstm", "transformer")
+MODELS = ("bigru", "bilstm", "transformer", "bigram")
 _RNN = {"model": ("bigru", "bilstm")}
+_NOT_TRANSFORMER = {"model": ("bigru", "bilstm", "bigram")}
 _TRANSFORMER = {"model": ("transformer",)}
 
 
@@ -39,12 +40,17 @@ class SentimentOptions:
     max_len: int = option(100, low=1, help="tokens kept per text")
     lowercase: bool = option(True, help="lower-case the words")
     # model
-    model: str = option("bigru", choices=MODELS, help="bigru, bilstm (attention pooling) or transformer")
+    model: str = option("bigru", choices=MODELS, help="bigru, bilstm (attention pooling), transformer, or bigram "
+                        "(attention pooling over word + hashed bigram vectors, no recurrence)")
     embed_dim: int = option(128, low=1, help="word vector size (from the vectors file when given)")
     hidden_dim: int = option(128, low=2, applies=_RNN, help="RNNs: output size, both directions together")
-    attn_dim: int | None = option(None, low=1, applies=_RNN, help="RNNs: size of the attention-pooling keys "
-                                  "(default: hidden-dim / 2)")
-    mlp_dim: int | None = option(None, low=1, applies=_RNN, help="RNNs: a hidden layer before the output")
+    attn_dim: int | None = option(None, low=1, applies=_NOT_TRANSFORMER, help="size of the attention-pooling "
+                                  "keys (default: hidden-dim / 2 for the RNNs, embed-dim for bigram)")
+    mlp_dim: int | None = option(None, low=1, applies=_NOT_TRANSFORMER, help="a hidden layer before the output")
+    buckets: int | None = option(None, low=0, applies=_NOT_TRANSFORMER, help="hashed bigram vectors added to the word "
+                          "vectors: their table's rows (0 = none; default: 100000 for bigram, 0 for the RNNs)")
+    bigram_hidden: int | None = option(None, low=1, applies={"model": ("bigram",)},
+                                       help="bigram: a position-wise tanh layer of this size before the pooling")
     dim: int = option(64, low=2, applies=_TRANSFORMER, help="transformer: model width")
     num_heads: int = option(4, low=1, applies=_TRANSFORMER, help="transformer: attention heads")
     ffn_dim: int | None = option(None, low=1, applies=_TRANSFORMER, help="transformer: feed-forward width "
@@ -75,7 +81,10 @@ class SentimentOptions:
             raise ValueError("freeze_vectors needs vectors (a word-vector file)")
         if self.model == "transformer" and self.dim % self.num_heads:
             raise ValueError(f"num_heads ({self.num_heads}) must divide dim ({self.dim})")
-        if self.model != "transformer" and self.hidden_dim % 2:
+        if self.model == "bigram" and self.num_layers != 1:
+            raise ValueError(f"num_layers={self.num_layers}: the bigram model has no layers to stack (RNN or "
+                             "transformer only)")
+        if self.model in ("bigru", "bilstm") and self.hidden_dim % 2:
             raise ValueError(f"hidden_dim ({self.hidden_dim}) must be even: it is split between two directions")
 
 

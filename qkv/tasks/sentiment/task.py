@@ -21,6 +21,8 @@ from .options import SentimentOptions
 
 logger = logging.getLogger(__name__)
 
+BIGRAM_BUCKETS = 100_000  #: the bigram model's hashed bigram rows when ``buckets`` is not given
+
 __all__ = ["load_data", "make_splits", "model_spec", "build_model", "SentimentTask", "train_folds"]
 
 
@@ -70,7 +72,14 @@ def model_spec(options: SentimentOptions, *, vocab_size: int, num_classes: int) 
     if o.model == "transformer":
         config.update(dim=o.dim, num_heads=o.num_heads, ffn_dim=o.ffn_dim, pooling=o.pooling)
         return {"name": "transformer-classifier", "config": config}
+    if o.model == "bigram":
+        del config["num_layers"]
+        config.update(buckets=BIGRAM_BUCKETS if o.buckets is None else o.buckets, hidden_dim=o.bigram_hidden,
+                      attn_dim=o.attn_dim, mlp_dim=o.mlp_dim)
+        return {"name": "bigram-classifier", "config": config}
     config.update(hidden_dim=o.hidden_dim, attn_dim=o.attn_dim, mlp_dim=o.mlp_dim)
+    if o.buckets:
+        config["buckets"] = o.buckets
     return {"name": f"{o.model}-classifier", "config": config}
 
 
