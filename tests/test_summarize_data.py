@@ -9,6 +9,7 @@ import pytest
 
 from qkv.data.summaries import (
     SummaryExample,
+    cached_groups,
     debian_corpus,
     facts_corpus,
     near_duplicate_groups,
@@ -19,6 +20,11 @@ from qkv.data.summaries import (
 )
 
 DEBIAN = Path(__file__).resolve().parents[2] / "shared" / "data" / "debian-descriptions.jsonl.gz"
+
+
+@pytest.fixture(autouse=True)
+def _own_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("QKV_CACHE", str(tmp_path / "qkv-cache"))  # the splits' grouping cache: not the user's
 
 
 def _jsonl(path, rows):
@@ -159,6 +165,72 @@ def test_split_keeps_every_family_in_one_split():
     assert 10 <= sum(map(len, capped.values())) <= 12
     with pytest.raises(ValueError, match="fractions"):
         split_summaries(examples, (0.5, 0.5, 0.5))
+
+
+def _families(rng, n=40):
+    """Random texts of words, some repeated with a package name swapped in or a sentence added (near-duplicates)."""
+    words = ["tool", "library", "fast", "images", "server", "plugin", "data", "files", "network", "colour", "web"]
+    examples = []
+    for i in range(n):
+        text = " ".join(rng.choice(words) + str(rng.randrange(30)) for _ in range(12 + rng.randrange(10)))
+        examples.append(SummaryExample(text, "s", name=f"pkg{i}"))
+        if rng.random() < 0.5:
+            examples.append(SummaryExample(f"pkg{i}x {text} Documentation.", "d", name=f"pkg{i}x"))
+    return examples
+
+
+def test_grouping_cache_is_reused_keyed_by_content_and_rebuilt_when_corrupt(tmp_path, monkeypatch, caplog):
+    import random
+
+    import numpy as np
+
+    from qkv.data import summary_split
+
+    rng = random.Random(5)
+    examples = _families(rng)
+    want = near_duplicate_groups(examples)
+    assert len(set(want)) < len(examples)  # some families
+    assert cached_groups(examples, cache_dir=tmp_path) == want
+    (path,) = tmp_path.glob("*.npy")
+    real = summary_split.near_duplicate_groups
+    monkeypatch.setattr(summary_split, "near_duplicate_groups", lambda exs: pytest.fail("grouped again"))
+    assert cached_groups(examples, cache_dir=tmp_path) == want  # read back
+    monkeypatch.setattr(summary_split, "near_duplicate_groups", real)
+    changed = [SummaryExample(e.source, e.target, name=e.name) for e in examples]
+    changed[-1].source += " and one word more"
+    assert cached_groups(changed, cache_dir=tmp_path) == near_duplicate_groups(changed)
+    assert len(list(tmp_path.glob("*.npy"))) == 2  # another content, another file
+    n = len(examples)
+    for bad in (b"not a numpy file", np.arange(n - 1), np.full(n, n), (np.arange(n) + 1) % n, np.zeros(n) + 0.5):
+        if isinstance(bad, bytes):
+            path.write_bytes(bad)
+        else:
+            np.save(path, bad)
+        caplog.clear()
+        with caplog.at_level("WARNING"):
+            assert cached_groups(examples, cache_dir=tmp_path) == want
+        assert "not a valid grouping cache" in caplog.text
+        assert np.load(path).tolist() == want  # rewritten whole
+    assert not list(tmp_path.glob("*.part"))
+    blocked = tmp_path / "a-file"
+    blocked.write_text("x")
+    with caplog.at_level("WARNING"):
+        assert cached_groups(examples, cache_dir=blocked / "sub") == want  # cannot be written: computed anyway
+    assert "cannot keep the grouping" in caplog.text
+
+
+def test_name_removal_matches_the_regular_expression_it_replaces():
+    import random
+    import re
+
+    from qkv.data.summary_split import _remove_whole
+
+    rng = random.Random(0)
+    alphabet = "ab-_. é1"
+    for _ in range(3000):
+        text = "".join(rng.choice(alphabet) for _ in range(rng.randrange(20)))
+        part = "".join(rng.choice(alphabet) for _ in range(1 + rng.randrange(3)))
+        assert _remove_whole(text, part) == re.sub(rf"(?<!\w){re.escape(part)}(?!\w)", " ", text), (text, part)
 
 
 @pytest.mark.skipif(not DEBIAN.is_file(), reason=f"no Debian descriptions at {DEBIAN}")

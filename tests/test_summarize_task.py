@@ -17,6 +17,13 @@ from qkv.tasks.summarize.decode import rouge_words
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
+
+@pytest.fixture(scope="module", autouse=True)
+def _own_cache(tmp_path_factory):
+    with pytest.MonkeyPatch.context() as mp:  # the splits' grouping cache: not the user's
+        mp.setenv("QKV_CACHE", str(tmp_path_factory.mktemp("qkv-cache")))
+        yield
+
 FILLER = ["the", "a", "tool", "runs", "fast", "and", "slow", "with", "data", "over", "network", "files", "on", "disk"]
 TINY = ["--min-freq", "3", "--embed-dim", "16", "--hidden-dim", "32", "--dropout", "0", "--batch-size", "32",
         "--lr", "1e-2", "--warmup-steps", "0", "--no-progress", "--eval-max", "40", "--max-decode-len", "4"]

@@ -1,10 +1,11 @@
 """Summarisation data: (source, target) texts from JSON Lines / CSV / TSV files, CNN/DailyMail story files, the
 Debian package descriptions, and the fact passages of :mod:`qkv.data.facts` as answers written out.
 
-Readers give :class:`SummaryExample` s; :func:`split_summaries` cuts them into train / valid / test so that no
-source -- and no family of near-identical sources -- is in two splits (:func:`near_duplicate_groups`: the same
-text once whitespace and case are normalised, the same text once the package's own name is removed, or word
-shingles shared by most of both texts, found by MinHash with locality-sensitive hashing).
+Readers give :class:`SummaryExample` s; :func:`split_summaries` (:mod:`qkv.data.summary_split`) cuts them into
+train / valid / test so that no source -- and no family of near-identical sources -- is in two splits
+(:func:`near_duplicate_groups`: the same text once whitespace and case are normalised, the same text once the
+package's own name is removed, or word shingles shared by most of both texts, found by MinHash with
+locality-sensitive hashing); :func:`cached_groups` keeps the grouping on disk (keyed by the content).
 
 A row that cannot be used (bad JSON, a missing column, an empty text, a story without ``@highlight``) raises a
 ``ValueError`` naming ``file:line``, or with ``on_error="skip"`` is skipped and counted in
@@ -21,31 +22,25 @@ Example::
 from __future__ import annotations
 
 import csv
-import functools
 import io
 import json
 import logging
 import os
-import random
-import re
-import zlib
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
-
 from .files import text_lines
+from .summary_split import SPLITS, cached_groups, default_cache, near_duplicate_groups, normalize_text, split_summaries
 
 __all__ = ["SummaryExample", "SummaryCorpus", "read_summaries", "read_table_summaries", "read_stories",
-           "debian_corpus", "facts_corpus", "split_summaries", "near_duplicate_groups", "normalize_text", "FORMATS",
-           "SPLITS"]
+           "debian_corpus", "facts_corpus", "split_summaries", "near_duplicate_groups", "cached_groups",
+           "default_cache", "normalize_text", "FORMATS", "SPLITS"]
 
 log = logging.getLogger(__name__)
 
 FORMATS = ("auto", "jsonl", "csv", "tsv", "stories")
-SPLITS = ("train", "valid", "test")
 
 
 @dataclass
@@ -227,9 +222,10 @@ def read_stories(path: str | os.PathLike, *, on_error: str = "raise") -> tuple[l
 
 def read_summaries(path: str | os.PathLike, *, source: str = "text", target: str = "summary", fmt: str = "auto",
                    on_error: str = "raise", fractions: Sequence[float] = (0.9, 0.05, 0.05), seed: int = 0,
-                   max_examples: int | None = None) -> SummaryCorpus:
+                   max_examples: int | None = None, cache: bool = True) -> SummaryCorpus:
     """A user's file (JSON Lines, CSV, TSV or CNN/DailyMail stories, ``fmt="auto"`` telling by the name) split
-    into train / valid / test with no near-duplicate source in two splits (:func:`split_summaries`)."""
+    into train / valid / test with no near-duplicate source in two splits (:func:`split_summaries`; the grouping
+    kept by :func:`cached_groups` unless ``cache`` is false)."""
     p = Path(path)
     if not p.exists():
         raise FileNotFoundError(f"no such data file or directory: {p}")
@@ -238,18 +234,21 @@ def read_summaries(path: str | os.PathLike, *, source: str = "text", target: str
         examples, reasons = read_stories(p, on_error=on_error)
     else:
         examples, reasons = read_table_summaries(p, source=source, target=target, fmt=kind, on_error=on_error)
-    return SummaryCorpus(split_summaries(examples, fractions, seed=seed, max_examples=max_examples), reasons, str(p))
+    return SummaryCorpus(split_summaries(examples, fractions, seed=seed, max_examples=max_examples,
+                                         groups=cached_groups if cache else near_duplicate_groups), reasons, str(p))
 
 
 def debian_corpus(path: str | os.PathLike, *, on_error: str = "raise", fractions: Sequence[float] = (0.9, 0.05, 0.05),
-                  seed: int = 0, max_examples: int | None = None) -> SummaryCorpus:
+                  seed: int = 0, max_examples: int | None = None, cache: bool = True) -> SummaryCorpus:
     """The Debian package descriptions (JSON Lines of ``package``, ``summary``, ``text``): the long description
-    (paragraphs joined by spaces) -> the one-line synopsis, split by families of near-identical descriptions."""
+    (paragraphs joined by spaces) -> the one-line synopsis, split by families of near-identical descriptions
+    (kept by :func:`cached_groups` unless ``cache`` is false)."""
     examples, reasons = read_table_summaries(path, source="text", target="summary", fmt="jsonl", name="package",
                                              on_error=on_error)
     for ex in examples:
         ex.source = " ".join(ex.source.split())
-    return SummaryCorpus(split_summaries(examples, fractions, seed=seed, max_examples=max_examples), reasons,
+    return SummaryCorpus(split_summaries(examples, fractions, seed=seed, max_examples=max_examples,
+                                         groups=cached_groups if cache else near_duplicate_groups), reasons,
                          str(path))
 
 
@@ -267,118 +266,3 @@ def facts_corpus(lang: str = "en", *, n_train: int = 20_000, n_eval: int = 1_000
 
     return SummaryCorpus({name: [convert(ex) for ex in exs] for name, exs in qa.splits.items()}, {},
                          f"facts-{lang}")
-
-
-# ------------------------------------------------------------------------------------------------ splitting
-
-_SPACE = re.compile(r"\s+")
-_WORD = re.compile(r"\w+")
-
-
-def normalize_text(text: str) -> str:
-    """Lower case, whitespace runs as one space, stripped: what makes two texts "the same text"."""
-    return _SPACE.sub(" ", text).strip().lower()
-
-
-def _without_name(text: str, name: str) -> str:
-    """``text`` (normalised) with the name and its parts (``python3-foo`` -> ``foo``) removed."""
-    if not name:
-        return text
-    parts = {name.lower(), *(p for p in re.split(r"[-_.+]", name.lower()) if len(p) > 2)}
-    for p in sorted(parts, key=len, reverse=True):
-        text = re.sub(rf"(?<!\w){re.escape(p)}(?!\w)", " ", text)
-    return _SPACE.sub(" ", text).strip()
-
-
-def _minhash_keys(text: str, *, shingle: int = 4, bands: int = 10, rows: int = 3, seed: int = 0) -> list[str]:
-    """LSH band keys of the MinHash signature of ``text``'s word ``shingle``-grams: two texts share a key with
-    probability ``1 - (1 - J^rows)^bands`` for Jaccard similarity ``J`` (about 0.5 at J = 0.4, 0.98 at J = 0.8)."""
-    words = _WORD.findall(text)
-    if len(words) < 2 * shingle:  # too short to compare by shingles: the exact keys decide
-        return []
-    grams = {" ".join(words[i:i + shingle]) for i in range(len(words) - shingle + 1)}
-    h = np.fromiter((zlib.crc32(g.encode("utf-8")) for g in grams), dtype=np.uint64, count=len(grams))
-    a, b = _permutations(bands * rows, seed)
-    sig = ((a[:, None] * h[None, :] + b[:, None]) % _PRIME).min(axis=1)
-    return [f"m{i}:" + ",".join(str(int(x)) for x in sig[i * rows:(i + 1) * rows]) for i in range(bands)]
-
-
-_PRIME = np.uint64((1 << 31) - 1)
-
-
-@functools.lru_cache(maxsize=4)
-def _permutations(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """``n`` random hash functions ``(a * x + b) mod p`` (the same for every run with ``seed``)."""
-    rng = np.random.default_rng(seed)
-    a = rng.integers(1, int(_PRIME), size=n, dtype=np.uint64)
-    b = rng.integers(0, int(_PRIME), size=n, dtype=np.uint64)
-    return a, b
-
-
-def near_duplicate_groups(examples: Sequence[SummaryExample], *, shingles: bool = True) -> list[int]:
-    """A group id per example: examples are in one group when their sources are the same normalised text, the
-    same text without their names, or (``shingles``) near-duplicates by MinHash-LSH of word 4-grams, and
-    transitively so (union-find)."""
-    parent = list(range(len(examples)))
-
-    def find(i: int) -> int:
-        while parent[i] != i:
-            parent[i] = parent[parent[i]]
-            i = parent[i]
-        return i
-
-    first: dict[str, int] = {}
-    for i, ex in enumerate(examples):
-        norm = normalize_text(ex.source)
-        keys = ["t:" + norm, "n:" + _without_name(norm, ex.name)]
-        if shingles:
-            keys += _minhash_keys(norm)
-        for k in keys:
-            j = first.setdefault(k, i)
-            if j != i:
-                a, b = find(i), find(j)
-                if a != b:
-                    parent[a] = b
-    return [find(i) for i in range(len(examples))]
-
-
-def split_summaries(examples: Sequence[SummaryExample], fractions: Sequence[float] = (0.9, 0.05, 0.05), *,
-                    seed: int = 0, max_examples: int | None = None,
-                    groups: Callable[[Sequence[SummaryExample]], list[int]] = near_duplicate_groups,
-                    ) -> dict[str, list[SummaryExample]]:
-    """``{"train", "valid", "test"}`` with every group of :func:`near_duplicate_groups` in one split: groups are
-    shuffled with ``seed`` and cut at the fractions of the example count; a group larger than a hundredth of the
-    corpus (and 20) goes to train (a family that big would fill much of a test split). ``max_examples`` keeps the
-    first groups of the shuffled order."""
-    if len(fractions) != 3 or any(f < 0 for f in fractions) or abs(sum(fractions) - 1) > 1e-6:
-        raise ValueError(f"fractions must be three non-negative numbers summing to 1, got {tuple(fractions)}")
-    if max_examples is not None and max_examples < 1:
-        raise ValueError(f"max_examples must be at least 1, got {max_examples}")
-    members: dict[int, list[int]] = defaultdict(list)
-    for i, g in enumerate(groups(examples)):
-        members[g].append(i)
-    order = list(members.values())
-    random.Random(seed).shuffle(order)
-    if max_examples is not None:
-        kept, count = [], 0
-        for m in order:
-            if count >= max_examples:
-                break
-            kept.append(m)
-            count += len(m)
-        order = kept
-    total = sum(len(m) for m in order)
-    cap = max(20, total // 100)
-    big = [m for m in order if len(m) > cap]
-    rest = [m for m in order if len(m) <= cap]
-    bounds = (fractions[0] * total, (fractions[0] + fractions[1]) * total)
-    out: dict[str, list[SummaryExample]] = {s: [] for s in SPLITS}
-    seen = sum(len(m) for m in big)
-    for m in big:
-        out["train"].extend(examples[i] for i in m)
-    for m in rest:
-        part = "train" if seen < bounds[0] - 0.5 else "valid" if seen < bounds[1] - 0.5 else "test"
-        out[part].extend(examples[i] for i in m)
-        seen += len(m)
-    return out
-
