@@ -16,6 +16,8 @@ reviews' own polarity rather than these human ratings.
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
 import logging
 import os
 import platform
@@ -30,8 +32,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from qkv.data.text_classification import read_movie_reviews  # noqa: E402
-from qkv.tasks.sentiment import SentimentOptions, make_splits, train_folds  # noqa: E402
-from qkv.train import TrainConfig  # noqa: E402
+from qkv.tasks.sentiment import SentimentOptions, SentimentTask, make_splits, train_defaults  # noqa: E402
+from qkv.train import TrainConfig, train  # noqa: E402
 
 DATA = ROOT.parent / "shared" / "data" / "movie-review-snippets.tsv.gz"
 
@@ -41,6 +43,9 @@ PRESETS = {
               {"lr": 3e-3, "batch_size": 50, "weight_decay": 0.05}),
     "bigru-3hops": ({"model": "bigru", "embed_dim": 128, "hidden_dim": 128, "hops": 3, "penalty": 0.1,
                      "dropout": 0.5, "embed_dropout": 0.5}, {"lr": 3e-3, "batch_size": 50, "weight_decay": 0.05}),
+    "bigram": ({"model": "bigram"}, {}),  # the bigram model's option defaults, the trainer's sentiment defaults
+    "bigru-bigrams": ({"model": "bigru", "buckets": 30_000}, {}),
+    "defaults": ({}, {}),  # exactly `qkv train sentiment --max-minutes M` (options and trainer defaults)
     "transformer": ({"model": "transformer", "embed_dim": 64, "dim": 64, "num_layers": 2, "num_heads": 4,
                      "dropout": 0.3, "embed_dropout": 0.5}, {"lr": 2e-3, "batch_size": 50, "weight_decay": 0.1,
                                                              "warmup_steps": 100}),
@@ -83,37 +88,58 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
     ap.add_argument("--out", default=None, help="keep the runs here (default: nothing written)")
+    ap.add_argument("--only-folds", default=None, help="comma-separated folds to run (of --folds), e.g. 0,1,2")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="override an option of every model (a SentimentOptions or TrainConfig field; repeatable)")
     ap.add_argument("--quick", action="store_true", help="30 steps per model: a smoke test, not a result")
     ap.add_argument("-v", "--verbose", action="store_true")
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(message)s")
     if args.threads:
         torch.set_num_threads(args.threads)
+    load_at_start = " ".join(f"{v:.2f}" for v in os.getloadavg())
     data = read_movie_reviews(args.data)
     folds = range(args.folds) if args.folds else [0]
+    if args.only_folds:
+        folds = [int(f) for f in args.only_folds.split(",")]
+        if not args.folds or not all(0 <= f < args.folds for f in folds):
+            ap.error(f"--only-folds {args.only_folds}: folds of --folds {args.folds} (0 to {args.folds - 1})")
+    opt_set, cfg_set = _overrides(ap, args.set)
     floor = []
     for f in folds:
         opts = SentimentOptions(data=args.data, folds=args.folds, fold=f, data_seed=args.data_seed)
         floor.append(bow_floor(data, make_splits(data.labels, opts)))
     rows = [("bag-of-words logistic regression (TF-IDF 1-2 grams, scikit-learn)", floor, None, None, "-")]
     for name in args.models.split(","):
+        if name not in PRESETS:
+            ap.error(f"--models: unknown model {name!r}; one of {', '.join(PRESETS)}")
         model_kw, train_kw = PRESETS[name]
-        opts = SentimentOptions(data=args.data, folds=args.folds, data_seed=args.data_seed, **model_kw)
-        cfg = TrainConfig(epochs=args.epochs, max_minutes=args.minutes, seed=args.seed, monitor="accuracy",
-                          patience=3, schedule="cosine", progress=False, device="cpu",
-                          out=str(Path(args.out) / name) if args.out else None,
-                          max_steps=30 if args.quick else None, **train_kw)
+        opts = SentimentOptions(data=args.data, folds=args.folds, data_seed=args.data_seed, **{**model_kw, **opt_set})
+        common = {"max_minutes": args.minutes, "seed": args.seed, "progress": False, "device": "cpu",
+                  "out": str(Path(args.out) / name) if args.out else None, "max_steps": 30 if args.quick else None}
+        if name in ("defaults", "bigram", "bigru-bigrams"):  # the trainer's sentiment defaults, as the CLI has them
+            cfg = train_defaults(opts).replace(**common, **cfg_set)
+        else:
+            cfg = TrainConfig(**{"epochs": args.epochs, "monitor": "accuracy", "patience": 3, "schedule": "cosine",
+                                 **common, **train_kw, **cfg_set})
         t0 = time.monotonic()
-        summary = train_folds(opts, cfg, dataset=data)
+        runs, accs = [], []
+        for f in folds:
+            o = dataclasses.replace(opts, fold=f)
+            c = cfg.replace(out=str(Path(cfg.out) / f"fold-{f}")) if cfg.out and args.folds else cfg
+            runs.append(train(SentimentTask(o, data), c))
+            accs.append(runs[-1].metrics.get("test", {}).get("accuracy", float("nan")))
         seconds = (time.monotonic() - t0) / len(folds)
-        valid = [r.metrics.get("valid", {}).get("accuracy", float("nan")) for r in summary["runs"]]
-        epochs = statistics.mean(r.state.epoch + (r.state.step > 0) for r in summary["runs"])
-        params = sum(p.numel() for p in summary["runs"][0].model.parameters())
-        rows.append((f"{name} ({params / 1e6:.2f} M parameters)", summary["test_accuracy"], valid, seconds,
-                     f"{epochs:.1f}"))
+        valid = [r.metrics.get("valid", {}).get("accuracy", float("nan")) for r in runs]
+        epochs = statistics.mean(r.state.epoch + (r.state.step > 0) for r in runs)
+        params = sum(p.numel() for p in runs[0].model.parameters())
+        label = name + (f" [{' '.join(args.set)}]" if args.set else "")
+        rows.append((f"{label} ({params / 1e6:.2f} M parameters)", accs, valid, seconds, f"{epochs:.1f}"))
     what = f"{args.folds}-fold cross-validation, mean +- std" if args.folds else "held-out test split (10%)"
+    if args.only_folds:
+        what += f" (folds {args.only_folds} only)"
     print(f"### Sentiment: movie-review snippets, binary ({len(data)} sentences), {what}\n")
-    print(f"Machine: {machine()}.  ")
+    print(f"Machine: {machine()}; load average at the start {load_at_start}.  ")
     print(f"Command: `python benchmarks/{Path(__file__).name} {' '.join(sys.argv[1:])}`\n")
     print("| model | test accuracy | valid accuracy | train time per run | epochs |\n|---|---|---|---|---|")
     for name, test, valid, seconds, epochs in rows:
@@ -121,6 +147,24 @@ def main() -> int:
               f"{f'{seconds:.0f} s' if seconds is not None else '-'} | {epochs} |")
     print("\nReference (Pang & Lee MR, 10-fold, Kim 2014): CNN-rand 76.1%, CNN-static (word2vec) 81.5%.")
     return 0
+
+
+def _overrides(ap, pairs) -> tuple[dict, dict]:
+    """``--set KEY=VALUE`` pairs split into SentimentOptions and TrainConfig fields (values read as JSON, else text)."""
+    opt_fields = {f.name for f in dataclasses.fields(SentimentOptions)}
+    cfg_fields = {f.name for f in dataclasses.fields(TrainConfig)}
+    opt_set, cfg_set = {}, {}
+    for pair in pairs:
+        key, sep, text = pair.partition("=")
+        key = key.strip().replace("-", "_")
+        if not sep or key not in opt_fields | cfg_fields:
+            ap.error(f"--set {pair}: give KEY=VALUE with KEY a SentimentOptions or TrainConfig field")
+        try:
+            value = json.loads(text)
+        except ValueError:
+            value = text
+        (opt_set if key in opt_fields else cfg_set)[key] = value
+    return opt_set, cfg_set
 
 
 def _fmt(values) -> str:

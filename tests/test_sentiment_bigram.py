@@ -11,6 +11,7 @@ from qkv.cli import main
 from qkv.models import BigramAttentionClassifier, RNNClassifier, create
 from qkv.models.classifiers import bigram_ids
 from qkv.tasks.sentiment import SentimentClassifier, SentimentOptions, build_model, model_spec
+from qkv.tasks.sentiment.task import BIGRAM_BUCKETS
 from tests.helpers import write_reviews
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -128,7 +129,7 @@ def test_bad_options_are_one_line_errors(kwargs, match):
 
 
 @pytest.mark.parametrize("options, buckets", [
-    (SentimentOptions(model="bigram", embed_dim=8, bigram_hidden=6, attn_dim=5, hops=2), 100_000),
+    (SentimentOptions(model="bigram", embed_dim=8, bigram_hidden=6, attn_dim=5, hops=2), BIGRAM_BUCKETS),
     (SentimentOptions(model="bigram", embed_dim=8, buckets=0), 0),
     (SentimentOptions(model="bigru", embed_dim=8, hidden_dim=10, buckets=33), 33),
 ], ids=["bigram", "words-only", "bigru-bigrams"])
@@ -156,3 +157,19 @@ def test_train_and_classify_with_the_bigram_model(tmp_path, capsys):
     assert p.weights == pytest.approx(out.weights[0].tolist(), abs=1e-5) and sum(p.weights) == pytest.approx(1)
     out = capsys.readouterr().out
     assert float(out.split("test: accuracy ")[1].split(",")[0]) >= 0.9  # the words decide these labels
+
+
+def test_word_dropout_leaves_words_out_in_training_only():
+    torch.manual_seed(0)
+    model = BigramAttentionClassifier(60, 2, embed_dim=8, buckets=40, word_dropout=0.5)
+    gen = torch.Generator().manual_seed(3)
+    ids, mask, _ = random_batch(gen, b=64, t=10, vocab=60)
+    weights = model(ids, mask).weights.detach()
+    assert torch.allclose(weights.sum(-1), torch.ones(64), atol=1e-6) and bool((weights[~mask] == 0).all())
+    dropped = (weights == 0) & mask
+    assert 0.3 < dropped.sum() / mask.sum() < 0.6  # about half the words, never the first
+    assert bool((weights[:, 0] > 0).all())
+    model.eval()
+    assert bool((model(ids, mask).weights[mask] > 0).all())
+    with pytest.raises(ValueError, match="word_dropout must be in"):
+        BigramAttentionClassifier(10, 2, word_dropout=1.0)

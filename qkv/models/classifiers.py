@@ -259,21 +259,27 @@ class BigramAttentionClassifier(nn.Module):
         buckets: rows of the bigram table (``0`` = words only).  hidden_dim: a position-wise ``tanh`` layer after
             the sum (0/None = none).  hops, attn_dim, mlp_dim, dropout, embed_dropout, padding_idx, pretrained,
             freeze_embeddings: as in :class:`RNNClassifier` (``dropout`` is on the pooled vector).
+        word_dropout: in training, each word (with its bigram) is left out of the pooling with this probability
+            (the first word always stays): Iyyer et al., 2015, "Deep Unordered Composition Rivals Syntactic
+            Methods for Text Classification", https://aclanthology.org/P15-1162.
     """
 
     def __init__(self, vocab_size: int, num_classes: int, *, embed_dim: int = 64, buckets: int = 100_000,
                  hidden_dim: int | None = None, hops: int = 1, attn_dim: int | None = None,
                  mlp_dim: int | None = None, dropout: float = 0.5, embed_dropout: float = 0.3,
-                 padding_idx: int = 0, pretrained: Tensor | None = None, freeze_embeddings: bool = False):
+                 word_dropout: float = 0.0, padding_idx: int = 0, pretrained: Tensor | None = None,
+                 freeze_embeddings: bool = False):
         super().__init__()
         if num_classes < 1:
             raise ValueError(f"num_classes must be >= 1, got {num_classes}")
+        if not 0 <= word_dropout < 1:
+            raise ValueError(f"word_dropout must be in [0, 1), got {word_dropout}")
         if buckets < 0:
             raise ValueError(f"buckets must be >= 0 (0 = no bigrams), got {buckets}")
         self.embedding = _embedding(vocab_size, embed_dim, padding_idx, pretrained, freeze_embeddings)
         embed_dim = self.embedding.embedding_dim
         self.bigrams = _bigram_table(buckets, embed_dim)
-        self.buckets = buckets
+        self.buckets, self.word_dropout = buckets, word_dropout
         self.embed_dropout = nn.Dropout(embed_dropout)
         self.hidden = nn.Sequential(nn.Linear(embed_dim, hidden_dim), nn.Tanh()) if hidden_dim else nn.Identity()
         dim = hidden_dim or embed_dim
@@ -286,7 +292,13 @@ class BigramAttentionClassifier(nn.Module):
         x = self.embedding(ids)
         if self.bigrams is not None:
             x = x + self.bigrams(bigram_ids(ids, mask, self.buckets))
-        pooled, weights = self.pool(self.hidden(self.embed_dropout(x)), mask)
+        pool_mask = mask
+        if self.training and self.word_dropout:  # Iyyer et al. 2015's word dropout; one word always stays
+            keep = torch.rand(mask.shape, device=mask.device) >= self.word_dropout
+            first = torch.zeros_like(mask)
+            first[torch.arange(len(mask), device=mask.device), mask.float().argmax(1)] = True
+            pool_mask = mask & (keep | first)
+        pooled, weights = self.pool(self.hidden(self.embed_dropout(x)), pool_mask)
         return ClassifierOutput(self.head(pooled.reshape(ids.shape[0], -1)), weights)
 
 

@@ -42,13 +42,16 @@ class SentimentOptions:
     # model
     model: str = option("bigru", choices=MODELS, help="bigru, bilstm (attention pooling), transformer, or bigram "
                         "(attention pooling over word + hashed bigram vectors, no recurrence)")
-    embed_dim: int = option(128, low=1, help="word vector size (from the vectors file when given)")
+    embed_dim: int | None = option(None, low=1, help="word vector size (default: 128; bigram: 64; from the "
+                                   "vectors file when given)")
     hidden_dim: int = option(128, low=2, applies=_RNN, help="RNNs: output size, both directions together")
     attn_dim: int | None = option(None, low=1, applies=_NOT_TRANSFORMER, help="size of the attention-pooling "
                                   "keys (default: hidden-dim / 2 for the RNNs, embed-dim for bigram)")
     mlp_dim: int | None = option(None, low=1, applies=_NOT_TRANSFORMER, help="a hidden layer before the output")
     buckets: int | None = option(None, low=0, applies=_NOT_TRANSFORMER, help="hashed bigram vectors added to the word "
-                          "vectors: their table's rows (0 = none; default: 100000 for bigram, 0 for the RNNs)")
+                          "vectors: their table's rows (0 = none; default: 30000 for bigram, 0 for the RNNs)")
+    word_dropout: float = option(0.0, low=0, high=0.99, applies={"model": ("bigram",)},
+                                 help="bigram: in training, leave each word out of the pooling with this probability")
     bigram_hidden: int | None = option(None, low=1, applies={"model": ("bigram",)},
                                        help="bigram: a position-wise tanh layer of this size before the pooling")
     dim: int = option(64, low=2, applies=_TRANSFORMER, help="transformer: model width")
@@ -89,8 +92,12 @@ class SentimentOptions:
 
 
 def train_defaults(options: SentimentOptions):
-    """The trainer's settings for sentiment (the ``qkv train sentiment`` defaults: the benchmark's BiGRU)."""
+    """The trainer's settings for sentiment (the ``qkv train sentiment`` defaults), per model: the bigram model's
+    from the search recorded in BENCHMARKS.md (``benchmarks/sentiment.py --set``), the others the benchmark's BiGRU's."""
     from ...train import TrainConfig
 
+    if options.model == "bigram":
+        return TrainConfig(epochs=20, batch_size=100, lr=1e-2, weight_decay=0.05, schedule="cosine", patience=0,
+                           monitor="accuracy")
     return TrainConfig(epochs=12, batch_size=50, lr=3e-3, weight_decay=0.05, schedule="cosine", patience=3,
                        monitor="accuracy")

@@ -21,7 +21,8 @@ from .options import SentimentOptions
 
 logger = logging.getLogger(__name__)
 
-BIGRAM_BUCKETS = 100_000  #: the bigram model's hashed bigram rows when ``buckets`` is not given
+BIGRAM_BUCKETS = 30_000  #: the bigram model's hashed bigram rows when ``buckets`` is not given
+BIGRAM_DIM = 64  #: the bigram model's vector size when ``embed_dim`` is not given
 
 __all__ = ["load_data", "make_splits", "model_spec", "build_model", "SentimentTask", "train_folds"]
 
@@ -66,7 +67,7 @@ def make_splits(labels, options: SentimentOptions) -> dict[str, list[int]]:
 def model_spec(options: SentimentOptions, *, vocab_size: int, num_classes: int) -> dict[str, Any]:
     """``{"name", "config"}`` for :func:`qkv.models.create` (JSON only: pretrained vectors are loaded apart)."""
     o = options
-    config: dict[str, Any] = {"vocab_size": vocab_size, "num_classes": num_classes, "embed_dim": o.embed_dim,
+    config: dict[str, Any] = {"vocab_size": vocab_size, "num_classes": num_classes, "embed_dim": o.embed_dim or (BIGRAM_DIM if o.model == "bigram" else 128),
                               "num_layers": o.num_layers, "hops": o.hops, "dropout": o.dropout,
                               "embed_dropout": o.embed_dropout}
     if o.model == "transformer":
@@ -75,7 +76,7 @@ def model_spec(options: SentimentOptions, *, vocab_size: int, num_classes: int) 
     if o.model == "bigram":
         del config["num_layers"]
         config.update(buckets=BIGRAM_BUCKETS if o.buckets is None else o.buckets, hidden_dim=o.bigram_hidden,
-                      attn_dim=o.attn_dim, mlp_dim=o.mlp_dim)
+                      word_dropout=o.word_dropout, attn_dim=o.attn_dim, mlp_dim=o.mlp_dim)
         return {"name": "bigram-classifier", "config": config}
     config.update(hidden_dim=o.hidden_dim, attn_dim=o.attn_dim, mlp_dim=o.mlp_dim)
     if o.buckets:
