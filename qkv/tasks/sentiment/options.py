@@ -93,7 +93,7 @@ class SentimentOptions:
 
 def train_defaults(options: SentimentOptions):
     """The trainer's settings for sentiment (the ``qkv train sentiment`` defaults), per model: the bigram model's
-    from the search recorded in BENCHMARKS.md (``benchmarks/sentiment.py --set``), the others the benchmark's BiGRU's."""
+    from the search recorded in BENCHMARKS.md (``benchmarks/sentiment.py --set``), the others the BiGRU's."""
     from ...train import TrainConfig
 
     if options.model == "bigram":

@@ -67,7 +67,8 @@ def make_splits(labels, options: SentimentOptions) -> dict[str, list[int]]:
 def model_spec(options: SentimentOptions, *, vocab_size: int, num_classes: int) -> dict[str, Any]:
     """``{"name", "config"}`` for :func:`qkv.models.create` (JSON only: pretrained vectors are loaded apart)."""
     o = options
-    config: dict[str, Any] = {"vocab_size": vocab_size, "num_classes": num_classes, "embed_dim": o.embed_dim or (BIGRAM_DIM if o.model == "bigram" else 128),
+    embed_dim = o.embed_dim or (BIGRAM_DIM if o.model == "bigram" else 128)
+    config: dict[str, Any] = {"vocab_size": vocab_size, "num_classes": num_classes, "embed_dim": embed_dim,
                               "num_layers": o.num_layers, "hops": o.hops, "dropout": o.dropout,
                               "embed_dropout": o.embed_dropout}
     if o.model == "transformer":
