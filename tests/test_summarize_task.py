@@ -240,3 +240,28 @@ def test_the_other_models_train_and_summarise(model, tmp_path):
     assert r.attention.shape[1] == 4 and len(r.p_gen) >= len(r.tokens)
     if model == "seq2seq":  # no copying: never a word outside the vocabulary, p_gen 1
         assert not any(r.copied) and bool((r.p_gen == 1).all())
+
+
+def test_copied_runs_are_written_as_the_source_wrote_them():
+    from qkv.data import WordTokenizer
+    from qkv.tasks.summarize.decode import output_text, written_out
+
+    rng = random.Random(7)
+    tok = WordTokenizer.train(["x"], min_freq=1)
+    names = ["Kavik-Valgil", "GNU", "libFOO2", "O'Neil", "x86_64", "1905年", "論文", "Zanjunael", "(beta)", "3.14"]
+    for _ in range(200):
+        source = " ".join(rng.choice(names + FILLER) for _ in range(rng.randrange(3, 15)))
+        words, spans = tok.split(source), tok.spans(source)
+        a = rng.randrange(len(words))
+        b = rng.randrange(a, len(words)) + 1
+        run = words[a:b]
+        text = written_out(run, words, source, spans)
+        assert text.lower() == source[spans[a][0]:spans[b - 1][1]].lower()  # that run, as typed
+        assert rouge_words(text) == rouge_words(output_text(run))  # ROUGE reads the same words
+        other = [*run, "zzzq", *run]  # a word the source lacks: the source's runs around it, as typed
+        assert rouge_words(written_out(other, words, source, spans)) == rouge_words(output_text(other))
+    words = tok.split("Who isolated it? Belventel Garlum Kavik-Valgil did.")
+    src = "Who isolated it? Belventel Garlum Kavik-Valgil did."
+    assert written_out(["belventel", "garlum", "kavik", "-", "valgil"], words, src, tok.spans(src)) == \
+        "Belventel Garlum Kavik-Valgil"
+    assert written_out(["it", "did", "?"], words, src, None) == "it did ?"  # no spans: the words joined

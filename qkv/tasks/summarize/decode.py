@@ -13,7 +13,7 @@ import torch
 from torch import Tensor, nn
 
 __all__ = ["Encoded", "SummaryBatch", "Summary", "encode_example", "collate", "summarize_batch", "summary_metrics",
-           "rouge_words", "lead", "first_words", "output_text"]
+           "rouge_words", "lead", "first_words", "output_text", "written_out"]
 
 logger = logging.getLogger(__name__)
 
@@ -90,7 +90,8 @@ def collate(items: Sequence[Encoded]) -> SummaryBatch:
 
 @dataclass
 class Summary:
-    """One output: its ``text`` and ``tokens``, the source words read, the attention ``(T, S)`` (a row per output
+    """One output: its ``text`` (:func:`written_out`: copied runs as the source wrote them) and ``tokens``, the
+    source words read, the attention ``(T, S)`` (a row per output
     token, the end token's included), ``p_gen (T,)`` (the probability of generating rather than copying, at each
     step), ``copied`` (per output word: a source word outside the vocabulary, which only copying can give), the
     ``coverage (S,)`` after the last step (the attention rows summed), the beam ``score`` and the source words cut."""
@@ -112,6 +113,46 @@ def output_text(words: Sequence[str]) -> str:
     from ...data.pretokenize import join_mixed
 
     return join_mixed(list(words))
+
+
+_CLOSING = set(".,;:!?)]}%")
+
+
+def written_out(words: Sequence[str], source_words: Sequence[str], source: str,
+                spans: Sequence[tuple[int, int]] | None) -> str:
+    """The output ``words`` as text: each longest run of them that is a run of ``source_words`` is written as the
+    source wrote it (``spans``: each source word's ``(start, end)`` in ``source``), so a copied name keeps its case
+    and its hyphens (``kavik - valgil`` -> ``Kavik-Valgil``); other words are joined as :func:`output_text` joins
+    them, with no space before closing punctuation. Without ``spans`` (or spans that do not fit):
+    :func:`output_text`."""
+    from ...data.pretokenize import is_cjk
+
+    if spans is None or len(spans) < len(source_words):
+        return output_text(words)
+    pieces: list[str] = []
+    i = 0
+    while i < len(words):
+        best, at = 0, -1
+        for j in range(len(source_words)):
+            n = 0
+            while i + n < len(words) and j + n < len(source_words) and words[i + n] == source_words[j + n]:
+                n += 1
+            if n > best:
+                best, at = n, j
+        if best:
+            pieces.append(source[spans[at][0]:spans[at + best - 1][1]])
+            i += best
+        else:
+            pieces.append(words[i])
+            i += 1
+    out: list[str] = []
+    for k, piece in enumerate(pieces):
+        prev = pieces[k - 1] if k else ""
+        if k and piece and prev and not (is_cjk(prev[-1]) or is_cjk(piece[0]) or piece[0] in _CLOSING
+                                         or prev[-1] in "([{"):
+            out.append(" ")
+        out.append(piece)
+    return "".join(out)
 
 
 def summarize_batch(model: nn.Module, tok, texts: Sequence[str], *, beam: int = 1, max_len: int = 40,
@@ -151,7 +192,9 @@ def summarize_batch(model: nn.Module, tok, texts: Sequence[str], *, beam: int = 
                 words = [e.oovs[t - v] if t >= v else tok.tokens_of_ids([t])[0] for t in h.tokens]
                 n = h.attention.shape[0]
                 attn = h.attention[:, :len(e.words)]
-                out[i] = Summary(texts[i], output_text(words), words, e.words, attn, p_gen[row, :n],
+                spans = tok.spans(texts[i]) if hasattr(tok, "spans") else None
+                text = written_out(words, e.words, texts[i], spans)
+                out[i] = Summary(texts[i], text, words, e.words, attn, p_gen[row, :n],
                                  [t >= v for t in h.tokens], attn.sum(0), float(h.score), e.cut)
     model.train(was_training)
     return [out[i] for i in range(len(texts))]
