@@ -75,7 +75,10 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--minutes", type=float, default=10.0, help="training budget of each Debian model")
     p.add_argument("--facts-minutes", type=float, default=3.0, help="training budget of each facts model (0: none)")
-    p.add_argument("--models", default=",".join(MODELS), help="which Debian models")
+    p.add_argument("--models", default=",".join(MODELS), help="which Debian models ('' for none)")
+    p.add_argument("--facts-model", default="pointer", choices=("pointer", "transformer"))
+    p.add_argument("--facts-train", type=int, default=5000, help="training questions of the facts")
+    p.add_argument("--facts-langs", default="en,zh")
     p.add_argument("--coverage-at", type=float, default=0.75, help="pointer + coverage: coverage on once this "
                                                                    "fraction of its training is done")
     p.add_argument("--no-repeat-ngram", type=int, default=0, help="also decode with this n-gram blocking")
@@ -93,11 +96,12 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     rows = []
     base = dict(SMALL, **({"debian_file": args.debian_file} if args.debian_file else {}))
-    data = load_data(SummarizeOptions(**base))
-    test = data.split("test")[:args.test]
-    for name, make in (("lead", lead), ("first-8-words", first_words)):
-        rows.append({"name": name, **summary_metrics([make(e.source) for e in test], [e.target for e in test])})
-    for name in args.models.split(","):
+    if args.models:
+        data = load_data(SummarizeOptions(**base))
+        test = data.split("test")[:args.test]
+        for name, make in (("lead", lead), ("first-8-words", first_words)):
+            rows.append({"name": name, **summary_metrics([make(e.source) for e in test], [e.target for e in test])})
+    for name in filter(None, args.models.split(",")):
         extra = dict(MODELS[name])
         if name == "pointer+coverage":
             extra["coverage_from"] = args.coverage_at
@@ -105,15 +109,18 @@ def main() -> None:
             rows.append(row)
             print(json.dumps(row), flush=True)
     if args.facts_minutes:
-        for lang in ("en", "zh"):
-            o = SummarizeOptions(data="facts", lang=lang, n_train=5000, n_eval=300, embed_dim=64, hidden_dim=128,
-                                 max_source=80, max_decode_len=12, eval_max=300, min_freq=1)
-            name = f"facts-{lang}"
+        for lang in args.facts_langs.split(","):
+            sizes = ({"dim": 128, "num_heads": 4, "num_layers": 2} if args.facts_model == "transformer"
+                     else {"embed_dim": 64, "hidden_dim": 128})
+            o = SummarizeOptions(data="facts", lang=lang, n_train=args.facts_train, n_eval=300, max_source=80,
+                                 max_decode_len=12, eval_max=300, min_freq=1, model=args.facts_model, **sizes)
+            name = f"facts-{lang}-{args.facts_model}"
             cfg = train_defaults(o).replace(max_minutes=args.facts_minutes, out=str(out / name), progress=False,
                                             final_splits=("test",))
-            train_summarizer(o, cfg)
+            (result,) = train_summarizer(o, cfg)
             s = Summarizer.load(out / name / "checkpoint")
-            rows.append({"name": name, **s.evaluate(split="test", beam=1, baselines=False),
+            rows.append({"name": name, "steps": int(result.state.global_step),
+                         **s.evaluate(split="test", beam=1, baselines=False),
                          "phrasings_exact_match": s.evaluate(split="test_phrasings", beam=1,
                                                              baselines=False)["exact_match"]})
             print(json.dumps(rows[-1]), flush=True)
