@@ -17,12 +17,12 @@ from __future__ import annotations
 
 from ..base import Application
 from .decode import Translation, translate_batch
-from .options import LARGER_FROM_MINUTES, MODELS, RNN_MODELS, TranslateOptions, budget_defaults, train_defaults
+from .options import MODELS, RNN_MODELS, TranslateOptions, budget_defaults, train_defaults
 from .predictor import Translator, parse_buckets
 from .task import TranslateTask, TranslationTask, build_model, load_data, model_spec
 
 __all__ = ["APPLICATION", "TranslateOptions", "load_data", "model_spec", "build_model", "train_defaults",
-           "budget_defaults", "LARGER_FROM_MINUTES",
+           "budget_defaults",
            "TranslateTask", "TranslationTask", "Translation", "Translator", "translate_batch", "parse_buckets",
            "MODELS", "RNN_MODELS"]
 
