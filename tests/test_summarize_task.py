@@ -265,3 +265,27 @@ def test_copied_runs_are_written_as_the_source_wrote_them():
     assert written_out(["belventel", "garlum", "kavik", "-", "valgil"], words, src, tok.spans(src)) == \
         "Belventel Garlum Kavik-Valgil"
     assert written_out(["it", "did", "?"], words, src, None) == "it did ?"  # no spans: the words joined
+
+
+def test_ngram_blocking_leaves_no_repeated_trigram_even_for_a_model_that_repeats():
+    from qkv.data import WordTokenizer
+    from qkv.models import create
+    from qkv.tasks.summarize import summarize_batch
+
+    rng = random.Random(3)
+    texts = [" ".join(rng.choice(FILLER + ["zork", "quux"]) for _ in range(12)) for _ in range(6)]
+    tok = WordTokenizer.train(texts, min_freq=2)
+    torch.manual_seed(0)
+    model = create("pointer", vocab=tok.vocab_size, embed_dim=8, hidden_dim=8, attn_dim=8, coverage=True)
+    with torch.no_grad():  # a model that says one word forever: "word word word ..."
+        model.out.bias[5] = 50.0
+        model.switch.bias.fill_(50.0)
+    for beam in (1, 3):
+        free = summarize_batch(model, tok, texts, beam=beam, max_len=12)
+        assert repeated_ngram_rate([s.tokens for s in free], 3) > 0.5
+        for n in (2, 3):
+            blocked = summarize_batch(model, tok, texts, beam=beam, max_len=12, no_repeat_ngram_size=n,
+                                      coverage_penalty=0.2)
+            for s in blocked:
+                grams = [tuple(s.tokens[i:i + n]) for i in range(len(s.tokens) - n + 1)]
+                assert len(grams) == len(set(grams)) and len(s.tokens) > n
