@@ -54,7 +54,7 @@ def run(name: str, options: SummarizeOptions, data, minutes: float, out: Path, a
     (result,) = train_summarizer(options, cfg, data=data)
     train_s = time.time() - t0
     summarizer = Summarizer.load(out / name / "checkpoint")
-    settings = [("", {})]
+    settings = [("", {"no_repeat_ngram_size": 0})]
     if args.no_repeat_ngram or args.coverage_penalty:
         settings.append((" + blocking", {"no_repeat_ngram_size": args.no_repeat_ngram,
                                          "coverage_penalty": args.coverage_penalty}))
@@ -120,9 +120,9 @@ def main() -> None:
             (result,) = train_summarizer(o, cfg)
             s = Summarizer.load(out / name / "checkpoint")
             rows.append({"name": name, "steps": int(result.state.global_step),
-                         **s.evaluate(split="test", beam=1, baselines=False),
-                         "phrasings_exact_match": s.evaluate(split="test_phrasings", beam=1,
-                                                             baselines=False)["exact_match"]})
+                         **s.evaluate(split="test", beam=1, baselines=False, no_repeat_ngram_size=0),
+                         "phrasings_exact_match": s.evaluate(split="test_phrasings", beam=1, baselines=False,
+                                                             no_repeat_ngram_size=0)["exact_match"]})
             print(json.dumps(rows[-1]), flush=True)
     (out / "results.json").write_text(json.dumps(rows, indent=2) + "\n")
     print("\n| model | steps | ROUGE-1 | ROUGE-2 | ROUGE-L | repeated trigrams | copied | copied (OOV) | exact match |")

@@ -26,9 +26,10 @@ def _inputs(gen, b=3, s=7, n_ext=2):
     return src, mask, src_ext, n_ext
 
 
-def _pointer(coverage=True, copy=True, seed=0):
+def _pointer(coverage=True, copy=True, seed=0, slots=0):
     torch.manual_seed(seed)
-    model = create("pointer", vocab=V, embed_dim=6, hidden_dim=8, attn_dim=5, copy=copy, coverage=coverage)
+    model = create("pointer", vocab=V, embed_dim=6, hidden_dim=8, attn_dim=5, copy=copy, coverage=coverage,
+                   oov_slots=slots)
     if coverage:  # a trained w_c (it starts at zero)
         torch.nn.init.normal_(model.score.coverage_proj.weight)
     return model.double().eval()
@@ -55,11 +56,11 @@ def test_copy_distribution_sums_to_one_and_copies_exactly_the_attention_mass(gen
     torch.testing.assert_close(p0[0, :, V + 1], attn[0, :, :2].sum(-1), rtol=0, atol=1e-15)
 
 
-@pytest.mark.parametrize("name", ["pointer", "transformer-pointer"])
+@pytest.mark.parametrize("name", ["pointer", "pointer-slots", "transformer-pointer"])
 def test_the_models_final_distribution_is_the_copy_formula(name, gen):
     torch.manual_seed(1)
-    if name == "pointer":
-        model = _pointer()
+    if name.startswith("pointer"):
+        model = _pointer(slots=1 if name == "pointer-slots" else 0)
     else:
         model = create(name, vocab=V, dim=8, num_heads=2, ffn_dim=16, num_layers=2, dropout=0.0).double().eval()
     src, mask, src_ext, n_ext = _inputs(gen)
@@ -127,11 +128,11 @@ def test_the_baseline_without_copying_has_no_extended_vocabulary(gen):
         create("pointer", vocab=V, copy=False, coverage=True)
 
 
-@pytest.mark.parametrize("seed", [0, 1])
-def test_beam_search_with_copying_finds_the_brute_force_best(seed, gen):
+@pytest.mark.parametrize("seed, slots", [(0, 0), (1, 0), (2, 1)])
+def test_beam_search_with_copying_finds_the_brute_force_best(seed, slots, gen):
     """Every output of up to 3 tokens over V' = V + 2 (copies included) scored by teacher forcing; a beam as wide
-    as all prefixes must find the best, through the copied ids fed back as <unk>."""
-    model = _pointer(seed=seed)
+    as all prefixes must find the best, through the copied ids fed back as <unk> (or as their slot)."""
+    model = _pointer(seed=seed, slots=slots)
     with torch.no_grad():
         model.switch.bias.fill_(-1.0)  # copy often, so that copies compete
     src, mask, src_ext, n_ext = _inputs(gen, b=1, s=5, n_ext=2)
@@ -157,3 +158,27 @@ def test_beam_search_with_copying_finds_the_brute_force_best(seed, gen):
     words = list(best_tokens[:-1] if best_tokens[-1] == eos else best_tokens)
     assert hyp.tokens == words and math.isclose(hyp.score, scores[best_tokens], rel_tol=1e-5)  # float32 sums
     assert hyp.attention.shape == (len(best_tokens), 5)
+
+
+def test_oov_slots_tell_unknown_words_apart_and_the_same_word_alike(gen):
+    """With slots the j-th distinct unknown word of a source is read as slot V + j (the same word twice: the same
+    slot), words past the slots as <unk>; without slots every unknown word is <unk>."""
+    model, plain = _pointer(slots=2), _pointer(slots=0)
+    src_ext = torch.tensor([[5, V, 6, V + 1, V, V + 2, 7]])
+    mask = torch.ones_like(src_ext, dtype=torch.bool)
+    src = torch.where(src_ext >= V, torch.full_like(src_ext, 3), src_ext)
+    read = model.feed_tokens(src_ext)
+    assert read.tolist() == [[5, V, 6, V + 1, V, 3, 7]]
+    with torch.no_grad():
+        memory = model.encode(src, mask, src_ext, 3)["memory"]
+        by_hand, _ = model.encoder(read, mask)  # the encoder reads the slots
+        torch.testing.assert_close(memory, by_hand, rtol=0, atol=0)
+        swapped = src_ext.clone()
+        swapped[0, 1], swapped[0, 3], swapped[0, 4] = V + 1, V, V + 1  # the two unknown words trade places
+        assert not torch.allclose(model.encode(src, mask, swapped, 3)["memory"], memory)
+        assert torch.equal(plain.encode(src, mask, swapped, 3)["memory"], plain.encode(src, mask, src_ext, 3)["memory"])
+        past = src_ext.clone()
+        past[0, 5] = V + 7  # past the slots: <unk> whichever it is
+        torch.testing.assert_close(model.encode(src, mask, past, 8)["memory"], memory, rtol=0, atol=0)
+    with pytest.raises(ValueError, match="oov_slots"):
+        create("pointer", vocab=V, copy=False, oov_slots=4)

@@ -26,7 +26,7 @@ class SummarizeCommand:
     length_penalty: float = option(0.0, low=0, help="Wu et al.'s alpha: ranks longer summaries higher")
     coverage_penalty: float = option(0.0, low=0, help="Wu et al.'s beta: ranks summaries that cover the source "
                                                       "higher")
-    no_repeat_ngram: int = option(0, low=0, help="forbid repeating any n-gram of this size (0: off)")
+    no_repeat_ngram: int = option(3, low=0, help="forbid repeating any n-gram of this size (0: off)")
     html: str | None = option(None, metavar="HTML", help="write a page: each output word coloured by p_gen with "
                                                          "its attention over the source, and the final coverage")
     evaluate: str | None = option(None, metavar="DATA", help="instead: ROUGE, repeated trigrams and copied words "

@@ -14,7 +14,11 @@ the order they first occur in each source), ``H`` hidden size.
   attentional encoder-decoder (the baseline: ``P = P_vocab`` over ``V``). Differs from the paper: the decoder
   input is ``Linear([E y_{t-1}; h*_{t-1}])`` (the paper's TensorFlow code does the same), and ``w_c`` starts at
   zero so that coverage can be switched on late (``--coverage-from``): until the first step that feeds a real
-  coverage, ``w_c`` has no gradient and the model is exactly the one without coverage.
+  coverage, ``w_c`` has no gradient and the model is exactly the one without coverage. ``oov_slots`` (not in the
+  paper): the ``j``-th distinct source word outside the vocabulary is read (and, once copied, fed back) as its own
+  learned slot embedding ``V + j`` rather than ``<unk>``, for ``j < oov_slots``, so that the decoder can tell two
+  unknown names apart and match a name of the question with the same name in the passage (the placeholders of
+  Luong et al. 2015, "Addressing the Rare Word Problem in Neural Machine Translation").
 - :class:`TransformerPointer`: the :class:`~qkv.models.transformer.TransformerSeq2Seq` (shared source/target
   embeddings) whose last decoder layer's cross-attention, averaged over heads, is the copy distribution;
   ``p_gen = sigmoid(w^T [y_t; x_t])`` from the decoder output ``y_t`` and the input embedding ``x_t``.
@@ -98,12 +102,16 @@ class PointerGenerator(nn.Module):
     """
 
     def __init__(self, vocab: int, embed_dim: int = 128, hidden_dim: int = 256, attn_dim: int = 256, *,
-                 copy: bool = True, coverage: bool = False, dropout: float = 0.0, pad_id: int = 0):
+                 copy: bool = True, coverage: bool = False, dropout: float = 0.0, pad_id: int = 0,
+                 oov_slots: int = 0):
         super().__init__()
         if coverage and not copy:
             raise ValueError("coverage needs copy (the seq2seq baseline has neither)")
-        self.vocab, self.copy, self.use_coverage = vocab, copy, coverage
-        cfg = RNNConfig(vocab, vocab, embed_dim, hidden_dim, 1, "lstm", True, dropout, "additive", attn_dim, pad_id)
+        if oov_slots < 0 or (oov_slots and not copy):
+            raise ValueError(f"oov_slots must be >= 0, and needs copy (got {oov_slots}, copy={copy})")
+        self.vocab, self.copy, self.use_coverage, self.oov_slots = vocab, copy, coverage, oov_slots
+        cfg = RNNConfig(vocab + oov_slots, vocab, embed_dim, hidden_dim, 1, "lstm", True, dropout, "additive",
+                        attn_dim, pad_id)
         h = hidden_dim
         self.encoder = RNNEncoder(cfg)
         self.embed = self.encoder.embed  # one vocabulary: source and target share the embedding
@@ -122,7 +130,8 @@ class PointerGenerator(nn.Module):
     def encode(self, src: Tensor, src_mask: Tensor, src_ext: Tensor | None = None, n_ext: int = 0) -> dict[str, Any]:
         """The decoding state of ``B`` sources (``src_ext``: their extended ids, ``src`` when None)."""
         check_source(src, src_mask)
-        memory, (h0, c0) = self.encoder(src, src_mask)
+        read = self.feed_tokens(src_ext) if self.oov_slots and src_ext is not None else src
+        memory, (h0, c0) = self.encoder(read, src_mask)
         b, s = src.shape
         return {"memory": memory, "keys": self.score.prepare_key(memory), "mask": src_mask[:, None, :],
                 "src_ext": src if src_ext is None else src_ext, "n_ext": int(n_ext) if self.copy else 0,
@@ -163,8 +172,9 @@ class PointerGenerator(nn.Module):
     coverage_loss = staticmethod(coverage_loss)
 
     def feed_tokens(self, tokens: Tensor, _state: Any = None) -> Tensor:
-        """Ids fed back to the decoder: a copied word (id ``>= V``) is read as ``<unk>``."""
-        return torch.where(tokens >= self.vocab, torch.full_like(tokens, UNK), tokens)
+        """Ids read by the encoder and fed back to the decoder: a source word outside the vocabulary (id ``V + j``)
+        is its slot ``V + j`` when ``j < oov_slots``, else ``<unk>``."""
+        return torch.where(tokens >= self.vocab + self.oov_slots, torch.full_like(tokens, UNK), tokens)
 
     def decode_step(self, tokens: Tensor, state: dict[str, Any]) -> tuple[Tensor, Tensor, dict[str, Any]]:
         """The one decoder's step: ``(log P (N, V'), attention (N, S), state)`` (``normalize=False``)."""

@@ -54,6 +54,10 @@ class SummarizeOptions:
                                                             "(both directions together)")
     attn_dim: int | None = option(None, low=1, applies=_RNN, help="hidden size of the additive score "
                                                                   "(default: hidden-dim)")
+    oov_slots: int | None = option(None, low=0, applies={"model": ("pointer",)},
+                                   help="pointer: the first N distinct source words outside the vocabulary are read "
+                                        "as N learned slots instead of all as <unk>, so a name of the question "
+                                        "matches the same name in the passage (default: 32 for facts, 0 else)")
     dim: int = option(128, low=2, applies=_TRANSFORMER, help="transformer: model width")
     num_heads: int = option(4, low=1, applies=_TRANSFORMER, help="transformer: attention heads")
     ffn_dim: int | None = option(None, low=1, applies=_TRANSFORMER, help="transformer: feed-forward width "
@@ -84,6 +88,13 @@ class SummarizeOptions:
             raise ValueError(f"coverage_from must be a step (a whole number) or a fraction below 1, got {c}")
         if self.coverage_weight != 1.0 and self.coverage_from is None:
             raise ValueError("coverage_weight needs coverage_from (the step from which coverage is trained)")
+
+    @property
+    def slots(self) -> int:
+        """``oov_slots``, or its default: 32 for ``facts``, 0 otherwise (and for models other than pointer)."""
+        if self.model != "pointer":
+            return 0
+        return self.oov_slots if self.oov_slots is not None else 32 if self.data == "facts" else 0
 
     @property
     def coverage_fraction(self) -> float | None:
