@@ -8,7 +8,10 @@ filterbank on ``torch.stft``, SpecAugment in training.
 
 Models (:mod:`qkv.models.speech`, :mod:`qkv.models.speech_transformer`): ``las`` (Listen, Attend and Spell with
 content-only or location-aware attention, :class:`qkv.LocationAware`; ``ctc_weight > 0`` adds a CTC head: the
-hybrid, decoded jointly with CTC prefix scores), ``ctc`` (no attention) and ``transformer``.
+hybrid, decoded jointly with CTC prefix scores), ``ctc`` (no attention; best path or CTC prefix beam search) and
+``transformer``. Decoding holds on long utterances with a window around the previous attention's median (the
+location-aware LAS's default), at most ``max_rate`` characters a second, an ``<eos>`` threshold and length
+normalisation (:func:`transcribe_batch`); training can join utterances two by two (``concat``).
 
 Example::
 
