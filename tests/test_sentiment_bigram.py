@@ -3,6 +3,8 @@ RNNs: the bucket ids against a plain Python loop, padding invisible to the logit
 real words, its options in `qkv train sentiment`, and the errors."""
 
 import json
+import math
+import random
 
 import pytest
 import torch
@@ -11,6 +13,7 @@ from qkv.cli import main
 from qkv.models import BigramAttentionClassifier, RNNClassifier, create
 from qkv.models.classifiers import bigram_ids
 from qkv.tasks.sentiment import SentimentClassifier, SentimentOptions, build_model, model_spec
+from qkv.tasks.sentiment.count_init import count_init
 from qkv.tasks.sentiment.task import BIGRAM_BUCKETS
 from tests.helpers import write_reviews
 
@@ -145,7 +148,8 @@ def test_train_and_classify_with_the_bigram_model(tmp_path, capsys):
     reviews = write_reviews(tmp_path / "reviews.tsv", n=300)
     run = tmp_path / "run"
     assert main(["train", "sentiment", "--data", str(reviews), "--out", str(run), "--model", "bigram",
-                 "--embed-dim", "16", "--buckets", "500", "--epochs", "8", "--batch-size", "16", "--lr", "0.01",
+                 "--embed-dim", "16", "--buckets", "500", "--epochs", "8", "--count-init", "--batch-size", "16",
+                 "--lr", "0.01",
                  "--dropout", "0", "--embed-dropout", "0", "--no-progress"]) == 0
     clf = SentimentClassifier.load(run)
     assert clf.config["model"]["name"] == "bigram-classifier" and clf.config["model"]["config"]["buckets"] == 500
@@ -173,3 +177,36 @@ def test_word_dropout_leaves_words_out_in_training_only():
     assert bool((model(ids, mask).weights[mask] > 0).all())
     with pytest.raises(ValueError, match="word_dropout must be in"):
         BigramAttentionClassifier(10, 2, word_dropout=1.0)
+
+
+def ratios_by_hand(texts, labels, num_classes, rows, alpha=1.0):
+    """NBSVM's log-count ratios of every class against the rest, from sets of ids, in Python floats."""
+    counts = [[0.0] * num_classes for _ in range(rows)]
+    for ids, y in zip(texts, labels, strict=True):
+        for i in set(ids):
+            counts[i][y] += 1
+    out = []
+    for c in range(num_classes):
+        p = [row[c] + alpha for row in counts]
+        q = [sum(row) - row[c] + alpha for row in counts]
+        out.append([0.0 if sum(counts[i]) == 0 else math.log(p[i] / sum(p)) - math.log(q[i] / sum(q))
+                    for i in range(rows)])
+    return torch.tensor(out, dtype=torch.float64).T
+
+
+def test_count_init_is_the_log_count_ratios():
+    rng = random.Random(0)
+    texts = [[rng.randrange(1, 25) for _ in range(rng.randrange(1, 8))] for _ in range(60)]
+    labels = [rng.randrange(3) for _ in texts]
+    model = BigramAttentionClassifier(30, 3, embed_dim=6, buckets=17)
+    count_init(model, list(zip(texts, labels, strict=True)), 3)
+    assert torch.allclose(model.embedding.weight[:, :3].double(), ratios_by_hand(texts, labels, 3, 30), atol=1e-5)
+    pairs = [[int(b) for b in bigram_ids(torch.tensor([t]), torch.ones(1, len(t), dtype=torch.bool), 17)[0]
+              if b > 0] for t in texts]
+    assert torch.allclose(model.bigrams.weight[:, :3].double(), ratios_by_hand(pairs, labels, 3, 18), atol=1e-5)
+    assert torch.equal(model.head[-1].weight[:, :3], torch.eye(3))
+    assert bool((model.embedding.weight[0] == 0).all())  # padding stays zero
+    with pytest.raises(ValueError, match="without bigram_hidden"):
+        count_init(BigramAttentionClassifier(30, 3, embed_dim=6, hidden_dim=4), [], 3)
+    with pytest.raises(ValueError, match="count_init needs the bigram model"):
+        SentimentOptions(model="bigram", count_init=True, hops=2)

@@ -52,6 +52,9 @@ class SentimentOptions:
                           "vectors: their table's rows (0 = none; default: 30000 for bigram, 0 for the RNNs)")
     word_dropout: float = option(0.0, low=0, high=0.99, applies={"model": ("bigram",)},
                                  help="bigram: in training, leave each word out of the pooling with this probability")
+    count_init: bool = option(False, applies={"model": ("bigram",)},
+                              help="bigram: start the first vector dimensions from the words' and bigrams' naive-"
+                              "Bayes log-count ratios in the training split (Wang & Manning 2012; classes only)")
     bigram_hidden: int | None = option(None, low=1, applies={"model": ("bigram",)},
                                        help="bigram: a position-wise tanh layer of this size before the pooling")
     dim: int = option(64, low=2, applies=_TRANSFORMER, help="transformer: model width")
@@ -84,6 +87,8 @@ class SentimentOptions:
             raise ValueError("freeze_vectors needs vectors (a word-vector file)")
         if self.model == "transformer" and self.dim % self.num_heads:
             raise ValueError(f"num_heads ({self.num_heads}) must divide dim ({self.dim})")
+        if self.count_init and (self.bigram_hidden or self.hops != 1):
+            raise ValueError("count_init needs the bigram model without bigram_hidden and with hops=1")
         if self.model == "bigram" and self.num_layers != 1:
             raise ValueError(f"num_layers={self.num_layers}: the bigram model has no layers to stack (RNN or "
                              "transformer only)")

@@ -162,9 +162,14 @@ class SentimentTask(Task):
         return {"vocab_size": self.tokenizer.vocab_size, "num_classes": self.dataset.num_classes}
 
     def build_model(self) -> nn.Module:
-        vocab = self.tokenizer.tokens_of_ids(range(self.tokenizer.vocab_size)) if self.options.vectors else None
-        return build_model(self.options, **self.sizes(),
-                           vocab=vocab)
+        o = self.options
+        vocab = self.tokenizer.tokens_of_ids(range(self.tokenizer.vocab_size)) if o.vectors else None
+        model = build_model(o, **self.sizes(), vocab=vocab)
+        if o.model == "bigram" and o.count_init and not self.dataset.regression and "train" in self.encoded:
+            from .count_init import count_init
+
+            count_init(model, self.encoded["train"], self.dataset.num_classes)
+        return model
 
     def loss(self, model, batch):
         out = model(batch["ids"], batch["mask"])
