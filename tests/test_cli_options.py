@@ -73,7 +73,8 @@ def _flag_args(cls, f, spec):
     if f.name == "attn_kwargs":
         return [flag, "reduction=4"]
     if default is None:
-        return [flag, "7" if "dim" in f.name or f.name in ("max_pairs", "kv_heads", "buckets", "bigram_hidden") else "en"]
+        numeric = "dim" in f.name or f.name in ("max_pairs", "kv_heads", "buckets", "bigram_hidden")
+        return [flag, "7" if numeric else "en"]
     if isinstance(default, tuple):
         return [flag, ",".join(map(str, default))]
     return [flag, str(default)]
