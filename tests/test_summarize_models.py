@@ -26,10 +26,10 @@ def _inputs(gen, b=3, s=7, n_ext=2):
     return src, mask, src_ext, n_ext
 
 
-def _pointer(coverage=True, copy=True, seed=0, slots=0):
+def _pointer(coverage=True, copy=True, seed=0, slots=0, score="additive"):
     torch.manual_seed(seed)
     model = create("pointer", vocab=V, embed_dim=6, hidden_dim=8, attn_dim=5, copy=copy, coverage=coverage,
-                   oov_slots=slots)
+                   oov_slots=slots, score=score)
     if coverage:  # a trained w_c (it starts at zero)
         torch.nn.init.normal_(model.score.coverage_proj.weight)
     return model.double().eval()
@@ -56,10 +56,13 @@ def test_copy_distribution_sums_to_one_and_copies_exactly_the_attention_mass(gen
     torch.testing.assert_close(p0[0, :, V + 1], attn[0, :, :2].sum(-1), rtol=0, atol=1e-15)
 
 
-@pytest.mark.parametrize("name", ["pointer", "pointer-slots", "transformer-pointer"])
+@pytest.mark.parametrize("name", ["pointer", "pointer-slots", "pointer-general", "transformer-pointer"])
 def test_the_models_final_distribution_is_the_copy_formula(name, gen):
     torch.manual_seed(1)
-    if name.startswith("pointer"):
+    if name == "pointer-general":  # Luong's s^T W h score (no coverage)
+        model = _pointer(coverage=False, score="general")
+        assert type(model.score).__name__ == "General"
+    elif name.startswith("pointer"):
         model = _pointer(slots=1 if name == "pointer-slots" else 0)
     else:
         model = create(name, vocab=V, dim=8, num_heads=2, ffn_dim=16, num_layers=2, dropout=0.0).double().eval()
@@ -182,3 +185,5 @@ def test_oov_slots_tell_unknown_words_apart_and_the_same_word_alike(gen):
         torch.testing.assert_close(model.encode(src, mask, past, 8)["memory"], memory, rtol=0, atol=0)
     with pytest.raises(ValueError, match="oov_slots"):
         create("pointer", vocab=V, copy=False, oov_slots=4)
+    with pytest.raises(ValueError, match="additive with coverage"):
+        create("pointer", vocab=V, coverage=True, score="general")

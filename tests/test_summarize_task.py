@@ -190,6 +190,8 @@ def test_coverage_from_a_fraction_switches_coverage_on_for_the_last_part(tmp_pat
         train(SummarizeTask(options), config)
     with pytest.raises(ValueError, match="a whole number"):
         SummarizeOptions(coverage_from=2.5)
+    with pytest.raises(ValueError, match="needs score additive"):
+        SummarizeOptions(coverage_from=0.5, score="general")
 
 
 def test_bad_inputs_are_one_line_errors(copy_run, tmp_path, capsys):

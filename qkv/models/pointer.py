@@ -103,10 +103,13 @@ class PointerGenerator(nn.Module):
 
     def __init__(self, vocab: int, embed_dim: int = 128, hidden_dim: int = 256, attn_dim: int = 256, *,
                  copy: bool = True, coverage: bool = False, dropout: float = 0.0, pad_id: int = 0,
-                 oov_slots: int = 0):
+                 oov_slots: int = 0, score: str = "additive"):
         super().__init__()
         if coverage and not copy:
             raise ValueError("coverage needs copy (the seq2seq baseline has neither)")
+        if score not in ("additive", "general") or (coverage and score != "additive"):
+            raise ValueError(f"score must be 'additive' or 'general' (Luong's s^T W h), and additive with coverage; "
+                             f"got {score!r}")
         if oov_slots < 0 or (oov_slots and not copy):
             raise ValueError(f"oov_slots must be >= 0, and needs copy (got {oov_slots}, copy={copy})")
         self.vocab, self.copy, self.use_coverage, self.oov_slots = vocab, copy, coverage, oov_slots
@@ -115,7 +118,7 @@ class PointerGenerator(nn.Module):
         h = hidden_dim
         self.encoder = RNNEncoder(cfg)
         self.embed = self.encoder.embed  # one vocabulary: source and target share the embedding
-        self.score = Coverage(h, h, attn_dim) if coverage else create_score("additive", h, h, attn_dim)
+        self.score = Coverage(h, h, attn_dim) if coverage else create_score(score, h, h, attn_dim)
         if coverage:
             nn.init.zeros_(self.score.coverage_proj.weight)
         self.input = nn.Linear(embed_dim + h, embed_dim)

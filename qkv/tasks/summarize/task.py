@@ -58,7 +58,8 @@ def model_spec(options: SummarizeOptions, *, vocab: int) -> dict[str, Any]:
     return {"name": "pointer",
             "config": {"vocab": vocab, "embed_dim": o.embed_dim, "hidden_dim": o.hidden_dim,
                        "attn_dim": o.attn_dim or o.hidden_dim, "copy": o.model == "pointer",
-                       "coverage": o.coverage, "dropout": o.dropout, **({"oov_slots": o.slots} if o.slots else {})}}
+                       "coverage": o.coverage, "dropout": o.dropout, **({"oov_slots": o.slots} if o.slots else {}),
+                       **({"score": o.score_name} if o.score_name != "additive" else {})}}
 
 
 def build_model(options: SummarizeOptions, *, vocab: int) -> nn.Module:
