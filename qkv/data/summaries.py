@@ -32,7 +32,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .files import text_lines
-from .summary_split import SPLITS, cached_groups, default_cache, near_duplicate_groups, normalize_text, split_summaries
+from .summary_split import (
+    SPLITS,
+    SummaryExample,
+    cached_groups,
+    default_cache,
+    near_duplicate_groups,
+    normalize_text,
+    split_summaries,
+)
 
 __all__ = ["SummaryExample", "SummaryCorpus", "read_summaries", "read_table_summaries", "read_stories",
            "debian_corpus", "facts_corpus", "split_summaries", "near_duplicate_groups", "cached_groups",
@@ -41,17 +49,6 @@ __all__ = ["SummaryExample", "SummaryCorpus", "read_summaries", "read_table_summ
 log = logging.getLogger(__name__)
 
 FORMATS = ("auto", "jsonl", "csv", "tsv", "stories")
-
-
-@dataclass
-class SummaryExample:
-    """A text to summarise (``source``), its summary (``target``), where it was read (``file:line``) and a
-    ``name`` (a package, a story file) that :func:`near_duplicate_groups` removes from the text when comparing."""
-
-    source: str
-    target: str
-    where: str = ""
-    name: str = ""
 
 
 @dataclass

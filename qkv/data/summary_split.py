@@ -22,16 +22,25 @@ import tempfile
 import zlib
 from collections import defaultdict
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 
-if TYPE_CHECKING:
-    from .summaries import SummaryExample
 
-__all__ = ["split_summaries", "near_duplicate_groups", "cached_groups", "default_cache", "normalize_text", "SPLITS",
-           "GROUPS_VERSION"]
+@dataclass
+class SummaryExample:
+    """A text to summarise (``source``), its summary (``target``), where it was read (``file:line``) and a
+    ``name`` (a package, a story file) that :func:`near_duplicate_groups` removes from the text when comparing."""
+
+    source: str
+    target: str
+    where: str = ""
+    name: str = ""
+
+
+__all__ = ["SummaryExample", "split_summaries", "near_duplicate_groups", "cached_groups", "default_cache",
+           "normalize_text", "SPLITS", "GROUPS_VERSION"]
 
 log = logging.getLogger(__name__)
 
