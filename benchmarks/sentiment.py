@@ -145,6 +145,10 @@ def main() -> int:
     for name, test, valid, seconds, epochs in rows:
         print(f"| {name} | {_fmt(test)} | {_fmt(valid) if valid else '-'} | "
               f"{f'{seconds:.0f} s' if seconds is not None else '-'} | {epochs} |")
+    if len(folds) > 1:
+        print(f"\nTest accuracy per fold ({', '.join(map(str, folds))}):  ")
+        for name, test, *_ in rows:
+            print(f"{name}: {' '.join(f'{100 * a:.2f}' for a in test)}  ")
     print("\nReference (Pang & Lee MR, 10-fold, Kim 2014): CNN-rand 76.1%, CNN-static (word2vec) 81.5%.")
     return 0
 
