@@ -36,8 +36,8 @@ SMALL = ["--dim", "128", "--num-layers", "1"]
 CANDIDATES: dict[str, list[str]] = {
     "small-v8000-lr2": [*SMALL, "--vocab-size", "8000", "--lr", "2e-3", "--warmup-steps", "200"],  # the old defaults
     "small-v8000-lr3": [*SMALL, "--vocab-size", "8000", "--lr", "3e-3", "--warmup-steps", "100"],
-    "small-v4000-lr2": [*SMALL, "--vocab-size", "4000", "--lr", "2e-3", "--warmup-steps", "200"],
-    "small-v4000-lr3": [*SMALL, "--vocab-size", "4000", "--lr", "3e-3", "--warmup-steps", "100"],  # the small preset
+    "small-v4000-lr2": [*SMALL, "--vocab-size", "4000", "--lr", "2e-3", "--warmup-steps", "200"],  # the defaults
+    "small-v4000-lr3": [*SMALL, "--vocab-size", "4000", "--lr", "3e-3", "--warmup-steps", "100"],
     "small-v2000-lr3": [*SMALL, "--vocab-size", "2000", "--lr", "3e-3", "--warmup-steps", "100"],
     "base-v4000-bs128": ["--dim", "256", "--num-layers", "2", "--vocab-size", "4000", "--batch-size", "128",
                          "--lr", "1.5e-3", "--warmup-steps", "200", "--dropout", "0"],
