@@ -48,7 +48,8 @@ CANDIDATES: dict[str, list[str]] = {
 
 def run(name: str, args: argparse.Namespace) -> dict[str, float]:
     out = Path(args.root) / (f"{name}-{args.minutes:g}min" if args.steps is None else f"{name}-{args.steps}steps")
-    limit = ["--max-steps", str(args.steps)] if args.steps is not None else ["--max-minutes", f"{args.minutes:g}"]
+    limit = (["--max-steps", str(args.steps), "--schedule-steps", str(args.steps)] if args.steps is not None
+             else ["--max-minutes", f"{args.minutes:g}"])  # --max-steps alone would not end the schedule there
     cmd = [sys.executable, "-m", "qkv", "--threads", "1", "train", "translate", "--data", args.data, "--src-lang",
            "en", "--model", "transformer", *CANDIDATES[name], *limit, "--seed", str(args.seed), "--out", str(out),
            "--no-progress"]
