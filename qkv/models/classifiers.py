@@ -13,6 +13,8 @@
   by a [CLS]-style learned query or by attention pooling. Unlike BERT's [CLS] token, the query is a reader only:
   words never attend to it and it never attends to itself, so its weights over the words sum to 1 in every
   layer; in the last layer only the query row is computed.
+* :class:`BigramAttentionClassifier`: attention pooling straight over word vectors plus hashed bigram vectors
+  (fastText's buckets, :func:`bigram_ids`), no recurrence: fast on a CPU, its weights still one per word.
 * :func:`load_word_vectors`: pretrained vectors from a GloVe/word2vec text file, for ``pretrained=``.
 
 Axis letters: ``B`` batch, ``T`` tokens, ``R`` attention hops, ``C`` outputs (classes, or 1 for regression).
