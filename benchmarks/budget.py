@@ -87,18 +87,25 @@ def bow_floor() -> float:
     return sum(accs) / len(accs)
 
 
-def run_goal(goal: Goal, seed: int, root: Path, scale: float) -> dict[str, float]:
-    out = root / f"{goal.key}-seed{seed}"
-    cmd = [sys.executable, "-m", "qkv", "--threads", "1", "train", goal.app, *goal.args,
-           "--max-minutes", f"{goal.minutes * scale:g}", "--seed", str(seed), "--out", str(out), "--no-progress"]
+def train_run(label: str, qkv_args: list[str], out: Path) -> dict[str, float]:
+    """Run ``qkv --threads 1 train QKV_ARGS --out OUT``; its final figures, the wall minutes and the steps made."""
+    cmd = [sys.executable, "-m", "qkv", "--threads", "1", "train", *qkv_args, "--out", str(out), "--no-progress"]
     print("$", " ".join(cmd[2:]), flush=True)
     start = time.perf_counter()
     done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
     if done.returncode != 0:
-        raise SystemExit(f"{goal.key} seed {seed} failed ({done.returncode}): {done.stderr.strip()[-2000:]}")
+        raise SystemExit(f"{label} failed ({done.returncode}): {done.stderr.strip()[-2000:]}")
     figures = final_metrics(out)
     figures["minutes"] = (time.perf_counter() - start) / 60
+    metrics = out / "metrics.jsonl"
+    if metrics.exists():
+        figures["steps"] = max(int(json.loads(line).get("global_step", 0)) for line in metrics.open())
     return figures
+
+
+def run_goal(goal: Goal, seed: int, root: Path, scale: float) -> dict[str, float]:
+    return train_run(f"{goal.key} seed {seed}", [goal.app, *goal.args, "--max-minutes", f"{goal.minutes * scale:g}",
+                                                 "--seed", str(seed)], root / f"{goal.key}-seed{seed}")
 
 
 def mean_spread(values: list[float]) -> str:

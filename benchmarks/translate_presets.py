@@ -16,17 +16,14 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
-import json
 import os
 import platform
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from benchmarks.budget import final_metrics  # noqa: E402
+from benchmarks.budget import train_run  # noqa: E402
 
 DATA = ROOT.parent / "shared" / "data" / "tatoeba-eng-fra.tsv.gz"
 
@@ -50,19 +47,8 @@ def run(name: str, args: argparse.Namespace) -> dict[str, float]:
     out = Path(args.root) / (f"{name}-{args.minutes:g}min" if args.steps is None else f"{name}-{args.steps}steps")
     limit = (["--max-steps", str(args.steps), "--schedule-steps", str(args.steps)] if args.steps is not None
              else ["--max-minutes", f"{args.minutes:g}"])  # --max-steps alone would not end the schedule there
-    cmd = [sys.executable, "-m", "qkv", "--threads", "1", "train", "translate", "--data", args.data, "--src-lang",
-           "en", "--model", "transformer", *CANDIDATES[name], *limit, "--seed", str(args.seed), "--out", str(out),
-           "--no-progress"]
-    print("$", " ".join(cmd[2:]), flush=True)
-    start = time.perf_counter()
-    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
-    if done.returncode != 0:
-        raise SystemExit(f"{name} failed ({done.returncode}): {done.stderr.strip()[-2000:]}")
-    figures = final_metrics(out)
-    figures["minutes"] = (time.perf_counter() - start) / 60
-    with open(out / "metrics.jsonl") as f:
-        figures["steps"] = max(int(json.loads(line).get("global_step", 0)) for line in f)
-    return figures
+    return train_run(name, ["translate", "--data", args.data, "--src-lang", "en", "--model", "transformer",
+                            *CANDIDATES[name], *limit, "--seed", str(args.seed)], out)
 
 
 def main() -> None:
