@@ -6,6 +6,7 @@ from qkv.cli import build_parser
 from qkv.cli.common import read_train_options
 from qkv.tasks import application
 from qkv.tasks.translate import TranslateOptions, budget_defaults
+from qkv.train import TrainConfig
 
 
 def read(argv):
@@ -28,11 +29,11 @@ def test_any_budget_keeps_the_small_transformer(minutes, capsys):
 
 def test_no_budget_gives_the_larger_transformer_and_says_so(capsys):
     options, _ = read([*CORPUS, "--epochs", "3"])
-    want = budget_defaults(TranslateOptions(data="corpus.tsv", model="transformer"), None)
+    want = budget_defaults(TranslateOptions(data="corpus.tsv", model="transformer"), TrainConfig())
     assert want and all(getattr(options, k) == v for k, v in want.items())
     assert options.dim > TranslateOptions().dim
     out = capsys.readouterr().out
-    assert "defaults for" in out and "dim=256" in out and "flags given win" in out
+    assert "defaults for no budget" in out and "dim=256" in out and "flags given win" in out
 
 
 def test_flags_given_win_over_the_budgets_defaults():
@@ -49,7 +50,13 @@ def test_dates_and_rnns_have_one_size(argv):
     assert (options.dim, options.num_layers) == (TranslateOptions().dim, TranslateOptions().num_layers)
 
 
+def test_a_budget_of_steps_is_a_budget_too(capsys):
+    options, _ = read([*CORPUS, "--max-steps", "3000", "--schedule-steps", "3000"])
+    assert (options.dim, options.num_layers) == (TranslateOptions().dim, TranslateOptions().num_layers)
+    assert capsys.readouterr().out == ""
+
+
 def test_the_budgets_defaults_are_valid_options():
-    for minutes in (None, 1, 30):
-        fields = budget_defaults(TranslateOptions(data="c.tsv", model="transformer"), minutes)
+    for config in (TrainConfig(), TrainConfig(max_minutes=1), TrainConfig(max_steps=30)):
+        fields = budget_defaults(TranslateOptions(data="c.tsv", model="transformer"), config)
         TranslateOptions(data="c.tsv", model="transformer", **fields)  # raises if a field does not apply

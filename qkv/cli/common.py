@@ -119,8 +119,9 @@ def add_train_command(train_commands, name: str, help: str, options_cls: type, t
 def read_train_options(args, options_cls: type, train_defaults, budget_defaults=None):
     """``(options, TrainConfig)`` of a ``qkv train NAME`` command line (the command stored with the run).
 
-    ``budget_defaults(options, max_minutes) -> {field: value}`` (an application's, optional) sizes the defaults to
-    the time budget; the flags given on the command line win over it, and what it changed is logged."""
+    ``budget_defaults(options, config) -> {field: value}`` (an application's, optional) sizes the defaults to the
+    run's budget (``config.max_minutes``, ``config.max_steps``); the flags given win over it, and what it changed is
+    printed."""
     import dataclasses
 
     from ..train import TrainConfig
@@ -131,11 +132,12 @@ def read_train_options(args, options_cls: type, train_defaults, budget_defaults=
     if budget_defaults is None:
         return options, config
     chosen = given(args, options_cls)
-    preset = {k: v for k, v in budget_defaults(options, config.max_minutes).items()
-              if k not in chosen and getattr(options, k) != v}
+    preset = {k: v for k, v in budget_defaults(options, config).items() if k not in chosen and getattr(options, k) != v}
     if not preset:
         return options, config
-    budget = "no time budget" if config.max_minutes is None else f"a {config.max_minutes:g}-minute budget"
+    budget = ("no budget" if config.max_minutes is None and config.max_steps is None else
+              f"a {config.max_minutes:g}-minute budget" if config.max_minutes is not None else
+              f"a budget of {config.max_steps} steps")
     print(f"defaults for {budget}: {', '.join(f'{k}={v}' for k, v in preset.items())} (flags given win)",
           flush=True)
     options = options_from_args(args, options_cls, defaults=dataclasses.replace(options, **preset))

@@ -48,8 +48,9 @@ class Application:
         predictor: the :class:`Predictor` subclass that reads its runs back.
         train: ``(options, train_config) -> list of qkv.train.TrainResult``; ``None``: one run of ``task``
             (sentiment's k-fold cross-validation is its own).
-        budget_defaults: ``(options, max_minutes or None) -> {field: value}``, optional: the options' defaults
-            sized to a time budget (``qkv train`` applies them under the flags given); ``None``: one size for all.
+        budget_defaults: ``(options, train_config) -> {field: value}``, optional: the options' defaults sized to
+            the run's budget (``max_minutes``, ``max_steps``; ``qkv train`` applies them under the flags given);
+            ``None``: one size for all.
     """
 
     name: str
@@ -61,7 +62,7 @@ class Application:
     task: type
     predictor: type[Predictor]
     train: Callable[[Any, Any], list[Any]] | None = None
-    budget_defaults: Callable[[Any, float | None], dict[str, Any]] | None = None
+    budget_defaults: Callable[[Any, Any], dict[str, Any]] | None = None
 
     def run_training(self, options: Any, config: Any) -> list[Any]:
         """Train with ``options`` and the trainer's ``config``: the :class:`qkv.train.TrainResult` of each run."""

@@ -86,13 +86,17 @@ def train_defaults(options: TranslateOptions):
                        monitor="exact_match" if options.data == "dates" else "bleu")
 
 
-def budget_defaults(options: TranslateOptions, max_minutes: float | None) -> dict:
-    """The Transformer's size for a corpus and a time budget (``qkv train translate`` applies it under the flags).
+def budget_defaults(options: TranslateOptions, config) -> dict:
+    """The Transformer's size for a corpus and the run's budget, ``config`` a :class:`qkv.train.TrainConfig`
+    (``qkv train translate`` applies it under the flags given).
 
-    Any time budget keeps the dataclass defaults (width 128, one layer each side): in 5 and in 30 minutes on one
-    core they reached more BLEU than two layers of width 256, which learn more per step but take about four times
-    as long over one. With no budget (the epochs end the run: hours on a CPU) the larger model has the steps it
-    needs. Found by ``benchmarks/translate_presets.py`` (BENCHMARKS.md). Dates and RNNs: one size for all."""
-    if options.data == "dates" or options.model != "transformer" or max_minutes is not None:
+    Any budget (``max_minutes`` or ``max_steps``) keeps the dataclass defaults (width 128, one layer each side): in 5
+    and in 30 minutes on one core they reached more BLEU than two layers of width 256, which take about four times as
+    long over a step and were no better at the same 3,214 steps. With no budget (the epochs end the run: hours on a
+    CPU) the larger model has the steps it needs. Found by ``benchmarks/translate_presets.py`` (BENCHMARKS.md).
+    Dates and RNNs: one size for all."""
+    if options.data == "dates" or options.model != "transformer":
+        return {}
+    if config.max_minutes is not None or config.max_steps is not None:
         return {}
     return {"dim": 256, "num_layers": 2}
