@@ -60,3 +60,20 @@ def test_the_budgets_defaults_are_valid_options():
     for config in (TrainConfig(), TrainConfig(max_minutes=1), TrainConfig(max_steps=30)):
         fields = budget_defaults(TranslateOptions(data="c.tsv", model="transformer"), config)
         TranslateOptions(data="c.tsv", model="transformer", **fields)  # raises if a field does not apply
+
+
+def test_a_resumed_run_keeps_the_size_it_was_started_with(tmp_path):
+    import json
+
+    run = tmp_path / "run"
+    (run / "checkpoint").mkdir(parents=True)
+    started = {"dim": 128, "num_layers": 1}  # a run started with a budget, resumed without one
+    (run / "checkpoint" / "config.json").write_text(json.dumps({"config": {"options": started}}))
+    options, _ = read([*CORPUS, "--out", str(run), "--resume"])
+    assert (options.dim, options.num_layers) == (128, 1)
+    started = {"dim": 256, "num_layers": 2}  # started without a budget, resumed with one
+    (run / "checkpoint" / "config.json").write_text(json.dumps({"config": {"options": started}}))
+    options, _ = read([*CORPUS, "--out", str(run), "--resume", "--max-minutes", "5"])
+    assert (options.dim, options.num_layers) == (256, 2)
+    options, _ = read([*CORPUS, "--out", str(tmp_path / "new"), "--resume"])  # nothing to resume: the budget's
+    assert options.dim == 256

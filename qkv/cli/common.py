@@ -116,12 +116,23 @@ def add_train_command(train_commands, name: str, help: str, options_cls: type, t
     p.set_defaults(func=func)
 
 
+def _stored_options(config) -> dict | None:
+    """The options a run directory's checkpoint was written with (``None``: no readable checkpoint there)."""
+    import json
+
+    try:
+        return json.loads((Path(config.out) / "checkpoint" / "config.json").read_text())["config"]["options"]
+    except (OSError, TypeError, ValueError, KeyError):
+        return None
+
+
 def read_train_options(args, options_cls: type, train_defaults, budget_defaults=None):
     """``(options, TrainConfig)`` of a ``qkv train NAME`` command line (the command stored with the run).
 
     ``budget_defaults(options, config) -> {field: value}`` (an application's, optional) sizes the defaults to the
-    run's budget (``config.max_minutes``, ``config.max_steps``); the flags given win over it, and what it changed is
-    printed."""
+    run's budget (``config.max_minutes``, ``config.max_steps``; called with a bare ``TrainConfig()`` it names every
+    field it may set); the flags given win over it, a resumed run keeps the values it was started with, and what it
+    changed is printed."""
     import dataclasses
 
     from ..train import TrainConfig
@@ -132,7 +143,11 @@ def read_train_options(args, options_cls: type, train_defaults, budget_defaults=
     if budget_defaults is None:
         return options, config
     chosen = given(args, options_cls)
-    preset = {k: v for k, v in budget_defaults(options, config).items() if k not in chosen and getattr(options, k) != v}
+    preset = budget_defaults(options, config)
+    stored = _stored_options(config) if config.resume else None
+    if stored is not None:  # a resumed run keeps the sizes it was started with, whatever budget it goes on with
+        preset = {k: stored[k] for k in budget_defaults(options, TrainConfig()) if k in stored}
+    preset = {k: v for k, v in preset.items() if k not in chosen and getattr(options, k) != v}
     if not preset:
         return options, config
     budget = ("no budget" if config.max_minutes is None and config.max_steps is None else
