@@ -117,7 +117,8 @@ def add_train_command(train_commands, name: str, help: str, options_cls: type, t
 
 
 def _stored_options(config) -> dict | None:
-    """The options a run directory's checkpoint was written with (``None``: no readable checkpoint there)."""
+    """The options a run directory's checkpoint was written with (``None``: no readable checkpoint there); only its
+    ``config.json`` is read (no weights)."""
     import json
 
     try:
@@ -138,8 +139,11 @@ def read_train_options(args, options_cls: type, train_defaults, budget_defaults=
     from ..train import TrainConfig
     from .options import given, options_from_args
 
+    def config_of(options):
+        return options_from_args(args, TrainConfig, defaults=train_defaults(options), extra={"command": command_line()})
+
     options = options_from_args(args, options_cls)
-    config = options_from_args(args, TrainConfig, defaults=train_defaults(options), extra={"command": command_line()})
+    config = config_of(options)
     if budget_defaults is None:
         return options, config
     chosen = given(args, options_cls)
@@ -156,5 +160,4 @@ def read_train_options(args, options_cls: type, train_defaults, budget_defaults=
     print(f"defaults for {budget}: {', '.join(f'{k}={v}' for k, v in preset.items())} (flags given win)",
           flush=True)
     options = options_from_args(args, options_cls, defaults=dataclasses.replace(options, **preset))
-    return options, options_from_args(args, TrainConfig, defaults=train_defaults(options),
-                                      extra={"command": command_line()})
+    return options, config_of(options)
