@@ -26,10 +26,10 @@ def _inputs(gen, b=3, s=7, n_ext=2):
     return src, mask, src_ext, n_ext
 
 
-def _pointer(coverage=True, copy=True, seed=0, slots=0, score="additive"):
+def _pointer(coverage=True, copy=True, seed=0, slots=0, score="additive", reader=0):
     torch.manual_seed(seed)
     model = create("pointer", vocab=V, embed_dim=6, hidden_dim=8, attn_dim=5, copy=copy, coverage=coverage,
-                   oov_slots=slots, score=score)
+                   oov_slots=slots, score=score, reader_layers=reader, reader_heads=2)
     if coverage:  # a trained w_c (it starts at zero)
         torch.nn.init.normal_(model.score.coverage_proj.weight)
     return model.double().eval()
@@ -56,14 +56,15 @@ def test_copy_distribution_sums_to_one_and_copies_exactly_the_attention_mass(gen
     torch.testing.assert_close(p0[0, :, V + 1], attn[0, :, :2].sum(-1), rtol=0, atol=1e-15)
 
 
-@pytest.mark.parametrize("name", ["pointer", "pointer-slots", "pointer-general", "transformer-pointer"])
+@pytest.mark.parametrize("name", ["pointer", "pointer-slots", "pointer-general", "pointer-reader",
+                                  "transformer-pointer"])
 def test_the_models_final_distribution_is_the_copy_formula(name, gen):
     torch.manual_seed(1)
     if name == "pointer-general":  # Luong's s^T W h score (no coverage)
         model = _pointer(coverage=False, score="general")
         assert type(model.score).__name__ == "General"
     elif name.startswith("pointer"):
-        model = _pointer(slots=1 if name == "pointer-slots" else 0)
+        model = _pointer(slots=1 if name == "pointer-slots" else 0, reader=2 if name == "pointer-reader" else 0)
     else:
         model = create(name, vocab=V, dim=8, num_heads=2, ffn_dim=16, num_layers=2, dropout=0.0).double().eval()
     src, mask, src_ext, n_ext = _inputs(gen)
@@ -187,3 +188,30 @@ def test_oov_slots_tell_unknown_words_apart_and_the_same_word_alike(gen):
         create("pointer", vocab=V, copy=False, oov_slots=4)
     with pytest.raises(ValueError, match="additive with coverage"):
         create("pointer", vocab=V, coverage=True, score="general")
+
+
+def test_reader_layers_are_self_attention_over_the_encoder_outputs_and_ignore_padding(gen):
+    """``reader_layers``: the decoder attends to the BiLSTM's outputs passed through that many Transformer layers
+    (the source's padding masked as keys); a padded source reads the same as alone; bad settings are refused."""
+    model = _pointer(coverage=False, score="general", reader=2)
+    src, mask, src_ext, n_ext = _inputs(gen)
+    with torch.no_grad():
+        memory = model.encode(src, mask, src_ext, n_ext)["memory"]
+        by_hand, _ = model.encoder(src, mask)
+        for layer in model.reader:
+            by_hand = layer(by_hand, key_mask=mask)
+        torch.testing.assert_close(memory, by_hand, rtol=0, atol=0)
+        assert not torch.allclose(memory, model.encoder(src, mask)[0])  # the layers change it
+        for i in range(3):
+            n = int(mask[i].sum())
+            alone = model.encode(src[i:i + 1, :n], mask[i:i + 1, :n], src_ext[i:i + 1, :n], n_ext)["memory"]
+            torch.testing.assert_close(memory[i:i + 1, :n], alone, rtol=1e-9, atol=1e-12)
+            # the first word's reading depends on the last through the self-attention, not only through the LSTM
+            changed = src[i:i + 1, :n].clone()
+            changed[0, -1] = 4 + (int(changed[0, -1]) - 3) % (V - 4)
+            lstm_only = model.encoder(changed, mask[i:i + 1, :n])[0]
+            read = model.encode(changed, mask[i:i + 1, :n], None, 0)["memory"]
+            assert not torch.allclose(read[0, 0], alone[0, 0]) and not torch.allclose(read, lstm_only)
+    for bad in ({"reader_layers": -1}, {"reader_layers": 1, "reader_heads": 3}):
+        with pytest.raises(ValueError, match="reader_layers"):
+            create("pointer", vocab=V, embed_dim=6, hidden_dim=8, **bad)

@@ -18,7 +18,12 @@ the order they first occur in each source), ``H`` hidden size.
   paper): the ``j``-th distinct source word outside the vocabulary is read (and, once copied, fed back) as its own
   learned slot embedding ``V + j`` rather than ``<unk>``, for ``j < oov_slots``, so that the decoder can tell two
   unknown names apart and match a name of the question with the same name in the passage (the placeholders of
-  Luong et al. 2015, "Addressing the Rare Word Problem in Neural Machine Translation").
+  Luong et al. 2015, "Addressing the Rare Word Problem in Neural Machine Translation"). ``reader_layers`` (not in
+  the paper): that many pre-norm Transformer layers (multi-head self-attention and a feed-forward network, each
+  residual) over the BiLSTM's outputs before the decoder attends to them, so that every source word sees every other
+  one: with question + passage as the source, a passage word can match the question's words (the self-matching
+  layer of the readers, Wang et al. 2017, "Gated Self-Matching Networks"), which one LSTM pass carries only as far
+  as its state remembers.
 - :class:`TransformerPointer`: the :class:`~qkv.models.transformer.TransformerSeq2Seq` (shared source/target
   embeddings) whose last decoder layer's cross-attention, averaged over heads, is the copy distribution;
   ``p_gen = sigmoid(w^T [y_t; x_t])`` from the decoder output ``y_t`` and the input embedding ``x_t``.
@@ -38,6 +43,7 @@ import torch
 from torch import Tensor, nn
 
 from ..functional import attention
+from ..layers import TransformerLayer
 from ..location import Coverage
 from ..scores import create_score
 from .seq2seq import RNNConfig, RNNEncoder, check_source
@@ -103,7 +109,7 @@ class PointerGenerator(nn.Module):
 
     def __init__(self, vocab: int, embed_dim: int = 128, hidden_dim: int = 256, attn_dim: int = 256, *,
                  copy: bool = True, coverage: bool = False, dropout: float = 0.0, pad_id: int = 0,
-                 oov_slots: int = 0, score: str = "additive"):
+                 oov_slots: int = 0, score: str = "additive", reader_layers: int = 0, reader_heads: int = 4):
         super().__init__()
         if coverage and not copy:
             raise ValueError("coverage needs copy (the seq2seq baseline has neither)")
@@ -112,12 +118,16 @@ class PointerGenerator(nn.Module):
                              f"got {score!r}")
         if oov_slots < 0 or (oov_slots and not copy):
             raise ValueError(f"oov_slots must be >= 0, and needs copy (got {oov_slots}, copy={copy})")
+        if reader_layers < 0 or (reader_layers and hidden_dim % reader_heads):
+            raise ValueError(f"reader_layers must be >= 0, and reader_heads ({reader_heads}) must divide hidden_dim "
+                             f"({hidden_dim}); got reader_layers={reader_layers}")
         self.vocab, self.copy, self.use_coverage, self.oov_slots = vocab, copy, coverage, oov_slots
         cfg = RNNConfig(vocab + oov_slots, vocab, embed_dim, hidden_dim, 1, "lstm", True, dropout, "additive",
                         attn_dim, pad_id)
         h = hidden_dim
         self.encoder = RNNEncoder(cfg)
         self.embed = self.encoder.embed  # one vocabulary: source and target share the embedding
+        self.reader = nn.ModuleList(TransformerLayer(h, reader_heads, dropout=dropout) for _ in range(reader_layers))
         self.score = Coverage(h, h, attn_dim) if coverage else create_score(score, h, h, attn_dim)
         if coverage:
             nn.init.zeros_(self.score.coverage_proj.weight)
@@ -135,6 +145,8 @@ class PointerGenerator(nn.Module):
         check_source(src, src_mask)
         read = self.feed_tokens(src_ext) if self.oov_slots and src_ext is not None else src
         memory, (h0, c0) = self.encoder(read, src_mask)
+        for layer in self.reader:
+            memory = layer(memory, key_mask=src_mask)
         b, s = src.shape
         return {"memory": memory, "keys": self.score.prepare_key(memory), "mask": src_mask[:, None, :],
                 "src_ext": src if src_ext is None else src_ext, "n_ext": int(n_ext) if self.copy else 0,

@@ -62,6 +62,10 @@ class SummarizeOptions:
                                    help="pointer: the first N distinct source words outside the vocabulary are read "
                                         "as N learned slots instead of all as <unk>, so a name of the question "
                                         "matches the same name in the passage (default: 32 for facts, 0 else)")
+    reader_layers: int | None = option(None, low=0, applies={"model": ("pointer", "seq2seq")},
+                                       help="pointer/seq2seq: Transformer layers (self-attention + feed-forward) over "
+                                            "the encoder's outputs, so that a passage word can match the question's "
+                                            "words (default: 0)")
     dim: int = option(128, low=2, applies=_TRANSFORMER, help="transformer: model width")
     num_heads: int = option(4, low=1, applies=_TRANSFORMER, help="transformer: attention heads")
     ffn_dim: int | None = option(None, low=1, applies=_TRANSFORMER, help="transformer: feed-forward width "

@@ -59,7 +59,8 @@ def model_spec(options: SummarizeOptions, *, vocab: int) -> dict[str, Any]:
             "config": {"vocab": vocab, "embed_dim": o.embed_dim, "hidden_dim": o.hidden_dim,
                        "attn_dim": o.attn_dim or o.hidden_dim, "copy": o.model == "pointer",
                        "coverage": o.coverage, "dropout": o.dropout, **({"oov_slots": o.slots} if o.slots else {}),
-                       **({"score": o.score_name} if o.score_name != "additive" else {})}}
+                       **({"score": o.score_name} if o.score_name != "additive" else {}),
+                       **({"reader_layers": o.reader_layers} if o.reader_layers else {})}}
 
 
 def build_model(options: SummarizeOptions, *, vocab: int) -> nn.Module:
