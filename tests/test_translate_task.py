@@ -189,6 +189,30 @@ def test_evaluate_on_a_moved_or_new_data_file(tmp_path, capsys):
     assert "no such corpus file" in capsys.readouterr().err
 
 
+def test_the_trainers_evaluation_is_qkv_evaluates_with_every_reference(tmp_path):
+    """A corpus whose sources have two translations each: the trainer's final figures are those of
+    ``Translator.evaluate`` at the same beam (every distinct source once, against all of its translations), not of
+    the pairs one by one."""
+    import json
+
+    pairs = [(f"the cat {i}", f"le chat {i}") for i in range(60)] + [(f"the cat {i}", f"un chat {i}") for i in range(60)]
+    data = tmp_path / "c.tsv"
+    data.write_text("".join(f"{e}\t{f}\n" for e, f in pairs), encoding="utf-8")
+    out = tmp_path / "run"
+    assert main(["train", "translate", "--data", str(data), "--model", "bahdanau", "--tokenizer", "char",
+                 "--max-steps", "30", "--hidden-dim", "16", "--embed-dim", "8", "--batch-size", "16", "--out", str(out),
+                 "--max-decode-len", "12", "--no-progress"]) == 0
+    final = {e["split"]: e["metrics"] for e in map(json.loads, (out / "metrics.jsonl").read_text().splitlines())
+             if e.get("event") == "final"}
+    tr = Translator.load(out, "cpu")
+    grouped = load_data(tr.options).references("test")
+    assert grouped and all(len(refs) == 2 for _, refs in grouped)  # a source's translations stay in one split
+    again = tr.evaluate(split="test", beam=1, max_len=12, buckets=None)
+    assert final["test"]["sentences"] == again["sentences"] == len(grouped)
+    assert final["test"]["bleu"] == pytest.approx(again["bleu"], abs=1e-9)
+    assert final["test"]["exact_match"] == pytest.approx(again["exact_match"], abs=1e-12)
+
+
 def test_scores_with_several_references():
     hyps = ["le petit chat dort sur le lit", "bonjour à tous"]
     refs = [["le chat dort sur le lit", "le petit chat dort sur le lit"], ["salut tout le monde"]]

@@ -54,7 +54,8 @@ class TranslateOptions:
     # loss and evaluation
     label_smoothing: float = option(0.1, low=0, high=0.99, help="label smoothing of the cross-entropy")
     eval_beam: int = option(1, low=1, help="beam of the evaluations during training (1 = greedy)")
-    eval_max: int = option(1000, low=1, help="sentences decoded per evaluation")
+    eval_max: int = option(1000, low=1, help="source sentences decoded per evaluation (each scored against all of "
+                                            "its translations in the split)")
     max_decode_len: int = option(64, low=1, help="longest translation decoded in evaluations")
 
     def __post_init__(self):
