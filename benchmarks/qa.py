@@ -4,6 +4,7 @@
     python benchmarks/qa.py --lang zh --models reader --minutes 2
     python benchmarks/qa.py --lang en,mixed --models reader --minutes 2   # one model for both languages vs English
     python benchmarks/qa.py --quick                  # a few steps, a smoke test
+    python benchmarks/qa.py --runs runs/budget/qa-seed0 runs/budget/qa-seed1   # score trained runs, per language
 
 Each reader trains with the project's trainer and the ``qkv train qa`` defaults (3 epochs of 20,000 questions,
 batch 32; 10 epochs for the Transformer, with ``PRESETS``' changes) on one CPU thread, stopped by the trainer at
@@ -27,6 +28,7 @@ mean attention mass on the answer's tokens (the question's attention, summed ove
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import platform
 import sys
@@ -71,20 +73,28 @@ def bench(lang: str, model: str, minutes: float, quick: bool, seed: int, tokeniz
         task = QATask(options)
         result = train(task, config)
         params = sum(p.numel() for p in task.build_model().parameters())
-        reader = Reader.load(out)
-        for scored in (("en", "zh") if lang == "mixed" else (lang,)):
-            chars = scored == "zh"
-            m = {s: reader.score([e for e in task.corpus.split(s) if language(e) == scored], chars=chars)
-                 for s in ("test", "test_phrasings")}
-            kinds = per_kind(reader, [e for e in task.corpus.split("test_phrasings") if language(e) == scored], chars)
-            for name, path in HANDWRITTEN.items():
-                hand = [e for e in read_qa_tsv(path).examples if language(e) == scored]
-                m[f"handwritten_{name}"] = reader.score(hand, chars=chars) if hand else {}
-            rows.append({"lang": lang, "scored": scored, "model": model, "params": params,
-                         "seconds": result.state.elapsed, "steps": result.state.global_step,
-                         "stopped": result.stopped, "kinds": kinds,
-                         **{f"{s}_{k}": m[s].get(k, float("nan")) for s in m
-                            for k in ("exact_match", "f1", "attention_mass")}})
+        rows = score_run(out, lang=lang, model=model, params=params, seconds=result.state.elapsed,
+                         steps=result.state.global_step, stopped=result.stopped)
+    return rows
+
+
+def score_run(run, **row) -> list[dict]:
+    """A row per language the reader of ``run`` was trained on, each scored on its run's test splits and the
+    hand-written questions (``row``: what else the rows say)."""
+    reader = Reader.load(run)
+    corpus = reader.corpus()
+    rows = []
+    for scored in (("en", "zh") if reader.options.lang == "both" else (reader.options.lang,)):
+        chars = scored == "zh"
+        m = {s: reader.score([e for e in corpus.split(s) if language(e) == scored], chars=chars)
+             for s in ("test", "test_phrasings")}
+        kinds = per_kind(reader, [e for e in corpus.split("test_phrasings") if language(e) == scored], chars)
+        for name, path in HANDWRITTEN.items():
+            hand = [e for e in read_qa_tsv(path).examples if language(e) == scored]
+            m[f"handwritten_{name}"] = reader.score(hand, chars=chars) if hand else {}
+        rows.append({**row, "scored": scored, "kinds": kinds,
+                     **{f"{s}_{k}": m[s].get(k, float("nan")) for s in m
+                        for k in ("exact_match", "f1", "attention_mass")}})
     return rows
 
 
@@ -97,6 +107,8 @@ def main(argv=None) -> None:
     p.add_argument("--tokenizer", choices=("auto", "word", "char"), default="auto")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--quick", action="store_true")
+    p.add_argument("--runs", nargs="+", help="score these trained runs (e.g. benchmarks/budget.py's) instead of "
+                                             "training")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     torch.set_num_threads(args.threads)
@@ -113,16 +125,27 @@ def main(argv=None) -> None:
           " | held-out phrasings F1 | hand-written EM (design / fresh) | attention mass on the answer |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     rows = []
-    for lang in langs:
-        for model in models:
-            for r in bench(lang, model, args.minutes, args.quick, args.seed, args.tokenizer):
-                rows.append(r)
-                print(f"| {lang} | {r['scored']} | {model} | {r['params'] / 1e3:.0f}k | {r['seconds']:.0f} s "
-                      f"({r['stopped']}) | {r['steps']} | {100 * r['test_exact_match']:.1f} | "
-                      f"{100 * r['test_f1']:.1f} | {100 * r['test_phrasings_exact_match']:.1f} | "
-                      f"{100 * r['test_phrasings_f1']:.1f} | {100 * r['handwritten_design_exact_match']:.1f} / "
-                      f"{100 * r['handwritten_fresh_exact_match']:.1f} | "
-                      f"{r['test_attention_mass']:.3f} |", flush=True)
+    if args.runs:
+        trained = []
+        for run in args.runs:
+            steps = [json.loads(line).get("global_step", 0) for line in (Path(run) / "metrics.jsonl").open()]
+            reader = Reader.load(run)
+            params = sum(x.numel() for x in reader.model.parameters())
+            lang = {"both": "mixed"}.get(reader.options.lang, reader.options.lang)
+            trained.append(score_run(run, lang=lang, model=reader.options.model, params=params, seconds=float("nan"),
+                                     steps=max(steps), stopped=run))
+    else:
+        trained = (bench(lang, model, args.minutes, args.quick, args.seed, args.tokenizer)
+                   for lang in langs for model in models)
+    for group in trained:
+        for r in group:
+            rows.append(r)
+            print(f"| {r['lang']} | {r['scored']} | {r['model']} | {r['params'] / 1e3:.0f}k | {r['seconds']:.0f} s "
+                  f"({r['stopped']}) | {r['steps']} | {100 * r['test_exact_match']:.1f} | "
+                  f"{100 * r['test_f1']:.1f} | {100 * r['test_phrasings_exact_match']:.1f} | "
+                  f"{100 * r['test_phrasings_f1']:.1f} | {100 * r['handwritten_design_exact_match']:.1f} / "
+                  f"{100 * r['handwritten_fresh_exact_match']:.1f} | "
+                  f"{r['test_attention_mass']:.3f} |", flush=True)
     print("\nHeld-out phrasings, exact match by question kind:\n")
     print("| trained on | scored on | model | " + " | ".join(QUESTION_KINDS) + " |\n|---|---|---|"
           + "---|" * len(QUESTION_KINDS))
