@@ -57,7 +57,8 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=1)
     args = p.parse_args()
     torch.set_num_threads(args.threads)
-    print("| run | item words | mass in the box | mean offset (dy, dx) px | spread (std dy, dx) px | median distance px |")
+    print("| run | item words | mass in the box | mean offset (dy, dx) px | spread (std dy, dx) px "
+          "| median distance px |")
     print("|---|---|---|---|---|---|")
     for run in args.runs:
         d, m = offsets(run, args.images)
