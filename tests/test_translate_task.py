@@ -207,7 +207,7 @@ def test_the_trainers_evaluation_is_qkv_evaluates_with_every_reference(tmp_path)
     tr = Translator.load(out, "cpu")
     grouped = load_data(tr.options).references("test")
     assert grouped and all(len(refs) == 2 for _, refs in grouped)  # a source's translations stay in one split
-    again = tr.evaluate(split="test", beam=1, max_len=12, buckets=None)
+    again = tr.evaluate(split="test", beam=1, buckets=None)  # max_len: the run's max_decode_len
     assert final["test"]["sentences"] == again["sentences"] == len(grouped)
     assert final["test"]["bleu"] == pytest.approx(again["bleu"], abs=1e-9)
     assert final["test"]["exact_match"] == pytest.approx(again["exact_match"], abs=1e-12)

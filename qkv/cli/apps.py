@@ -46,7 +46,8 @@ class EvaluateCommand:
                         "test_phrasings)")
     limit: int | None = option(None, low=1, flag="--max-examples", help="evaluate at most this many examples")
     beam: int | None = option(None, low=1, high=100, help="generators (translate, caption): beam size")
-    max_len: int | None = option(None, low=1, help="generators (translate, caption): longest output, in tokens")
+    max_len: int | None = option(None, low=1, help="generators (translate, caption): longest output, in tokens "
+                                 "(default: translate the run's max-decode-len, caption 40)")
     buckets: str | None = option(None, help="translate: edges of the source-length buckets, e.g. 0,10,20,30,40,60")
     length_unit: str | None = option(None, choices=("tokens", "words"), help="translate: unit of the source lengths")
     on_error: str | None = option(None, choices=("raise", "skip"),

@@ -66,11 +66,13 @@ class Translator(Predictor):
                                batch_size=batch_size, length_penalty=length_penalty)
 
     def evaluate(self, data: str | None = None, *, split: str = "test", limit: int | None = None, beam: int = 5,
-                 max_len: int = 100, buckets: str | None = "0,10,20,30,40,60",
+                 max_len: int | None = None, buckets: str | None = "0,10,20,30,40,60",
                  length_unit: str = "tokens") -> dict[str, float]:
         """BLEU, chrF and exact match (sacrebleu, every reference of a source) on ``split`` of the run's data or of
         ``data`` (``dates`` or another corpus file), and the same by source length: ``bleu@0-10``,
-        ``sentences@0-10``... for the buckets ``buckets`` (increasing edges; ``None`` for none)."""
+        ``sentences@0-10``... for the buckets ``buckets`` (increasing edges; ``None`` for none). ``max_len``:
+        longest translation in tokens, by default the run's ``max_decode_len`` (what its evaluations during
+        training used, so that greedy decoding gives the trainer's figures)."""
         from ...metrics import bleu_by_length, translation_metrics
 
         if split not in ("valid", "test"):
@@ -82,7 +84,8 @@ class Translator(Predictor):
         if data:  # another data file: reset what only applied to the old data
             options = upgrade_options(TranslateOptions, {**dataclasses.asdict(options), "data": data})
         grouped = load_data(options).references(split)[:limit]
-        results = self.predict([s for s, _ in grouped], beam=beam, max_len=max_len)
+        results = self.predict([s for s, _ in grouped], beam=beam,
+                               max_len=self.options.max_decode_len if max_len is None else max_len)
         hyps, refs = [r.text for r in results], [r for _, r in grouped]
         figures = translation_metrics(hyps, refs)
         lengths = [len(r.source_tokens) if length_unit == "tokens" else len(r.source.split()) for r in results]
