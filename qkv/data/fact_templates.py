@@ -31,6 +31,8 @@ _EN_THINGS = {
 }
 _EN_INTRANSITIVE = {"building": ("open", "appear"), "work": ("appear", "come out")}  # default: appear, come about
 _EN_ORGS = ("Institute", "Society", "Academy", "University", "Laboratory", "College", "Observatory")
+# who worked for a person ("by Eiffel's company"): an agent phrase whose answer to "who" is the person
+_EN_CREWS = ("company", "team", "workshop", "firm", "students", "assistants")
 
 _ZH_SURNAMES = ("王李张刘陈杨黄赵吴周徐孙马朱胡郭何高林罗郑梁谢宋唐许韩冯邓曹彭曾肖田董袁潘蒋蔡余杜叶程苏魏"
                 "吕丁任沈姚卢姜崔钟谭陆汪范金石廖贾夏韦付方白邹孟熊秦邱江尹薛闫段雷侯龙史陶黎贺顾毛郝龚邵万"
@@ -49,11 +51,13 @@ _ZH_THINGS = {"theory": (("理论", "假说", "原理", "模型"), ("提出", "�
               "work": (("论", "集", "志"), ("写成", "出版", "发表"))}
 _ZH_CITY_SUFFIX = ("城", "堡", "港", "镇", "市")
 _ZH_ORGS = ("研究所", "学会", "科学院", "大学", "实验室", "天文台")
+_ZH_CREWS = ("公司", "团队", "工作室", "学生", "助手")
 
 
 # A fact template marks its slots {thing} {person} {year} {place} {org} (the possible answers) and {verb} (past
 # tense), {pp} (past participle), {base} (base form), {intr} (a verb without object), {noun}, {age}, {count}
-# (numbers that are not years: distractors for "when"), and {the}/{The}: the article, empty before a bare name
+# (numbers that are not years: distractors for "when"), {crew} (who worked for the person: "by {person}'s {crew}"),
+# and {the}/{The}: the article, empty before a bare name
 # ("Curie discovered polonium", "the Kavo engine"). Some facts name no person or no place.
 
 _EN_FACTS = (
@@ -68,6 +72,9 @@ _EN_FACTS = (
     "In {place} in {year}, {person}, aged {age}, {verb} {the}{thing}.",
     "{The}{thing} was {pp} by {person} in {year}, after {age} years of work in {place}.",
     "{person} of the {org} {verb} {the}{thing} in {place} in {year}, with {count} helpers.",
+    "{The}{thing} was {pp} in {year} by {person}.",
+    "{The}{thing} was {pp} in {year} by {person}'s {crew}.",
+    "In {place}, {person}'s {crew} {verb} {the}{thing} in {year}.",
 )
 # (kind, answer slot, phrasings); the last phrasing of each kind is held out of training
 _EN_QUESTIONS = {
@@ -102,6 +109,7 @@ _ZH_FACTS = (
     "{person}{age}岁时在{place}{verb}了{thing}，那一年是{year}年。",
     "{thing}由{place}的{person}{verb}，完成于{year}年。",
     "{year}年，{thing}在{place}由{person}{verb}，共有{count}人参与。",
+    "{thing}于{year}年由{person}的{crew}{verb}。",
 )
 _ZH_QUESTIONS = {
     "who": ("person", ("{thing}是谁{verb}的?", "谁{verb}了{thing}?", "哪位学者{verb}了{thing}?",

@@ -36,6 +36,7 @@ import re
 from dataclasses import dataclass, field
 
 from .fact_templates import (  # noqa: F401 - the tables, also imported from here by tests
+    _EN_CREWS,
     _EN_FACTS,
     _EN_INTRANSITIVE,
     _EN_ORGS,
@@ -43,6 +44,7 @@ from .fact_templates import (  # noqa: F401 - the tables, also imported from her
     _EN_SYLLABLES,
     _EN_THINGS,
     _ZH_CITY_SUFFIX,
+    _ZH_CREWS,
     _ZH_FACTS,
     _ZH_GIVEN,
     _ZH_ORGS,
@@ -258,7 +260,10 @@ def _passage(rng: random.Random, lang: str, ents: _Entities, n_facts: int):
             slots["noun"] = rng.choice(nouns) if bare else name.split()[-1]
         else:
             slots["verb"] = rng.choice(_ZH_THINGS[kind][1])
-        text, spans = _render(rng.choice(facts_t), slots)
+        template = rng.choice(facts_t)
+        if "{crew}" in template:
+            slots["crew"] = rng.choice(_ZH_CREWS if lang == "zh" else _EN_CREWS)
+        text, spans = _render(template, slots)
         if f:
             offset += len(sep)
         facts.append((slots, kind, {k: (a + offset, b + offset) for k, (a, b) in spans.items()}))
@@ -267,12 +272,17 @@ def _passage(rng: random.Random, lang: str, ents: _Entities, n_facts: int):
     return sep.join(parts), facts
 
 
-def _examples(rng: random.Random, lang: str, ents: _Entities, n: int, phrasings: str) -> list[QAExample]:
-    """``n`` questions over fresh passages; ``phrasings`` is "seen" (all but the held-out ones) or "held_out"."""
+def _examples(rng: random.Random, lang: str, ents: _Entities, n: int, phrasings: str,
+              avoid: re.Pattern | None = None) -> list[QAExample]:
+    """``n`` questions over fresh passages; ``phrasings`` is "seen" (all but the held-out ones) or "held_out".
+    ``avoid``: passages and questions where it matches are drawn again (Chinese training text must not spell a
+    held-out name across two slots: a place ending in 罗 before the verb 建成 writes the name 罗建)."""
     questions = _ZH_QUESTIONS if lang == "zh" else _EN_QUESTIONS
     out: list[QAExample] = []
     while len(out) < n:
         context, facts = _passage(rng, lang, ents, rng.choice((1, 2, 3, 3, 4, 4)))
+        if avoid is not None and avoid.search(context):
+            continue
         for _ in range(min(3, n - len(out))):
             slots, kind, spans = rng.choice(facts)
             pools = {}  # per kind whose answer the fact states, the phrasings that name only what it states
@@ -287,6 +297,8 @@ def _examples(rng: random.Random, lang: str, ents: _Entities, n: int, phrasings:
             qkind = rng.choice(sorted(pools))
             slot = questions[qkind][0]
             question, _ = _render(rng.choice(pools[qkind]), slots)
+            if avoid is not None and avoid.search(question):
+                continue
             a, b = spans[slot]
             out.append(QAExample(context, question, [context[a:b]], a, b, qkind))
     return out
@@ -317,7 +329,9 @@ def fact_corpus(lang: str = "en", n_train: int = 20_000, n_eval: int = 1_000, se
         return QACorpus(mixed, "both")
     train_ents, test_ents = _held_out_split(lang, seed, entities)
     rng = random.Random(f"facts-{lang}-{seed}")
-    splits = {"train": _examples(rng, lang, train_ents, n_train, "seen"),
+    held = [*test_ents.people, *test_ents.places, *(name for name, _ in test_ents.things)]
+    avoid = re.compile("|".join(map(re.escape, sorted(held, key=len, reverse=True)))) if lang == "zh" else None
+    splits = {"train": _examples(rng, lang, train_ents, n_train, "seen", avoid),
               "valid": _examples(rng, lang, test_ents, n_eval, "seen"),
               "test": _examples(rng, lang, test_ents, n_eval, "seen"),
               "test_phrasings": _examples(rng, lang, test_ents, n_eval, "held_out")}
