@@ -195,7 +195,7 @@ def test_the_trainers_evaluation_is_qkv_evaluates_with_every_reference(tmp_path)
     the pairs one by one."""
     import json
 
-    pairs = [(f"the cat {i}", f"le chat {i}") for i in range(60)] + [(f"the cat {i}", f"un chat {i}") for i in range(60)]
+    pairs = [(f"the cat {i}", f"{article} chat {i}") for article in ("le", "un") for i in range(60)]
     data = tmp_path / "c.tsv"
     data.write_text("".join(f"{e}\t{f}\n" for e, f in pairs), encoding="utf-8")
     out = tmp_path / "run"
