@@ -73,15 +73,14 @@ def bench(lang: str, model: str, minutes: float, quick: bool, seed: int, tokeniz
         task = QATask(options)
         result = train(task, config)
         params = sum(p.numel() for p in task.build_model().parameters())
-        rows = score_run(out, lang=lang, model=model, params=params, seconds=result.state.elapsed,
+        rows = score_run(Reader.load(out), lang=lang, model=model, params=params, seconds=result.state.elapsed,
                          steps=result.state.global_step, stopped=result.stopped)
     return rows
 
 
-def score_run(run, **row) -> list[dict]:
-    """A row per language the reader of ``run`` was trained on, each scored on its run's test splits and the
-    hand-written questions (``row``: what else the rows say)."""
-    reader = Reader.load(run)
+def score_run(reader: Reader, **row) -> list[dict]:
+    """A row per language ``reader`` was trained on, each scored on its run's test splits and the hand-written
+    questions (``row``: what else the rows say)."""
     corpus = reader.corpus()
     rows = []
     for scored in (("en", "zh") if reader.options.lang == "both" else (reader.options.lang,)):
@@ -132,8 +131,8 @@ def main(argv=None) -> None:
             reader = Reader.load(run)
             params = sum(x.numel() for x in reader.model.parameters())
             lang = {"both": "mixed"}.get(reader.options.lang, reader.options.lang)
-            trained.append(score_run(run, lang=lang, model=reader.options.model, params=params, seconds=float("nan"),
-                                     steps=max(steps), stopped=run))
+            trained.append(score_run(reader, lang=lang, model=reader.options.model, params=params,
+                                     seconds=float("nan"), steps=max(steps), stopped=run))
     else:
         trained = (bench(lang, model, args.minutes, args.quick, args.seed, args.tokenizer)
                    for lang in langs for model in models)
