@@ -9,7 +9,8 @@ joined, longer than any training utterance).
 A setting is ``key=value`` pairs joined by commas: ``beam``, ``window`` (``LEFT:RIGHT`` listener frames, or
 ``none``), ``max_rate`` (characters per second, ``none`` for no limit but ``--max-len``), ``eos_threshold``,
 ``length_penalty``, ``ctc_weight``. Printed: a Markdown table of WER and CER (%, jiwer) per split, and the seconds
-each took on one thread.
+each took on one thread; ``--by-speaker`` adds a table of CER per voice (which held-out voices the errors come
+from).
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ def main() -> None:
     parser.add_argument("--splits", default="test,long")
     parser.add_argument("--max-test", type=int, default=200, help="utterances per split")
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--by-speaker", action="store_true", help="also the CER of each speaker (voice) per split")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     t = Transcriber.load(args.run, "cpu")
@@ -63,20 +65,29 @@ def main() -> None:
     for s in splits:
         utts = t.data().split(s)[: args.max_test]
         feats, kept, _ = read_features(utts, t.options.n_mels)
-        data[s] = (feats, [utts[i].text for i in kept])
+        data[s] = (feats, [utts[i].text for i in kept], [utts[i].speaker for i in kept])
     print(f"# {args.run}: {t.options.model} ({t.options.score}), "
           + ", ".join(f"{len(v[0])} {k}" for k, v in data.items()))
     print("| decoding | " + " | ".join(f"{s} WER | {s} CER" for s in splits) + " | seconds |")
     print("|---|" + "---|---|" * len(splits) + "---|")
+    per_speaker = []
     for setting in args.settings:
         kw = parse(setting)
         started, cells = time.time(), []
         for s in splits:
-            feats, refs = data[s]
-            hyps = t.transcribe(feats, max_len=300, **kw)
-            m = speech_metrics([h.text for h in hyps], refs)
+            feats, refs, speakers = data[s]
+            hyps = [h.text for h in t.transcribe(feats, max_len=300, **kw)]
+            m = speech_metrics(hyps, refs)
             cells.append(f"{m['wer']:.1f} | {m['cer']:.1f}")
+            for who in sorted(set(speakers)):
+                mine = [i for i, v in enumerate(speakers) if v == who]
+                cer = speech_metrics([hyps[i] for i in mine], [refs[i] for i in mine])["cer"]
+                per_speaker.append((setting, s, who, len(mine), cer))
         print(f"| {setting} | {' | '.join(cells)} | {time.time() - started:.0f} |", flush=True)
+    if args.by_speaker:
+        print("\n| decoding | split | speaker | utterances | CER |\n|---|---|---|---|---|")
+        for setting, s, who, n, cer in per_speaker:
+            print(f"| {setting} | {s} | {who} | {n} | {cer:.1f} |")
 
 
 if __name__ == "__main__":
