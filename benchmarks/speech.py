@@ -3,6 +3,7 @@
     python benchmarks/speech.py                                  # digits, every model, 4 minutes each
     python benchmarks/speech.py --data sentences --minutes 30 --models las-location,hybrid
     python benchmarks/speech.py --quick                          # a few steps, a smoke test
+    python benchmarks/speech.py --data sentences --models ''     # pocketsphinx alone
     python benchmarks/speech.py --models las-location --minutes 10 --options '{"concat": 0.5}' --beam 4
 
 ``--options`` (JSON) sets any :class:`qkv.tasks.speech.SpeechOptions` field of every model (``concat``: training
@@ -76,7 +77,7 @@ def pocketsphinx(utterances) -> dict[str, float] | None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--data", default="digits", choices=("digits", "sentences"))
-    parser.add_argument("--models", default=",".join(MODELS))
+    parser.add_argument("--models", default=",".join(MODELS), help="comma-separated, of: " + ", ".join(MODELS))
     parser.add_argument("--minutes", type=float, default=4.0, help="training budget per model")
     parser.add_argument("--beam", type=int, default=1)
     parser.add_argument("--n-train", type=int, default=None)
@@ -88,6 +89,9 @@ def main() -> None:
     parser.add_argument("--options", default="{}", help="JSON: SpeechOptions fields for every model")
     parser.add_argument("--train", default="{}", help="JSON: TrainConfig fields for every model")
     args = parser.parse_args()
+    names = [n for n in args.models.split(",") if n]  # --models '': the pocketsphinx baseline alone
+    if set(names) - set(MODELS):
+        parser.error(f"--models: unknown {', '.join(sorted(set(names) - set(MODELS)))} (one of {', '.join(MODELS)})")
     torch.set_num_threads(1)
     logging.basicConfig(level=logging.WARNING)
     extra = {"n_train": 200, "n_valid": 20, "n_test": 20, "n_long": 10} if args.quick else \
@@ -101,7 +105,7 @@ def main() -> None:
     root = Path(args.out or tmp)
     print("| model | params | steps | minutes | test WER | test CER | long WER | long CER |")
     print("|---|---|---|---|---|---|---|---|")
-    for name in args.models.split(","):
+    for name in names:
         given = {k: tuple(v) if isinstance(v, list) else v for k, v in json.loads(args.options).items()}
         options = SpeechOptions(data=args.data, **extra, **{**MODELS[name], **given})
         config = train_defaults(options).replace(max_minutes=args.minutes, out=str(root / name), progress=False,
