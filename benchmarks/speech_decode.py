@@ -66,7 +66,8 @@ def main() -> None:
         utts = t.data().split(s)[: args.max_test]
         feats, kept, _ = read_features(utts, t.options.n_mels)
         data[s] = (feats, [utts[i].text for i in kept], [utts[i].speaker for i in kept])
-    print(f"# {args.run}: {t.options.model} ({t.options.score}), "
+    kind = f"{t.options.model} ({t.options.score})" if t.options.model == "las" else t.options.model
+    print(f"# {args.run}: {kind}, "
           + ", ".join(f"{len(v[0])} {k}" for k, v in data.items()))
     print("| decoding | " + " | ".join(f"{s} WER | {s} CER" for s in splits) + " | seconds |")
     print("|---|" + "---|---|" * len(splits) + "---|")
