@@ -8,10 +8,10 @@ joined, longer than any training utterance).
 
 A setting is ``key=value`` pairs joined by commas: ``beam``, ``window`` (``LEFT:RIGHT`` listener frames, or
 ``none``, the default here, whatever the run's own: ``qkv transcribe`` and ``benchmarks/speech.py`` decode a
-location-aware LAS with its window 8:32 unless told otherwise), ``max_rate`` (characters per second, ``none`` for no limit but ``--max-len``), ``eos_threshold``,
-``length_penalty``, ``ctc_weight``. Printed: a Markdown table of WER and CER (%, jiwer) per split, and the seconds
-each took on one thread; ``--by-speaker`` adds a table of CER per voice (which held-out voices the errors come
-from).
+location-aware LAS with its window 8:32 unless told otherwise), ``max_rate`` (characters per second, ``none`` for
+no limit but ``--max-len``), ``eos_threshold``, ``length_penalty``, ``ctc_weight``. Printed: a Markdown table of
+WER and CER (%, jiwer) per split, and the seconds each took on one thread; ``--by-speaker`` adds a table of CER per
+voice (which held-out voices the errors come from).
 """
 
 from __future__ import annotations
