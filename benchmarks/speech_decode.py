@@ -81,7 +81,7 @@ def main() -> None:
             hyps = [h.text for h in t.transcribe(feats, max_len=300, **kw)]
             m = speech_metrics(hyps, refs)
             cells.append(f"{m['wer']:.1f} | {m['cer']:.1f}")
-            for who in sorted(set(speakers)):
+            for who in sorted(set(speakers)) if args.by_speaker else ():
                 mine = [i for i, v in enumerate(speakers) if v == who]
                 cer = speech_metrics([hyps[i] for i in mine], [refs[i] for i in mine])["cer"]
                 per_speaker.append((setting, s, who, len(mine), cer))
