@@ -14,7 +14,7 @@ scored on
 * ``test``: 1,000 questions about held-out entities (names, places, things, organisations and years never seen
   in training), phrased as in training;
 * ``test_phrasings``: 1,000 questions about held-out entities with phrasings never seen in training;
-* hand-written questions about real single-sentence facts, in ``tests/data/qa/``: ``handwritten-design.tsv`` (32
+* hand-written questions about real single-sentence facts, in ``tests/fixtures/qa/``: ``handwritten-design.tsv`` (32
   English, 25 Chinese), written first and used while widening the generator (its verbs, names and templates now
   cover much of it), and ``handwritten-fresh.tsv`` (30 English, 24 Chinese), written after the generator was
   settled and never used to change it: verbs, names and sentence shapes the generator does not have ("founded",

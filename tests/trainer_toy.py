@@ -1,4 +1,4 @@
-"""A tiny task for the trainer's tests, and the script that ``tests/test_ddp.py`` launches under torchrun.
+"""A tiny task for the trainer's tests, and the script that ``tests/train/test_ddp.py`` launches under torchrun.
 
 Regression of a fixed random linear map with a small MLP. Options make it use every source of randomness the
 trainer must keep across a resume: dropout (torch RNG) and noise added in ``collate`` (Python ``random`` and

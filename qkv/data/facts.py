@@ -10,7 +10,7 @@ So that a reader learns what a question asks rather than the generator's wording
 varies: each kind of thing has its own verbs (invented, patented, completed, opened, isolated, wrote...; 发明, 建成,
 分离出, 出版...) used in the passage and the question alike, names are one to three words (double-barrelled
 surnames, Chinese transliterations with "-" or 夫人, places with or without 城/港...), and a thing may be a bare name
-("Curie discovered polonium") as well as "the Kavo engine". ``tests/data/qa/handwritten-*.tsv`` holds real
+("Curie discovered polonium") as well as "the Kavo engine". ``tests/fixtures/qa/handwritten-*.tsv`` holds real
 single-sentence facts outside these templates that ``benchmarks/qa.py`` scores a trained reader on.
 
 Memorising cannot pass: the entities of the valid and test splits (people, things, cities, organisations and years)
