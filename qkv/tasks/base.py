@@ -30,7 +30,7 @@ from ..options import default_of, option_fields, why_not
 logger = logging.getLogger(__name__)
 
 __all__ = ["Application", "Predictor", "PageInput", "ViewInput", "load_run", "upgrade_options", "model_from_spec",
-           "LoadedRun", "need_text"]
+           "LoadedRun", "need_text", "text_inputs", "file_inputs", "refuse_settings", "jsonable"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -116,10 +116,21 @@ class Predictor(ABC):
       data or of ``data`` (another corpus in the same format);
     - ``view(ViewInput)`` runs the model on one input inside :func:`qkv.capture_attention` and returns the
       :class:`PageInput` of ``qkv view``.
+
+    And the two that let one command (``qkv predict RUN INPUT...``) serve every application:
+
+    - ``inputs_from_strings(strings, **given)``: the inputs of ``predict`` that command-line strings stand for
+      (:attr:`input_kind` says what one string is: a text, an image or audio file, a ``context<TAB>question``
+      pair); a bad string is a ``ValueError`` naming it (``input 2: ...``). By default each string is a text.
+    - ``result_row(result) -> dict``: a JSON-able summary of one result of ``predict`` (no tensors, no NaN):
+      ``"output"``, the one line a person reads (the translation, the label, the caption, the answer...), and the
+      application's own figures beside it.
     """
 
     #: the application's name (``Application.name``, the checkpoint's ``task``)
     task: ClassVar[str]
+    #: what one command-line string is to :meth:`inputs_from_strings`: ``"text"``, ``"image file"``...
+    input_kind: ClassVar[str] = "text"
 
     model: nn.Module
     options: Any
@@ -142,9 +153,70 @@ class Predictor(ABC):
     def view(self, given: ViewInput) -> PageInput:
         """Every attention of the model on one input, for :func:`qkv.viz.page.save_attention_page`."""
 
+    def inputs_from_strings(self, strings: Sequence[str], **given: Any) -> list[Any]:
+        """The inputs of :meth:`predict` that ``strings`` (command-line arguments, lines of a file) stand for: by
+        default each one a text (an empty one is a ``ValueError`` naming it). Settings (``given``) an application
+        does not take are a ``ValueError``."""
+        refuse_settings(given, self.task)
+        return text_inputs(strings)
+
+    @abstractmethod
+    def result_row(self, result: Any) -> dict[str, Any]:
+        """One result of :meth:`predict` as a JSON-able dict: ``"output"`` (one line for people) and the
+        application's own figures (see :func:`jsonable`)."""
+
     @property
     def device(self) -> torch.device:
         return next(self.model.parameters()).device
+
+
+def refuse_settings(given: Mapping[str, Any], task: str) -> None:
+    """A ``ValueError`` naming the settings in ``given`` (those that are not ``None``): ``task`` takes none."""
+    extra = sorted(k for k, v in given.items() if v is not None)
+    if extra:
+        raise ValueError(f"{task} inputs take no {', '.join(extra)} setting")
+
+
+def text_inputs(strings: Sequence[str]) -> list[str]:
+    """``strings`` as texts: a list of strings, none of them empty (``ValueError`` naming the first that is)."""
+    if isinstance(strings, str):
+        raise ValueError("inputs must be a list of strings, not one string")
+    if not strings:
+        raise ValueError("no input given")
+    for n, s in enumerate(strings, 1):
+        if not isinstance(s, str) or not s.strip():
+            raise ValueError(f"input {n} is empty")
+    return list(strings)
+
+
+def file_inputs(strings: Sequence[str], what: str) -> list[str]:
+    """``strings`` as paths of existing ``what`` files (``"image"``, ``"audio"``): a ``ValueError`` naming the
+    first that is missing or a folder."""
+    from pathlib import Path
+
+    for n, s in enumerate(text_inputs(strings), 1):
+        path = Path(s)
+        if path.is_dir():
+            raise ValueError(f"input {n}: {s} is a folder, not an {what} file")
+        if not path.is_file():
+            raise ValueError(f"input {n}: no such {what} file: {s}")
+    return list(strings)
+
+
+def jsonable(value: Any) -> Any:
+    """``value`` with what JSON cannot hold replaced: tensors become lists (a 0-d one a number), tuples lists, and
+    non-finite floats (NaN, infinities) ``None``."""
+    import math
+
+    if isinstance(value, torch.Tensor):
+        value = value.tolist()
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, Mapping):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [jsonable(v) for v in value]
+    return value
 
 
 @dataclasses.dataclass

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -13,7 +13,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ..base import PageInput, Predictor, ViewInput, load_run
+from ..base import PageInput, Predictor, ViewInput, file_inputs, jsonable, load_run, refuse_settings
 from .data import Caption, CaptionData, caption_images, caption_metrics
 from .options import ATTENDING, CaptionOptions
 from .task import CaptionTask, load_data
@@ -43,6 +43,7 @@ class Captioner(Predictor):
     """A trained captioning run: ``Captioner.load(run_dir).predict(images, beam=3)``."""
 
     task = CaptionTask.name
+    input_kind = "image file"
 
     def __init__(self, model: nn.Module, tokenizer, config: dict[str, Any], options: CaptionOptions):
         self.model, self.tokenizer, self.options = model.eval(), tokenizer, options
@@ -68,6 +69,16 @@ class Captioner(Predictor):
         if not Path(path).is_file():
             raise ValueError(f"no image file {str(path)!r}")
         return load_image(path, self.image_size, grey=self.channels == 1)
+
+    def inputs_from_strings(self, strings: Sequence[str], **given: Any) -> Tensor:
+        """Each string an image file, read at the trained size (:meth:`read`): the ``(N, C, S, S)`` batch that
+        :meth:`predict` takes."""
+        refuse_settings(given, self.task)
+        return torch.stack([self.read(p) for p in file_inputs(strings, "image")])
+
+    def result_row(self, result: Caption) -> dict[str, Any]:
+        """``output`` (the caption), its ``words`` and the beam ``score``."""
+        return jsonable({"output": result.text, "words": list(result.words), "score": result.score})
 
     def data(self, data: str | None = None, on_error: str = "raise") -> CaptionData:
         """The run's data (generated or read again), or another captions file ``data`` (``on_error="skip"``: its

@@ -14,7 +14,7 @@ import torch
 from torch import Tensor, nn
 
 from ...data.images import IMAGE_DATASETS, ImageData, normalize
-from ..base import PageInput, Predictor, ViewInput, load_run, upgrade_options
+from ..base import PageInput, Predictor, ViewInput, file_inputs, jsonable, load_run, refuse_settings, upgrade_options
 from .maps import AttentionView, attention_view
 from .options import ImageOptions
 from .task import ImageTask, load_data, predict_logits
@@ -53,6 +53,7 @@ class ImageClassifier(Predictor):
     of ``qkv show-attention``, :meth:`view` every attention for ``qkv view``."""
 
     task = ImageTask.name
+    input_kind = "image file"
 
     def __init__(self, model: nn.Module, config: Mapping[str, Any], options: ImageOptions):
         self.model, self.config, self.options = model.eval(), dict(config), options
@@ -141,6 +142,16 @@ class ImageClassifier(Predictor):
             out.append(ImagePrediction(self.class_names[k], float(p[k]),
                                        {n: float(v) for n, v in zip(self.class_names, p, strict=True)}))
         return out
+
+    def inputs_from_strings(self, strings: Sequence[str], **given: Any) -> list[str]:
+        """Each string an image file (read by :meth:`predict`, which takes ``invert``)."""
+        refuse_settings(given, self.task)
+        return file_inputs(strings, "image")
+
+    def result_row(self, result: ImagePrediction) -> dict[str, Any]:
+        """``output`` (the label and its probability), the ``label``, its ``probability`` and every class's."""
+        return jsonable({"output": f"{result.label} {result.probability:.3f}", "label": result.label,
+                         "probability": result.probability, "probabilities": result.probabilities})
 
     def attention(self, images: Tensor | Sequence[Any], *, invert: bool = False) -> AttentionView:
         """The probabilities and attention maps of a batch (as :meth:`predict` takes it); a ``ValueError`` for a

@@ -11,7 +11,7 @@ from typing import Any
 
 from torch import nn
 
-from ..base import PageInput, Predictor, ViewInput, load_run, need_text
+from ..base import PageInput, Predictor, ViewInput, jsonable, load_run, need_text, text_inputs
 from .decode import Answer, answer_metrics, predict_examples, question_cut_note
 from .encode import Encoded, encode_example, token_offsets, windows
 from .options import QAOptions
@@ -30,6 +30,7 @@ class Reader(Predictor):
     """A trained reader: ``Reader.load("runs/qa").predict([(context, question), ...])`` -> :class:`Answer` s."""
 
     task = QATask.name
+    input_kind = "context<TAB>question"
 
     def __init__(self, model: nn.Module, tokenizer, options: QAOptions):
         self.model, self.tokenizer, self.options = model.eval(), tokenizer, options
@@ -80,6 +81,34 @@ class Reader(Predictor):
             if encoded[-1].question_cut:
                 logger.warning("%s%s", f"question {n}: " if len(inputs) > 1 else "", question_cut_note(encoded[-1]))
         return self._answers(encoded, [c for c, _ in inputs], [q for _, q in inputs], batch_size)
+
+    def inputs_from_strings(self, strings: Sequence[str], *, question: str | None = None,
+                            **given: Any) -> list[tuple[str, str]]:
+        """``(context, question)`` pairs: each string ``context<TAB>question`` (split at its last tab), or, with
+        ``question``, each string a context asked that question. A string without a tab (and no ``question``)
+        is a ``ValueError`` naming it."""
+        if given:
+            raise ValueError(f"qa inputs take no {', '.join(sorted(given))} setting")
+        texts = text_inputs(strings)
+        if question is not None:
+            if not question.strip():
+                raise ValueError("the question is empty")
+            return [(t, question) for t in texts]
+        pairs = []
+        for n, t in enumerate(texts, 1):
+            context, tab, asked = t.rpartition("\t")
+            if not tab or not context.strip() or not asked.strip():
+                raise ValueError(f"input {n} must be context<TAB>question (or give the question apart), got "
+                                 f"{t[:40]!r}")
+            pairs.append((context, asked))
+        return pairs
+
+    def result_row(self, result: Answer) -> dict[str, Any]:
+        """``output`` (the answer), its ``probability``, its character span ``start``/``end`` in the context,
+        its token span, and the ``notes`` (what was cut or read in windows)."""
+        return jsonable({"output": result.answer, "question": result.question, "probability": result.probability,
+                         "start": result.start, "end": result.end,
+                         "tokens": [result.start_token, result.end_token], "notes": list(result.notes)})
 
     def score(self, examples, *, chars: bool | None = None) -> dict[str, float]:
         """:func:`~qkv.tasks.qa.decode.answer_metrics` (exact match, F1, questions, attention mass on the gold

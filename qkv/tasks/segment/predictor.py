@@ -15,7 +15,7 @@ import torch
 from torch import Tensor, nn
 
 from ...data.segmentation import SegmentationData
-from ..base import PageInput, Predictor, ViewInput, load_run, upgrade_options
+from ..base import PageInput, Predictor, ViewInput, file_inputs, jsonable, load_run, refuse_settings, upgrade_options
 from .options import SegmentOptions
 from .task import SegmentTask, load_data, normalize, score
 
@@ -48,6 +48,7 @@ class Segmenter(Predictor):
     channel attention of one image for ``qkv view``."""
 
     task = SegmentTask.name
+    input_kind = "image file"
 
     def __init__(self, model: nn.Module, config: Mapping[str, Any], options: SegmentOptions):
         self.model, self.config, self.options = model.eval(), dict(config), options
@@ -110,6 +111,18 @@ class Segmenter(Predictor):
             out.append(Segmentation(labels, confidence, self.class_names,
                                     {k: v[0].flatten().float().cpu() for k, v in maps.items()}))
         return out
+
+    def inputs_from_strings(self, strings: Sequence[str], **given: Any) -> list[str]:
+        """Each string an image file (read at its own size by :meth:`predict`)."""
+        refuse_settings(given, self.task)
+        return file_inputs(strings, "image")
+
+    def result_row(self, result: Segmentation) -> dict[str, Any]:
+        """``output`` (the classes the image holds, most pixels first), each one's ``shares`` of the pixels, the
+        ``size`` ``[H, W]`` and the mean ``confidence``."""
+        shares = dict(sorted(result.shares().items(), key=lambda kv: -kv[1]))
+        return jsonable({"output": ", ".join(f"{n} {v:.0%}" for n, v in shares.items()), "shares": shares,
+                         "size": list(result.labels.shape), "confidence": float(result.confidence.mean())})
 
     def options_for(self, data: str | None) -> SegmentOptions:
         """The run's options reading ``data`` instead: ``None`` (its own), ``scenes`` or a folder."""

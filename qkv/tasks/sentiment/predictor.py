@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from ...data.text_classification import collate_texts
-from ..base import PageInput, Predictor, ViewInput, load_run, need_text, upgrade_options
+from ..base import PageInput, Predictor, ViewInput, jsonable, load_run, need_text, upgrade_options
 from .options import SentimentOptions
 from .task import SentimentTask
 
@@ -135,6 +135,17 @@ class SentimentClassifier(Predictor):
                                       {name: float(p) for name, p in zip(self.label_names, probs, strict=True)},
                                       tokens, w, cut=len(full[i]) - n))
         return out
+
+    def result_row(self, result: SentimentPrediction) -> dict[str, Any]:
+        """``output`` (the label and its probability, or the value), the ``label``, ``probability`` and every
+        class's ``probabilities`` (or the regression's ``value``), the ``tokens`` with their attention ``weights``
+        and the tokens ``cut``."""
+        row: dict[str, Any] = {"output": result.caption, "label": result.label}
+        if result.value is None:
+            row.update(probability=result.probability, probabilities=result.probabilities)
+        else:
+            row["value"] = result.value
+        return jsonable({**row, "tokens": result.tokens, "weights": result.weights, "cut": result.cut})
 
     def evaluate(self, data: str | None = None, *, split: str = "test", limit: int | None = None,
                  **settings: Any) -> dict[str, float]:

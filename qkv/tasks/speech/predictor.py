@@ -11,7 +11,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ..base import PageInput, Predictor, ViewInput, load_run, upgrade_options
+from ..base import PageInput, Predictor, ViewInput, file_inputs, jsonable, load_run, refuse_settings, upgrade_options
 from .decode import Transcript, speech_metrics, transcribe_batch, utterance_features
 from .options import SpeechOptions
 from .task import SpeechTask, decoding_options, load_data, read_features
@@ -27,6 +27,7 @@ class Transcriber(Predictor):
     """A trained speech recogniser: ``Transcriber.load("runs/digits").predict(["clip.wav"])``."""
 
     task = SpeechTask.name
+    input_kind = "audio file"
 
     def __init__(self, model: nn.Module, tokenizer, options: SpeechOptions):
         self.model, self.tokenizer, self.options = model.eval(), tokenizer, options
@@ -68,6 +69,15 @@ class Transcriber(Predictor):
         for r, a in zip(results, inputs, strict=True):
             r.source = str(a) if not isinstance(a, Tensor) else ""
         return results
+
+    def inputs_from_strings(self, strings: list[str], **given: Any) -> list[str]:
+        """Each string an audio file (WAV, FLAC...: read by :meth:`predict`)."""
+        refuse_settings(given, self.task)
+        return file_inputs(strings, "audio")
+
+    def result_row(self, result: Transcript) -> dict[str, Any]:
+        """``output`` (the transcript), the ``source`` file and the decoder's ``score``."""
+        return jsonable({"output": result.text, "source": result.source, "score": result.score})
 
     def transcribe(self, features: list[Tensor], *, beam: int = 1, max_len: int = 300,
                    ctc_weight: float | None = None, **limits) -> list[Transcript]:

@@ -10,7 +10,7 @@ from typing import Any
 
 from torch import nn
 
-from ..base import PageInput, Predictor, ViewInput, load_run, need_text
+from ..base import PageInput, Predictor, ViewInput, jsonable, load_run, need_text
 from .decode import Summary, first_words, lead, summarize_batch, summary_metrics
 from .options import SummarizeOptions
 from .task import SummarizeTask, load_data
@@ -64,6 +64,12 @@ class Summarizer(Predictor):
                                batch_size=batch_size, length_penalty=length_penalty,
                                coverage_penalty=coverage_penalty, no_repeat_ngram_size=no_repeat_ngram_size,
                                max_source=self.options.max_source)
+
+    def result_row(self, result: Summary) -> dict[str, Any]:
+        """``output`` (the summary), the beam ``score``, the words ``copied`` from outside the vocabulary, the
+        source words read (``source_words``) and ``cut``."""
+        return jsonable({"output": result.text, "score": result.score, "copied": sum(result.copied),
+                         "source_words": len(result.source_tokens), "cut": result.cut})
 
     def examples(self, data: str | None = None, split: str = "test", on_error: str | None = None) -> list:
         """The examples evaluated: ``split`` of the run's own data (``data`` None or the run's), else the whole

@@ -10,7 +10,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..base import PageInput, Predictor, ViewInput, load_run, need_text, upgrade_options
+from ..base import PageInput, Predictor, ViewInput, jsonable, load_run, need_text, upgrade_options
 from .decode import Translation, source_ids, translate_batch
 from .options import TranslateOptions
 from .task import TranslateTask, load_data
@@ -64,6 +64,10 @@ class Translator(Predictor):
             raise ValueError(f"beam and max_len must be >= 1, got {beam} and {max_len}")
         return translate_batch(self.model, self.src_tok, self.tgt_tok, list(texts), beam=beam, max_len=max_len,
                                batch_size=batch_size, length_penalty=length_penalty)
+
+    def result_row(self, result: Translation) -> dict[str, Any]:
+        """``output`` (the translation), the ``source``, the beam ``score`` and the source tokens ``cut``."""
+        return jsonable({"output": result.text, "source": result.source, "score": result.score, "cut": result.cut})
 
     def evaluate(self, data: str | None = None, *, split: str = "test", limit: int | None = None, beam: int = 5,
                  max_len: int | None = None, buckets: str | None = "0,10,20,30,40,60",
