@@ -30,10 +30,11 @@ def application(name: str) -> Application:
 
 
 def application_of(run: str | os.PathLike) -> Application:
-    """The application whose run (or checkpoint) ``run`` is, read from its ``config.json``."""
-    from ..train.checkpoint import load_checkpoint
+    """The application whose run (or checkpoint) ``run`` is, read from its ``config.json`` alone (the weights are
+    read once, by the predictor's ``load``)."""
+    from .run import run_task
 
-    task = load_checkpoint(run).task
+    task = run_task(run)
     if task not in APPLICATIONS:
         raise ValueError(f"{run} is a {task!r} run; qkv knows {', '.join(APPLICATIONS)}")
     return application(task)
