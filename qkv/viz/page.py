@@ -16,6 +16,7 @@ Example::
 from __future__ import annotations
 
 import base64
+import dataclasses
 import html
 import io
 import json
@@ -31,9 +32,25 @@ from torch import Tensor
 
 from ..capture import AttentionRecord, attention_rollout
 
-__all__ = ["attention_page", "save_attention_page", "page_records"]
+__all__ = ["attention_page", "save_attention_page", "page_records", "PageInput"]
 
 TokenLists = Mapping[str, Sequence[str]]
+
+
+@dataclasses.dataclass
+class PageInput:
+    """What one page shows (what an application's ``view`` returns for ``qkv view``): the attention ``records``,
+    the token lists of its axes, the image, a title and notes; ``save_attention_page(path, page.records,
+    **page.page_kwargs())`` writes it."""
+
+    records: list
+    tokens: dict[str, list[str]] | list[str] | None = None
+    image: Any = None
+    title: str = "Attention"
+    notes: list[str] = dataclasses.field(default_factory=list)
+
+    def page_kwargs(self) -> dict[str, Any]:
+        return {"tokens": self.tokens, "image": self.image, "title": self.title, "notes": self.notes}
 
 
 def _token_lists(tokens: Sequence[str] | TokenLists | None) -> dict[str, list[str]]:
