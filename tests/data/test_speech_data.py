@@ -147,7 +147,7 @@ def test_manifest_bad_rows_name_file_and_line_or_are_skipped(tmp_path):
     with pytest.raises(ValueError, match="empty"):
         read_manifest(tmp_path / "empty.tsv")
     (tmp_path / "bin.tsv").write_bytes(b"\xff\xfe\x00bad")
-    with pytest.raises(ValueError, match="not a UTF-8"):
+    with pytest.raises(ValueError, match=r"bin\.tsv:1: not UTF-8"):
         read_manifest(tmp_path / "bin.tsv")
 
 
