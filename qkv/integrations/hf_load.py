@@ -255,8 +255,10 @@ def _tied_or_buffer(model, key: str) -> bool:
 def position_limit(config) -> tuple[int | None, str | None]:
     """``(positions, field)``: the most tokens the model takes, from ``max_position_embeddings`` or
     ``n_positions`` (less the padding offset of RoBERTa-like models); ``(None, None)`` for relative positions."""
-    for field in ("max_position_embeddings", "n_positions", "max_target_positions", "n_ctx"):
-        value = getattr(config, field, None)
+    saved = config.to_dict()  # the names in config.json (GPT-2's n_positions is also max_position_embeddings)
+    fields = ("max_position_embeddings", "n_positions", "max_target_positions", "n_ctx")
+    for field in sorted(fields, key=lambda f: f not in saved):
+        value = saved.get(field, getattr(config, field, None))
         if isinstance(value, int) and value > 0:
             if getattr(config, "model_type", "") in PADDED_POSITIONS:
                 value -= (getattr(config, "pad_token_id", None) or 0) + 1

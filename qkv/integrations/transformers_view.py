@@ -12,8 +12,10 @@ Example::
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
+import re
 from pathlib import Path
 
 import torch
@@ -62,7 +64,7 @@ def load_model(path: str | os.PathLike, device: str | torch.device = "cpu"):
 
 @torch.no_grad()
 def view_page_input(path: str | os.PathLike, text: str, device: str | torch.device = "cpu", *,
-                    max_new_tokens: int = 20):
+                    max_new_tokens: int = 20, layers: list[int] | None = None, heads: list[int] | None = None):
     """Every attention of the model saved at ``path`` on ``text``, as the ``PageInput`` of ``qkv view``.
 
     An encoder or a decoder-only model runs once on the text (token list ``tokens``). A sequence-to-sequence model
@@ -70,7 +72,8 @@ def view_page_input(path: str | os.PathLike, text: str, device: str | torch.devi
     (:func:`qkv.integrations.generation.view_generation`: encoder self-, decoder self- and cross-attention,
     token lists ``source`` and ``target``). A text longer than the model's positions (``max_position_embeddings``,
     ``n_positions``) is cut there, with a warning and a note on the page; a model with relative positions takes
-    it whole. Raises ``ValueError`` for an empty text and for a directory that cannot be read (naming the file).
+    it whole. ``layers``, ``heads``: only these are shown (None: all). Raises ``ValueError`` for an empty text,
+    an unknown layer or head, and for a directory that cannot be read (naming the file).
     """
     if not isinstance(text, str) or not text.strip():
         raise ValueError("a Hugging Face model needs a text to look at")
@@ -81,9 +84,12 @@ def view_page_input(path: str | os.PathLike, text: str, device: str | torch.devi
     if getattr(read_config(path), "is_encoder_decoder", False):
         from .generation import view_generation
 
-        return view_generation(path, text, max_new_tokens, device=device)
+        return view_generation(path, text, max_new_tokens, device=device, layers=layers, heads=heads)
+    from .generation import check_selection
+
     PageInput = _page_input_class()
     model, tok = load_model(path, device)
+    layers, heads = check_selection(model.config, layers, heads)
     device = model.device
     enc = tok(text)
     ids = enc["input_ids"]
@@ -100,4 +106,14 @@ def view_page_input(path: str | os.PathLike, text: str, device: str | torch.devi
         notes.append(note)
     with capture_attention(model) as records:
         model(**x)
+    if layers is not None or heads is not None:
+        records = [dataclasses.replace(r, weights=r.weights if heads is None else r.weights[:, heads])
+                   for r in records if layers is None or _first_number(r.name) in layers]
+        notes.append(f"shown: layers {'all' if layers is None else ', '.join(map(str, layers))}; heads "
+                     f"{'all' if heads is None else ', '.join(map(str, heads))}")
     return PageInput(records, source, title=text, notes=notes)
+
+
+def _first_number(name: str) -> int | None:
+    numbers = re.findall(r"(?:^|\.)(\d+)(?=\.|$)", name)
+    return int(numbers[0]) if numbers else None
