@@ -105,10 +105,14 @@ class ApplicationTask(Task):
     """The trainer's task of an application: what :class:`qkv.train.Task` needs, with the bridge to the model and
     the run's files written once.
 
-    A subclass sets the class attributes ``name`` (the application's), ``unit``, ``options_type`` (its options
-    dataclass), ``load_data`` and ``model_spec`` (its module's functions, as ``staticmethod``) and ``assets`` (the
-    names of the tokenisers it keeps as attributes: ``("tokenizer",)``, ``("src_tokenizer", "tgt_tokenizer")``), and
-    writes ``setup`` (read the data with :meth:`read_data`, fit the tokenisers that are still ``None``),
+    A subclass states its parts as class keywords: ``name`` (the application's), ``unit``, ``options`` (its options
+    dataclass, kept as ``options_type``), ``load_data`` and ``model_spec`` (its module's functions) and ``assets`` (the
+    names of the tokenisers it keeps as attributes: ``("tokenizer",)``, ``("src_tokenizer", "tgt_tokenizer")``)::
+
+        class TranslateTask(ApplicationTask, name="translate", unit="tokens", options=TranslateOptions,
+                            load_data=load_data, model_spec=model_spec, assets=("src_tokenizer", "tgt_tokenizer")):
+
+    and writes ``setup`` (read the data with :meth:`read_data`, fit the tokenisers that are still ``None``),
     ``train_examples``, ``collate``, ``loss``, ``evaluate`` and ``sizes`` (the keyword arguments of ``model_spec``,
     from the data and the tokenisers). ``run_config()`` adds what a predictor needs beyond the model and the
     options (class names, normalisation); ``callbacks(config)`` gives the trainer's callbacks.
@@ -120,6 +124,16 @@ class ApplicationTask(Task):
     load_data: ClassVar[Callable[[Any], Any]]
     model_spec: ClassVar[Callable[..., dict[str, Any]]]
     assets: ClassVar[tuple[str, ...]] = ()
+
+    def __init_subclass__(cls, *, name: str | None = None, unit: str | None = None, options: type | None = None,
+                          load_data: Callable | None = None, model_spec: Callable | None = None,
+                          assets: Sequence[str] | None = None, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        for attr, value in (("name", name), ("unit", unit), ("options_type", options), ("assets", assets),
+                            ("load_data", load_data), ("model_spec", model_spec)):
+            if value is not None:
+                setattr(cls, attr, staticmethod(value) if attr in ("load_data", "model_spec") else
+                        tuple(value) if attr == "assets" else value)
 
     def __init__(self, options: Any, data: Any = None):
         self.options = options

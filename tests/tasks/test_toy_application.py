@@ -53,9 +53,7 @@ def accuracy(model, examples):  # the one metric, for the trainer and the predic
     return classification_metrics(model(batch["ids"], batch["mask"]).logits, batch["labels"])
 
 
-class ToyTask(ApplicationTask):
-    name, options_type = "toy-digits", ToyOptions
-    load_data, model_spec = staticmethod(load_data), staticmethod(model_spec)
+class ToyTask(ApplicationTask, name="toy-digits", options=ToyOptions, load_data=load_data, model_spec=model_spec):
 
     def setup(self):
         self.read_data()

@@ -107,19 +107,13 @@ def evaluate_classifier(model: nn.Module, examples: list[tuple[list[int], Any]],
     return classification_metrics(logits, labels)
 
 
-class SentimentTask(ApplicationTask):
+class SentimentTask(ApplicationTask, name="sentiment", unit="items", options=SentimentOptions, load_data=load_data,
+                    model_spec=model_spec, assets=("tokenizer",)):
     """Text classification (cross-entropy) or rating regression (MSE) with attention-pooled classifiers.
 
     ``data`` (a :class:`~qkv.data.text_classification.TextDataset`) may be given to skip reading ``options.data``
     (e.g. once for all folds).
     """
-
-    name = "sentiment"
-    unit = "items"
-    options_type = SentimentOptions
-    load_data = staticmethod(load_data)
-    model_spec = staticmethod(model_spec)
-    assets = ("tokenizer",)
 
     def __init__(self, options: SentimentOptions, data=None):
         super().__init__(options, data)
