@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,8 @@ from .decode import Transcript, transcribe_batch, utterance_features
 from .task import SpeechTask, decoding_options, evaluate_transcripts, read_features
 
 __all__ = ["Transcriber", "Transcript"]
+
+logger = logging.getLogger(__name__)
 
 
 class Transcriber(Predictor):
@@ -79,17 +82,22 @@ class Transcriber(Predictor):
     def utterances(self, data: str | None = None, split: str = "test", on_error: str = "raise"):
         """The utterances of ``split`` of the run's data, or every utterance of another manifest or LibriSpeech
         folder ``data``."""
+        return self._utterances(data, split, on_error)[0]
+
+    def _utterances(self, data: str | None, split: str, on_error: str) -> tuple[list, int]:
+        """:meth:`utterances` and how many rows of the manifest were skipped (``on_error="skip"``)."""
         from ...data.speech import read_librispeech, read_manifest
 
         if data is None:
-            return self.data().split(split)
+            return self.data().split(split), 0
         path = Path(data)
-        if path.is_dir():
-            return read_librispeech(path, on_error=on_error)[0]
-        if path.is_file():
-            return read_manifest(path, on_error=on_error)[0]
+        if path.is_dir() or path.is_file():
+            utterances, skipped = (read_librispeech if path.is_dir() else read_manifest)(path, on_error=on_error)
+            if skipped:
+                logger.warning("%s: skipped %s", path, ", ".join(f"{n} ({why})" for why, n in skipped.items()))
+            return utterances, sum(skipped.values())
         if data in ("digits", "sentences"):
-            return self.data(data).split(split)
+            return self.data(data).split(split), 0
         raise ValueError(f"no such manifest or folder: {data}")
 
     def evaluate(self, data: str | None = None, *, split: str = "test", limit: int | None = None, beam: int = 1,
@@ -99,8 +107,10 @@ class Transcriber(Predictor):
         voices and texts; ``long``: longer than training) or on another manifest or LibriSpeech folder ``data``;
         ``on_error="skip"``: unreadable files are skipped and counted (``skipped``); ``limits`` as in
         :meth:`predict`."""
-        utterances = self.utterances(data, split, on_error)[:limit]
+        utterances, rows_skipped = self._utterances(data, split, on_error)
+        utterances = utterances[:limit]
         feats, kept, bad = read_features(utterances, self.options.n_mels, on_error)
+        bad += rows_skipped
         if not feats:
             raise ValueError(f"no utterance could be read ({bad} skipped)")
         if ctc_weight is None:
