@@ -95,8 +95,8 @@ class ToyPredictor(Predictor):
         return jsonable({"output": "7" if int(result.argmax()) else "no 7", "p": result.softmax(-1)[1]})
 
 
-APP = Application(name="toy-digits", help="a toy: is there a 7?", options=ToyOptions, train_defaults=train_defaults,
-                  load_data=load_data, model_spec=model_spec, task=ToyTask, predictor=ToyPredictor)
+APP = Application(name="toy-digits", help="a toy: is there a 7?", task=ToyTask, predictor=ToyPredictor,
+                  train_defaults=train_defaults)
 
 # ---- the tests --------------------------------------------------------------------------------------------------
 
