@@ -86,6 +86,7 @@ def model_spec(options: SentimentOptions, *, vocab_size: int, num_classes: int) 
     return {"name": f"{o.model}-classifier", "config": config}
 
 
+@torch.no_grad()
 def evaluate_classifier(model: nn.Module, examples: list[tuple[list[int], Any]], regression: bool,
                         batch_size: int = 256) -> dict[str, float]:
     """Sentiment's metric, for the trainer and the predictor alike: accuracy and loss (MSE and sign accuracy for a
