@@ -379,8 +379,13 @@ def _flat(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
         if isinstance(v, dict) and v:
             out.update(_flat(v, f"{prefix}{k}."))
         else:
-            out[f"{prefix}{k}"] = list(v) if isinstance(v, tuple) else v
+            out[f"{prefix}{k}"] = v
     return out
+
+
+def _same(x: Any, y: Any) -> bool:
+    """Equal values of a config read back from JSON (``NaN`` equal to itself)."""
+    return x is y or x == y or (x is not _ABSENT and y is not _ABSENT and json.dumps(x) == json.dumps(y))
 
 
 def _show(v: Any) -> str:
@@ -393,12 +398,13 @@ def model_differences(stored: dict[str, Any], given: dict[str, Any]) -> list[str
     model). An option is named when the model entry of its name differs (or, for the model's name, when its value is
     part of the name); a difference that no option of the same name explains is named by its model entry, with the
     options that changed besides."""
+    stored, given = (json.loads(json.dumps(c, default=str)) for c in (stored, given))  # both as written to disk
     a, b = _flat(_model_part(stored)), _flat(_model_part(given))
-    keys = sorted(k for k in a.keys() | b.keys() if a.get(k, _ABSENT) != b.get(k, _ABSENT))
+    keys = sorted(k for k in a.keys() | b.keys() if not _same(a.get(k, _ABSENT), b.get(k, _ABSENT)))
     if not keys:
         return []
     so, go = stored.get("options") or {}, given.get("options") or {}
-    changed = sorted(k for k in so.keys() | go.keys() if _flat({"x": so.get(k)}) != _flat({"x": go.get(k)}))
+    changed = sorted(k for k in so.keys() | go.keys() if not _same(so.get(k, _ABSENT), go.get(k, _ABSENT)))
     leaves = {k.rsplit(".", 1)[-1] for k in keys}
     by_leaf = [k for k in changed if k in leaves]
     names = " ".join(str(v) for v in (a.get("name"), b.get("name")) if isinstance(v, str))

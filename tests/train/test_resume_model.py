@@ -4,6 +4,7 @@ task and application; the settings of training (the learning rate) may change, w
 
 import contextlib
 import io
+import json
 import shutil
 
 import pytest
@@ -79,6 +80,8 @@ def test_model_differences_name_options_by_their_model_entries():
                                       data="b.tsv")) == ["--hidden-dim 64 (stored) vs 32 (given)"]
     assert model_differences(old, run("transformer-classifier", {"dim": 16, "dropout": 0.1}, hidden_dim=64,
                                       score="dot", data="a.tsv")) == ['--model "rnn" (stored) vs "transformer" (given)']
+    same = {"model": {"name": "x", "config": {"widths": ((4, 4), (8,)), "eps": float("nan")}}}
+    assert model_differences(json.loads(json.dumps(same)), same) == []  # as read back from config.json
     nested = {"model": {"name": "x", "config": {"enc": {"layers": [2, 2]}}}}
     assert model_differences(nested, {"model": {"name": "x", "config": {"enc": {"layers": [2, 3]}}}}) == \
         ["the model's enc.layers [2, 2] (stored) vs [2, 3] (given)"]
