@@ -29,6 +29,7 @@ Example::
 from __future__ import annotations
 
 import base64
+import dataclasses
 import html
 import io
 import json
@@ -45,7 +46,7 @@ from torch import Tensor, nn
 from ..capture import AttentionRecord, attention_rollout
 from .head_stats import STATISTICS, head_statistics
 
-__all__ = ["attention_page", "save_attention_page", "page_records", "BUDGET"]
+__all__ = ["attention_page", "save_attention_page", "page_records", "PageInput", "BUDGET"]
 
 #: bytes of weights (one per weight) a page holds before its large records keep only each row's top k
 BUDGET = 12_000_000
@@ -59,6 +60,22 @@ OVERVIEW = 192
 ROLLOUT_MAX = 2048
 
 TokenLists = Mapping[str, Sequence[str]]
+
+
+@dataclasses.dataclass
+class PageInput:
+    """What one page shows (what an application's ``view`` returns for ``qkv view``): the attention ``records``,
+    the token lists of its axes, the image, a title and notes; ``save_attention_page(path, page.records,
+    **page.page_kwargs())`` writes it."""
+
+    records: list
+    tokens: dict[str, list[str]] | list[str] | None = None
+    image: Any = None
+    title: str = "Attention"
+    notes: list[str] = dataclasses.field(default_factory=list)
+
+    def page_kwargs(self) -> dict[str, Any]:
+        return {"tokens": self.tokens, "image": self.image, "title": self.title, "notes": self.notes}
 
 
 def _token_lists(tokens: Sequence[str] | TokenLists | None) -> dict[str, list[str]]:
