@@ -141,9 +141,11 @@ def view(args) -> int:
         from ..integrations.transformers_view import hf_image_model, view_image_input, view_page_input
 
         image_model = hf_image_model(o.run)
-        if o.index or o.question or (o.image and not image_model) or (image_model and (o.text or o.file)):
-            raise ValueError("a Hugging Face model directory takes texts (a text model) or --image FILE (an image "
-                             "model) only; no --index or --question")
+        if image_model and (o.index or o.question or o.text or o.file or o.generate is not None):
+            raise ValueError("a Hugging Face image model takes --image FILE only (no text, --index, --question or "
+                             "--generate)")
+        if not image_model and (o.image or o.index or o.question):
+            raise ValueError("a Hugging Face text model takes texts only (no --image, --index or --question)")
         if o.generate is None and o.strategy != "greedy":
             raise ValueError("--strategy chooses the tokens of --generate N: give --generate")
 

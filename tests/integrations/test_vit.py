@@ -70,4 +70,4 @@ def test_qkv_view_of_an_image_model(saved, tmp_path, capsys, one_thread):
     (tmp_path / "bad.png").write_bytes(b"not an image")
     assert main(["view", str(saved / "vit"), "--image", str(tmp_path / "bad.png"), "--out", str(out)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 2 and "--image" in err[0] and "bad.png" in err[1]
+    assert len(err) == 2 and "--image FILE only" in err[0] and "bad.png" in err[1]
