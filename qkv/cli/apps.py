@@ -138,14 +138,20 @@ def view(args) -> int:
     from ..integrations.transformers_view import is_hf_model_dir
 
     if is_hf_model_dir(o.run):  # a Hugging Face model: its text through the qkv backend
-        from ..integrations.transformers_view import view_page_input
+        from ..integrations.transformers_view import hf_image_model, view_image_input, view_page_input
 
-        if o.image or o.index or o.question:
-            raise ValueError("a Hugging Face model directory takes texts only (no --image, --index or --question)")
+        image_model = hf_image_model(o.run)
+        if image_model and (o.index or o.question or o.text or o.file or o.generate is not None):
+            raise ValueError("a Hugging Face image model takes --image FILE only (no text, --index, --question or "
+                             "--generate)")
+        if not image_model and (o.image or o.index or o.question):
+            raise ValueError("a Hugging Face text model takes texts only (no --image, --index or --question)")
         if o.generate is None and o.strategy != "greedy":
             raise ValueError("--strategy chooses the tokens of --generate N: give --generate")
 
         def show(given: ViewInput):
+            if image_model:
+                return view_image_input(o.run, given.image, device=o.device, layers=o.layers, heads=o.heads)
             if o.generate is not None:
                 from ..integrations.generation import view_generation
 
