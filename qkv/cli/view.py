@@ -13,10 +13,14 @@ from ..options import option
 from ..tasks import ViewInput
 from ..viz.files import page_path
 from .common import add_command, input_texts, numbered_paths
-from .options import options_from_args
+from .options import given, options_from_args
 from .shared import DeviceOption, FileOption, RunArgument
 
 __all__ = ["register", "ViewCommand", "viewer_of", "VIEWERS", "HuggingFaceViewer"]
+
+
+def _numbers(xs: list[str]) -> list[int]:
+    return [int(x) for s in xs for x in s.split(",") if x.strip()]
 
 
 @dataclass
@@ -30,23 +34,45 @@ class ViewCommand(DeviceOption, FileOption, RunArgument):
     question: str | None = option(None, help="the question (question-answering runs; the text is the context)")
     out: str = option("attention.html", help="the page to write (numbered NAME-0.html, NAME-1.html... for several)")
     rollout: bool = option(True, help="add attention rollout for stacks of self-attention")
+    generate: int | None = option(None, low=1, metavar="N", help="a Hugging Face model generates up to N tokens "
+                                  "from the text, its attention recorded at every step")
+    layers: list[int] | None = option(None, repeat=True, parse=_numbers, metavar="L",
+                                      help="the layers to record (Hugging Face models; e.g. 0,5; default all)")
+    heads: list[int] | None = option(None, repeat=True, parse=_numbers, metavar="H",
+                                     help="the heads to record (Hugging Face models; default all)")
+    strategy: str = option("greedy", choices=("greedy", "sample", "beam"), requires=("generate",),
+                           help="how --generate chooses tokens")
+    beam: int = option(4, low=2, applies={"strategy": ("beam",)}, help="hypotheses of --strategy beam")
+    seed: int = option(0, low=0, applies={"strategy": ("sample",)}, help="seed of --strategy sample")
 
     FLAG_HELP = {"run": "run directory or checkpoint directory of any application, or a saved Hugging Face model "
                         "directory (save_pretrained's layout, with its tokenizer)"}
 
 
 class HuggingFaceViewer:
-    """A saved Hugging Face model directory, viewed on qkv's attention backend (texts only)."""
+    """A saved Hugging Face model directory, viewed on qkv's attention backend (texts only): the text read once,
+    or with ``generate`` the tokens it generates, step by step."""
 
-    def __init__(self, path: str, device: str = "auto"):
+    #: the settings of ``qkv view`` this viewer takes (others are refused, naming them)
+    takes = ("generate", "layers", "heads", "strategy", "beam", "seed")
+
+    def __init__(self, path: str, device: str = "auto", *, generate: int | None = None, layers=None, heads=None,
+                 strategy: str = "greedy", beam: int = 4, seed: int = 0):
         self.path, self.device = path, device
+        self.generate, self.layers, self.heads = generate, layers, heads
+        self.strategy, self.beam, self.seed = strategy, beam, seed
 
     def view(self, given: ViewInput):
-        from ..integrations.transformers_view import view_page_input
-
         if given.image is not None or given.index is not None or given.question:
             raise ValueError("a Hugging Face model directory takes texts only (no --image, --index or --question)")
-        return view_page_input(self.path, given.text, device=self.device)
+        if self.generate is not None:
+            from ..integrations.generation import view_generation
+
+            return view_generation(self.path, given.text, self.generate, strategy=self.strategy, beams=self.beam,
+                                   seed=self.seed, layers=self.layers, heads=self.heads, device=self.device)
+        from ..integrations.transformers_view import view_page_input
+
+        return view_page_input(self.path, given.text, device=self.device, layers=self.layers, heads=self.heads)
 
 
 def _is_hf_dir(path: str) -> bool:
@@ -61,18 +87,26 @@ def _run_viewer(path: str, device: str):
     return load_predictor(path, device)
 
 
-#: ``(recognises(path), viewer(path, device))`` in order; the last takes any directory (a run of the registry)
-VIEWERS: list[tuple[Callable[[str], bool], Callable[[str, str], Any]]] = [
+_run_viewer.takes = ()  # type: ignore[attr-defined]
+
+#: ``(recognises(path), viewer(path, device, **settings))`` in order, each viewer saying which settings it
+#: ``takes``; the last takes any directory (a run of any application of the registry)
+VIEWERS: list[tuple[Callable[[str], bool], Callable[..., Any]]] = [
     (_is_hf_dir, HuggingFaceViewer),
     (lambda path: True, _run_viewer),
 ]
 
 
-def viewer_of(path: str, device: str = "auto"):
-    """What views the directory ``path``: an object whose ``view(ViewInput)`` gives a page's input."""
+def viewer_of(path: str, device: str = "auto", **settings: Any):
+    """What views the directory ``path``: an object whose ``view(ViewInput)`` gives a page's input. ``settings``
+    (``generate``, ``layers``...) that its viewer does not take are a ``ValueError`` naming their flags."""
     for recognises, viewer in VIEWERS:
         if recognises(path):
-            return viewer(path, device)
+            refused = [k for k in settings if k not in viewer.takes]
+            if refused:
+                flags = ", ".join("--" + k.replace("_", "-") for k in refused)
+                raise ValueError(f"{flags} apply to Hugging Face model directories; {path} is a run")
+            return viewer(path, device, **settings)
     raise ValueError(f"{path}: nothing qkv can view")  # pragma: no cover - the last viewer takes anything
 
 
@@ -86,9 +120,10 @@ def view(args) -> int:
     if o.text or o.file or not inputs:
         inputs += [ViewInput(text=t, question=o.question)
                    for t in input_texts(o.text, o.file, "a text to look at (or --image FILE)")]
-    viewer = viewer_of(o.run, o.device)
-    for path, given in zip(numbered_paths(str(out), len(inputs)), inputs, strict=True):
-        page = viewer.view(given)
+    settings = {k: getattr(o, k) for k in given(args, ViewCommand) if k in HuggingFaceViewer.takes}
+    viewer = viewer_of(o.run, o.device, **settings)
+    for path, one in zip(numbered_paths(str(out), len(inputs)), inputs, strict=True):
+        page = viewer.view(one)
         written = save_attention_page(path, page.records, rollout=o.rollout, **page.page_kwargs())
         print(f"wrote {written} ({len(page.records)} attention modules)")
     return 0
