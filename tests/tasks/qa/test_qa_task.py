@@ -351,6 +351,7 @@ def test_an_answer_past_max_context_on_the_trained_reader(trained, caplog):
 SOURCE = "质能方程由爱因斯坦于1905年提出。"
 
 
+@pytest.mark.slow  # trains a reader on 3,000 mixed questions: about 45 s on one core
 def test_one_model_reads_english_and_chinese_as_typed(tmp_path):
     """Issue 27: the source documents' question, asked of one tiny model trained with the default data (facts in
     English and Chinese, some fifteen seconds on one thread), with or without spaces between the characters and with
