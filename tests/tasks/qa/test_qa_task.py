@@ -189,7 +189,7 @@ def test_bad_input_is_one_line_exit_2(trained, tmp_path):
         (["answer", trained[0], "--context", "  ", "--question", "Who?"], "the context is empty"),
         (["answer", trained[0], "--context", CONTEXT], "give --context and --question"),
         (["answer", trained[0], "--evaluate"], "--evaluate needs --data"),
-        (["answer", trained[0], "--context", CONTEXT, "--question", "Who?", "--data", "facts"], "go with --evaluate"),
+        (["answer", trained[0], "--context", CONTEXT, "--question", "Who?", "--data", "facts"], "goes with --evaluate"),
         (["answer", tmp_path, "--context", CONTEXT, "--question", "Who?"], None),
     ]
     for argv, message in cases:
@@ -235,11 +235,11 @@ QUESTIONS = [(CONTEXT, "When was the Kavo engine invented?"), (CONTEXT, "Who inv
 
 
 def test_qa_is_an_application_of_the_registry(trained):
-    import qkv.cli.qa as command
+    import qkv.cli.answer as command
 
     app = application("qa")
     assert (app.options, app.task, app.predictor) == (QAOptions, QATask, Reader)
-    assert not hasattr(command, "train")  # `qkv train qa` is the registry's (qkv.cli.apps)
+    assert not hasattr(command, "train")  # `qkv train qa` is the registry's (qkv.cli.train)
     assert application_of(trained[0]) is app
 
 

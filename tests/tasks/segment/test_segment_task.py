@@ -170,7 +170,7 @@ def test_segment_command_errors(scenes_run, tmp_path, capsys):
     assert main(["segment", str(scenes_run), "--index", "99"]) == 2
     assert "out of range" in capsys.readouterr().err
     assert main(["segment", str(scenes_run), "--index", "1", "--data", "scenes"]) == 2
-    assert "go with --evaluate" in capsys.readouterr().err
+    assert "--data goes with --evaluate" in capsys.readouterr().err
 
 
 def test_padding_defaults_to_circular_on_scenes_only():
