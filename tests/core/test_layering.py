@@ -45,6 +45,7 @@ LAYERS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "models": (("qkv.models", "qkv.explain"), ("layers", "data", "util")),
     "train": (("qkv.train",), ("models",)),
     "tasks": (("qkv.tasks", "qkv.integrations"), ("train", "viz")),
+    "notebook": (("qkv.viz.notebook",), ("tasks",)),  # the page of a run, a saved model or a model object
     "cli": (("qkv.cli", "qkv.__main__"), ("tasks", "api")),
 }
 
