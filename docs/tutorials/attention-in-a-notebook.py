@@ -43,7 +43,7 @@ class Tiny(nn.Module):
 
 
 model = Tiny().eval()
-words = "the cat sat on the mat".split()
+words = ["the", "cat", "sat", "on", "the", "mat"]
 ids = torch.arange(len(words))[None]
 
 # %% [markdown]
