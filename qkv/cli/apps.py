@@ -146,7 +146,7 @@ def register(commands, train_commands) -> None:
 
     for name in APPLICATIONS:
         if not hasattr(importlib.import_module(f"qkv.tasks.{name}"), "APPLICATION"):
-            continue  # TODO(migration): still registered by its own command module
+            continue  # registered by its own command module
         app = application(name)
         add_train_command(train_commands, name, app.help, app.options, app.train_defaults, _train(name))
     add_command(commands, "evaluate", "the metrics of runs of any application on a split of their data (or "
