@@ -305,7 +305,7 @@ def test_which_axes_a_mask_uses():
     ({"score_mod": lambda s, b, h, q_idx, kv_idx: s + torch.zeros(100)[kv_idx]}, r"score_mod .*<lambda> failed"),
 ])
 def test_a_bad_user_modifier_is_named_and_never_turns_compilation_off(gen, monkeypatch, bad, match):
-    """Issue 28 item 8: on inputs the fused path takes, a modifier with the wrong dtype or shape, or one that fails
+    """On inputs the fused path takes, a modifier with the wrong dtype or shape, or one that fails
     (here: an index past the end of its table, at the last key), is a ValueError naming it, before anything is
     compiled; compiled kernels stay on for the rest of the process."""
     monkeypatch.setattr(compiled, "_broken", None)
