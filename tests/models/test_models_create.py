@@ -28,6 +28,7 @@ from qkv.models import (
 )
 from qkv.models.bisenet import FCN, BiSeNet
 from qkv.models.captioning import FixedCaptioner, HardCaptioner, SoftCaptioner, TransformerCaptioner
+from qkv.models.lm import CausalLM, LMConfig
 from qkv.models.pointer import PointerGenerator, TransformerPointer
 from qkv.models.reading import AttentiveReader, BiDAFReader, TransformerReader
 from qkv.models.speech import LAS, CTCModel
@@ -78,6 +79,8 @@ CASES = {
         ("speech-transformer", SpeechTransformer, {"vocab_size": 12, "n_mels": 8, "dim": 16, "num_heads": 2}),
         ("bisenet", BiSeNet, {"num_classes": 3, "in_channels": 1, "widths": [4, 8, 8, 16]}),
         ("fcn", FCN, {"num_classes": 3, "in_channels": 1, "widths": [4, 8, 8, 16]}),
+        ("lm", lambda **cfg: CausalLM(LMConfig(**cfg)), {"vocab_size": 30, "dim": 16, "num_heads": 2, "num_layers": 1,
+                                                           "positions": "alibi"}),
         ("pointer", PointerGenerator, {"vocab": 20, "embed_dim": 8, "hidden_dim": 12, "attn_dim": 6}),
         ("transformer-pointer", TransformerPointer, {"vocab": 20, "dim": 16, "num_heads": 2, "ffn_dim": 24,
                                                      "num_layers": 1}),
