@@ -154,3 +154,10 @@ def test_coco_captions_naming_unreadable_images(tmp_path, rng):
         read_captions(tmp_path / "c.json")
     cf = read_captions(tmp_path / "c.json", on_error="skip")
     assert [p.name for p in cf.images] == ["ok0.png"] and cf.skipped == 2  # the image and its caption
+
+
+def test_a_folder_given_as_an_image_is_named_as_a_folder(tmp_path):
+    with pytest.raises(ValueError, match=rf"^{tmp_path} is a folder, not an image file$"):
+        read_image(tmp_path, (8, 8))
+    with pytest.raises(ValueError, match=r"^no image file"):
+        read_image(tmp_path / "missing.png", (8, 8))
