@@ -9,10 +9,10 @@ from pathlib import Path
 import torch
 
 from ..options import option
-from .common import add_command, input_files, safe, unique_names, write_json
+from .common import add_command, safe, unique_names, write_json
 from .evaluate import evaluation
 from .options import options_from_args
-from .predict import finish, load, read_inputs
+from .predict import finish, input_paths, load
 from .shared import DeviceOption, FileOption, JsonOption, LimitOption, PlotOption, RunArgument, plot_folder
 
 
@@ -66,13 +66,9 @@ def caption(args) -> int:
     from ..viz.captions import caption_attention
 
     o = options_from_args(args, CaptionCommand)
-    if o.evaluate and (o.images or o.file or o.index or o.plot):
-        raise ValueError("--evaluate captions the whole split: leave out the image files, --file, --index and --plot")
     if o.split != "test" and not (o.index or o.evaluate):
         raise ValueError("--split goes with --index or --evaluate (without them, it would be ignored)")
-    if not (o.images or o.file or o.index or o.evaluate):
-        raise ValueError("give image files, --index N (an image of the test split) or --evaluate")
-    files = input_files(read_inputs(o.images, o.file, "image files"), "image file") if o.images or o.file else []
+    files = input_paths(o, o.images, "image file", ", --index N (an image of the test split)")
     plots = plot_folder(o.plot) if o.plot else None
     captioner = load(o.run, o.device, "caption")
     if o.hard_test and not hasattr(captioner.model, "test_attention"):

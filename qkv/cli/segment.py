@@ -8,10 +8,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..options import option
-from .common import add_command, input_files, safe, unique_names, write_json
+from .common import add_command, safe, unique_names, write_json
 from .evaluate import evaluation
 from .options import options_from_args
-from .predict import finish, load, read_inputs
+from .predict import finish, input_paths, load
 from .shared import DeviceOption, FileOption, JsonOption, LimitOption, PlotOption, RunArgument, plot_folder
 
 
@@ -55,11 +55,7 @@ def segment(args) -> int:
     from ..viz.segmentation import segmentation_figure
 
     o = options_from_args(args, SegmentCommand)
-    if o.evaluate and (o.images or o.file or o.index or o.plot):
-        raise ValueError("--evaluate scores the whole split: leave out the image files, --file, --index and --plot")
-    if not (o.images or o.file or o.index or o.evaluate):
-        raise ValueError("give image files, --index N (an image of the test split) or --evaluate")
-    files = input_files(read_inputs(o.images, o.file, "image files"), "image file") if o.images or o.file else []
+    files = input_paths(o, o.images, "image file", ", --index N (an image of the test split)")
     plots = plot_folder(o.plot) if o.plot else None
     segmenter = load(o.run, o.device, "segment")
     if o.evaluate:

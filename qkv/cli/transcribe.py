@@ -8,10 +8,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..options import option
-from .common import add_command, input_files, safe, unique_names, write_json
+from .common import add_command, safe, unique_names, write_json
 from .evaluate import evaluation
 from .options import options_from_args
-from .predict import finish, load, read_inputs
+from .predict import finish, input_paths, load
 from .shared import DeviceOption, FileOption, JsonOption, LimitOption, PlotOption, RunArgument, plot_folder
 
 
@@ -71,11 +71,7 @@ def transcribe(args) -> int:
     from ..viz.speech import speech_alignment
 
     o = options_from_args(args, TranscribeCommand)
-    if o.evaluate and (o.audio or o.file or o.plot):
-        raise ValueError("--evaluate reads its utterances from MANIFEST_OR_SPLIT: leave out the audio files, --file "
-                         "and --plot")
-    audio = [] if o.evaluate else input_files(read_inputs(o.audio, o.file, "audio files (or --evaluate "
-                                                                         "MANIFEST_OR_SPLIT)"), "audio file")
+    audio = input_paths(o, o.audio, "audio file")
     plots = plot_folder(o.plot) if o.plot else None
     transcriber = load(o.run, o.device, "speech")
     if o.ctc_weight and not transcriber.has_ctc:
