@@ -68,8 +68,8 @@ def caption(args) -> int:
     o = options_from_args(args, CaptionCommand)
     if o.split != "test" and not (o.index or o.evaluate):
         raise ValueError("--split goes with --index or --evaluate (without them, it would be ignored)")
+    plots = plot_folder(o.plot) if o.plot else None  # settled first: printed == written
     files = input_paths(o, o.images, "image file", ", --index N (an image of the test split)")
-    plots = plot_folder(o.plot) if o.plot else None
     captioner = load(o.run, o.device, "caption")
     if o.hard_test and not hasattr(captioner.model, "test_attention"):
         raise ValueError("--hard-test applies to hard attention runs only")

@@ -55,8 +55,8 @@ def segment(args) -> int:
     from ..viz.segmentation import segmentation_figure
 
     o = options_from_args(args, SegmentCommand)
+    plots = plot_folder(o.plot) if o.plot else None  # settled first: printed == written
     files = input_paths(o, o.images, "image file", ", --index N (an image of the test split)")
-    plots = plot_folder(o.plot) if o.plot else None
     segmenter = load(o.run, o.device, "segment")
     if o.evaluate:
         _evaluate(segmenter, o)

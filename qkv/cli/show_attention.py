@@ -49,10 +49,10 @@ def show_attention(args) -> int:
     from ..viz.plots import image_attention
 
     o = options_from_args(args, ShowAttentionCommand)
+    out = plot_folder(o.out, "--out")  # settled first: printed == written
     files = input_paths(o, o.images, "image file", " and/or --index N (an image of the test split)")
     if o.invert and not (o.images or o.file):
         raise ValueError("--invert goes with image files (the test split's images are read as they are)")
-    out = plot_folder(o.out, "--out")
     clf = load(o.run, o.device, "images")
     query = _pixel(o.query_pixel, clf.image_size)
     pictures = [clf.read(path, invert=o.invert) for path in files]

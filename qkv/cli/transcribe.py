@@ -71,8 +71,8 @@ def transcribe(args) -> int:
     from ..viz.speech import speech_alignment
 
     o = options_from_args(args, TranscribeCommand)
+    plots = plot_folder(o.plot) if o.plot else None  # settled first: printed == written
     audio = input_paths(o, o.audio, "audio file")
-    plots = plot_folder(o.plot) if o.plot else None
     transcriber = load(o.run, o.device, "speech")
     if o.ctc_weight and not transcriber.has_ctc:
         raise ValueError("--ctc-weight needs a hybrid run (trained with --ctc-weight > 0)")
