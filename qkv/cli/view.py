@@ -51,21 +51,34 @@ class ViewCommand(DeviceOption, FileOption, RunArgument):
 
 
 class HuggingFaceViewer:
-    """A saved Hugging Face model directory, viewed on qkv's attention backend (texts only): the text read once,
-    or with ``generate`` the tokens it generates, step by step."""
+    """A saved Hugging Face model directory, viewed on qkv's attention backend: a text model reads the text once,
+    or with ``generate`` the tokens it generates, step by step; an image classifier (ViT-style) reads an image."""
 
     #: the settings of ``qkv view`` this viewer takes (others are refused, naming them)
     takes = ("generate", "layers", "heads", "strategy", "beam", "seed")
 
     def __init__(self, path: str, device: str = "auto", *, generate: int | None = None, layers=None, heads=None,
                  strategy: str = "greedy", beam: int = 4, seed: int = 0):
+        from ..integrations.transformers_view import hf_image_model
+
         self.path, self.device = path, device
         self.generate, self.layers, self.heads = generate, layers, heads
         self.strategy, self.beam, self.seed = strategy, beam, seed
+        self.image_model = hf_image_model(path)
+        if self.image_model and generate is not None:
+            raise ValueError("a Hugging Face image model takes --image FILE only (no --generate)")
 
     def view(self, given: ViewInput):
+        if self.image_model:
+            if given.image is None or given.index is not None or given.question or given.text is not None:
+                raise ValueError("a Hugging Face image model takes --image FILE only (no text, --index or "
+                                 "--question)")
+            from ..integrations.transformers_view import view_image_input
+
+            return view_image_input(self.path, given.image, device=self.device, layers=self.layers,
+                                    heads=self.heads)
         if given.image is not None or given.index is not None or given.question:
-            raise ValueError("a Hugging Face model directory takes texts only (no --image, --index or --question)")
+            raise ValueError("a Hugging Face text model takes texts only (no --image, --index or --question)")
         if self.generate is not None:
             from ..integrations.generation import view_generation
 

@@ -1,4 +1,4 @@
-"""The segment application end to end (issue 26): a tiny BiSeNet learns a two-class scene in seconds; `qkv train
+"""The segment application end to end: a tiny BiSeNet learns a two-class scene in seconds; `qkv train
 segment` on scenes and on a folder, `qkv segment` (labels, --plot pictures with the ARM/FFM weights, --evaluate),
 `qkv view`; the predictor against the model run by hand; option errors exit 2 with one line."""
 

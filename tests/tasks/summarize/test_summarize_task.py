@@ -291,3 +291,32 @@ def test_ngram_blocking_leaves_no_repeated_trigram_even_for_a_model_that_repeats
             for s in blocked:
                 grams = [tuple(s.tokens[i:i + n]) for i in range(len(s.tokens) - n + 1)]
                 assert len(grams) == len(set(grams)) and len(s.tokens) > n
+
+
+@pytest.mark.parametrize("special", ["<bos>", "<unk>", "<pad>"])
+@pytest.mark.parametrize("beam", [1, 3])
+def test_special_tokens_are_never_written_and_an_unknown_word_is_the_source_word_attended(special, beam):
+    """A model that says only ``special``: no summary shows it; its ``<unk>`` is the source word it attends to most
+    at that step, the word a copy gives."""
+    from qkv.data import WordTokenizer
+    from qkv.data.tokenize import SPECIALS
+    from qkv.models import create
+    from qkv.tasks.summarize import summarize_batch
+
+    rng = random.Random(5)
+    texts = [" ".join(rng.choice(FILLER + [_name(rng)]) for _ in range(rng.randrange(4, 12))) for _ in range(6)]
+    tok = WordTokenizer.train(texts, min_freq=2)
+    torch.manual_seed(1)
+    model = create("pointer", vocab=tok.vocab_size, embed_dim=8, hidden_dim=8, attn_dim=8)
+    with torch.no_grad():
+        model.out.bias[SPECIALS.index(special)] = 50.0
+        model.switch.bias.fill_(50.0)  # generate, never copy
+    for s in summarize_batch(model, tok, texts, beam=beam, max_len=5):
+        assert not any(w in s.text for w in SPECIALS) and not set(s.tokens) & set(SPECIALS), s.text
+        assert len(s.attention) >= len(s.tokens) and len(s.p_gen) >= len(s.tokens) and len(s.copied) == len(s.tokens)
+        if special == "<unk>":
+            assert len(s.tokens) == 5 and all(s.copied)
+            assert s.tokens == [s.source_tokens[int(row.argmax())] for row in s.attention[:5]]
+            assert s.text.split() == s.tokens or rouge_words(s.text) == rouge_words(" ".join(s.tokens))
+        else:
+            assert s.tokens == [] and s.text == ""
