@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..options import option
-from .common import add_command, safe, unique_names, write_json
+from .common import add_command, safe, unique_names
 from .evaluate import evaluation
 from .options import options_from_args
 from .predict import finish, input_paths, load
@@ -58,13 +58,13 @@ def _evaluate(transcriber, o: TranscribeCommand) -> None:
     if not is_path and target not in transcriber.data().splits:
         raise ValueError(f"--evaluate {target}: no such manifest or folder, and not a split of the run's data "
                          f"({', '.join(transcriber.data().splits)})")
-    m = evaluation(transcriber, target if is_path else None, split="test" if is_path else target, limit=o.limit,
-                   name=target, on_error=o.on_error, **_settings(o))
-    print(f"{safe(target)}: {int(m['utterances'])} utterances, beam {o.beam}"
-          + (f", {int(m['skipped'])} skipped" if m.get("skipped") else ""))
-    print(f"WER {m['wer']:.2f}%\nCER {m['cer']:.2f}%")
-    if o.json:
-        write_json(o.json, m)
+    def table(m: dict[str, float]) -> None:
+        print(f"{safe(target)}: {int(m['utterances'])} utterances, beam {o.beam}"
+              + (f", {int(m['skipped'])} skipped" if m.get("skipped") else ""))
+        print(f"WER {m['wer']:.2f}%\nCER {m['cer']:.2f}%")
+
+    evaluation(transcriber, target if is_path else None, split="test" if is_path else target, limit=o.limit,
+               name=target, on_error=o.on_error, json_path=o.json, report=table, **_settings(o))
 
 
 def transcribe(args) -> int:

@@ -213,8 +213,14 @@ def _rule_cases():
                                        id=f"{' '.join(path)}-{f.name}-{other}={values[0]}")
                 for other, values in (spec.applies or {}).items():
                     of, ospec = fields[other]
-                    bad = next(c for c in ospec.choices if c not in values)
-                    yield pytest.param([*base, *_given(cls, of, ospec, str(bad))], _flag(cls, f, spec),
+                    if ospec.choices is None:  # a switch: the rule holds when it is off
+                        assert values == (False,) and of.default is False, (path, f.name, other)
+                        given_other = _given(cls, of, ospec, "")[:1] + _given(cls, of, ospec, "")[2:]
+                        bad = True
+                    else:
+                        bad = next(c for c in ospec.choices if c not in values)
+                        given_other = _given(cls, of, ospec, str(bad))
+                    yield pytest.param([*base, *given_other], _flag(cls, f, spec),
                                        id=f"{' '.join(path)}-{f.name}-{other}={bad}")
 
 
