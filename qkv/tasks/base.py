@@ -327,12 +327,17 @@ def file_inputs(strings: Sequence[str], what: str) -> list[str]:
 
 
 def jsonable(value: Any) -> Any:
-    """``value`` with what JSON cannot hold replaced: tensors become lists (a 0-d one a number), tuples lists, and
-    non-finite floats (NaN, infinities) ``None``."""
+    """``value`` with what JSON cannot hold replaced: tensors and numpy arrays become lists (a 0-d one a number),
+    numpy numbers Python ones, tuples lists, and non-finite floats (NaN, infinities) ``None``."""
     import math
+    import numbers
 
-    if isinstance(value, torch.Tensor):
+    if isinstance(value, torch.Tensor) or (hasattr(value, "tolist") and hasattr(value, "dtype")):  # numpy too
         value = value.tolist()
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+        return int(value)
+    if isinstance(value, numbers.Real):
+        value = float(value)
     if isinstance(value, float):
         return value if math.isfinite(value) else None
     if isinstance(value, Mapping):

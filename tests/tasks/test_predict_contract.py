@@ -94,3 +94,16 @@ def test_bad_strings_are_errors_that_name_the_input(name, tiny_run, tmp_path):
             predictor.inputs_from_strings(["a context without its question"])
         asked = predictor.inputs_from_strings(["Paris is in France.", "Rome is in Italy."], question="Where?")
         assert asked == [("Paris is in France.", "Where?"), ("Rome is in Italy.", "Where?")]
+
+
+def test_jsonable_leaves_nothing_json_cannot_hold():
+    import torch
+
+    from qkv.tasks.base import jsonable
+
+    value = {"t": torch.tensor([1.5, float("nan")]), "s": torch.tensor(2), "n": np.float32(0.25), "i": np.int64(3),
+             "b": True, "inf": float("-inf"), "nested": ({"a": np.array([1, 2])},), 4: "x"}
+    out = jsonable(value)
+    assert out == {"t": [1.5, None], "s": 2, "n": 0.25, "i": 3, "b": True, "inf": None, "nested": [{"a": [1, 2]}],
+                   "4": "x"}
+    assert json.loads(json.dumps(out, allow_nan=False)) == out
