@@ -21,7 +21,8 @@ __all__ = ["APPLICATIONS", "application", "application_of", "load_predictor", "r
 
 #: the applications' names, in the order ``qkv train --help`` lists them: qkv's own (each a package
 #: ``qkv.tasks.NAME``), then those added by :func:`register_application`
-APPLICATIONS: list[str] = ["translate", "sentiment", "images", "caption", "qa", "segment", "summarize", "speech"]
+APPLICATIONS: list[str] = ["translate", "sentiment", "images", "caption", "qa", "segment", "summarize", "speech",
+                           "lm"]
 _REGISTERED: dict[str, Application] = {}
 
 

@@ -1,4 +1,4 @@
-"""Faults an operator meets (issue 28): two trainings in one run directory, SIGTERM, full disks, torn
+"""Faults an operator meets: two trainings in one run directory, SIGTERM, full disks, torn
 ``metrics.jsonl`` lines and unwritable outputs. The races and signals use real processes (``tests.trainer_toy``);
 the full disk is a small tmpfs where this machine lets us mount one, and a simulated ENOSPC everywhere."""
 

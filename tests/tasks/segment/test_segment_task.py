@@ -1,4 +1,4 @@
-"""The segment application end to end (issue 26): a tiny BiSeNet learns a two-class scene in seconds; `qkv train
+"""The segment application end to end: a tiny BiSeNet learns a two-class scene in seconds; `qkv train
 segment` on scenes and on a folder, `qkv segment` (labels, --plot pictures with the ARM/FFM weights, --evaluate),
 `qkv view`; the predictor against the model run by hand; option errors exit 2 with one line."""
 
@@ -170,7 +170,7 @@ def test_segment_command_errors(scenes_run, tmp_path, capsys):
     assert main(["segment", str(scenes_run), "--index", "99"]) == 2
     assert "out of range" in capsys.readouterr().err
     assert main(["segment", str(scenes_run), "--index", "1", "--data", "scenes"]) == 2
-    assert "go with --evaluate" in capsys.readouterr().err
+    assert "--data goes with --evaluate" in capsys.readouterr().err
 
 
 def test_padding_defaults_to_circular_on_scenes_only():
