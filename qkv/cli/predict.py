@@ -135,7 +135,9 @@ def finish(predictor, given: Sequence[str], results: Sequence[Any], json_path: s
 
 
 def _line(row: dict[str, Any]) -> str:
-    if "shares" in row:
+    if "output" in row:  # the line a person reads (Predictor.result_row)
+        out = str(row["output"])
+    elif "shares" in row:
         out = ", ".join(f"{c} {v:.1%}" for c, v in sorted(row["shares"].items(), key=lambda kv: -kv[1]))
     else:
         out = str(row.get("text", row.get("answer", row.get("label", ""))))

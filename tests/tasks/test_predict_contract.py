@@ -107,3 +107,23 @@ def test_jsonable_leaves_nothing_json_cannot_hold():
     assert out == {"t": [1.5, None], "s": 2, "n": 0.25, "i": 3, "b": True, "inf": None, "nested": [{"a": [1, 2]}],
                    "4": "x"}
     assert json.loads(json.dumps(out, allow_nan=False)) == out
+
+
+@pytest.mark.parametrize("name", APPLICATIONS)
+def test_qkv_predict_prints_and_writes_each_result_row(name, tiny_run, tmp_path, capsys):
+    if name == "speech" and (shutil.which("espeak-ng") is None or shutil.which("flite") is None):
+        pytest.skip("espeak-ng and flite are not installed (make data)")
+    from qkv.cli import main
+
+    run = tiny_run(name)
+    strings, _ = _strings(name, tmp_path)
+    predictor = load_predictor(run, "cpu")
+    rows = [predictor.result_row(r) for r in predictor.predict(predictor.inputs_from_strings(strings))]
+    capsys.readouterr()
+    assert main(["predict", str(run), *strings, "--device", "cpu", "--json", str(tmp_path / "rows.json")]) == 0
+    printed = [line for line in capsys.readouterr().out.strip().splitlines() if not line.startswith("wrote ")]
+    assert len(printed) == len(strings)
+    for line, row in zip(printed, rows, strict=True):
+        assert line.endswith("\t" + row["output"].replace("\t", " ")) or line.endswith("\t" + row["output"])
+    written = json.loads((tmp_path / "rows.json").read_text(encoding="utf-8"))
+    assert [{k: v for k, v in w.items() if k not in ("input", "note")} for w in written] == rows
