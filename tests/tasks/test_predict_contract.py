@@ -92,6 +92,10 @@ def test_bad_strings_are_errors_that_name_the_input(name, tiny_run, tmp_path):
     if name == "qa":
         with pytest.raises(ValueError, match="input 1 must be context<TAB>question"):
             predictor.inputs_from_strings(["a context without its question"])
+        with pytest.raises(ValueError, match="input 2: the question is empty"):
+            predictor.inputs_from_strings(["Paris is in France.\tWhere?", "Rome is in Italy.\t "])
+        with pytest.raises(ValueError, match="^the context is empty"):
+            predictor.inputs_from_strings([" \tWhere?"])
         asked = predictor.inputs_from_strings(["Paris is in France.", "Rome is in Italy."], question="Where?")
         assert asked == [("Paris is in France.", "Where?"), ("Rome is in Italy.", "Where?")]
 
