@@ -63,6 +63,8 @@ CASES = {
        for name in ("resnet18", "resnet34", "resnet50", "resnet101")},
     "sknet50": ({"num_classes": 5, "attn_kwargs": {"reduction": 8}},
                 lambda: sknet50(num_classes=5, attn_kwargs={"reduction": 8})),
+    "lm": ({"vocab_size": 30, "dim": 16, "num_heads": 2, "num_layers": 1, "kv_heads": 1, "max_len": 12},
+           lambda: CausalLM(LMConfig(vocab_size=30, dim=16, num_heads=2, num_layers=1, kv_heads=1, max_len=12))),
     **{name: (cfg, lambda cls=cls, cfg=cfg: cls(**cfg)) for name, cls, cfg in (
         ("caption-soft", SoftCaptioner, {"vocab_size": 20, "widths": [4, 4, 4, 8], "embed_dim": 8, "hidden_dim": 12}),
         ("caption-hard", HardCaptioner, {"vocab_size": 20, "widths": [4, 4, 4, 8], "attn_dim": 6,

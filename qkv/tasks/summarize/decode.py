@@ -9,8 +9,9 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import torch
 from torch import Tensor, nn
+
+from ..base import evaluating, length_batches
 
 __all__ = ["Encoded", "SummaryBatch", "Summary", "encode_example", "collate", "summarize_batch", "summary_metrics",
            "rouge_words", "lead", "first_words", "output_text", "written_out", "output_words"]
@@ -169,13 +170,9 @@ def summarize_batch(model: nn.Module, tok, texts: Sequence[str], *, beam: int = 
     from ...models.decoding import beam_search
 
     device = next(model.parameters()).device
-    was_training = model.training
-    model.eval()
-    order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
     out: dict[int, Summary] = {}
-    with torch.no_grad():
-        for start in range(0, len(order), batch_size):
-            idx = order[start:start + batch_size]
+    with evaluating(model):
+        for idx in length_batches(texts, batch_size):
             enc = [encode_example(tok, texts[i], max_source=max_source) for i in idx]
             b = collate(enc)
             src, mask, ext = b.src.to(device), b.src_mask.to(device), b.src_ext.to(device)
@@ -197,7 +194,6 @@ def summarize_batch(model: nn.Module, tok, texts: Sequence[str], *, beam: int = 
                 text = written_out(words, e.words, texts[i], spans)
                 out[i] = Summary(texts[i], text, words, e.words, attn, p_gen[row, :n][rows], copied,
                                  attn.sum(0), float(h.score), e.cut)
-    model.train(was_training)
     return [out[i] for i in range(len(texts))]
 
 
