@@ -259,3 +259,17 @@ def test_two_writers_of_one_cached_utterance_both_succeed(tmp_path):
     wave, rate = soundfile.read(path)
     assert rate == 16000 and len(wave) > 1600
     assert sorted(p.name for p in tmp_path.iterdir()) == ["one.wav"]  # no temporary file left
+
+
+def test_manifest_json_lines_nemo_style(tmp_path):
+    _clip(tmp_path / "a.wav")
+    m = tmp_path / "train_manifest.json"
+    m.write_text('{"audio_filepath": "a.wav", "duration": 0.5, "text": "Hello there"}\n\n'
+                 '{"audio_filepath": "gone.wav", "text": "x"}\n{"audio_filepath": "a.wav"}\n[1, 2]\n{"audio": "a.wav", '
+                 '"sentence": "again", "speaker_id": 7}\n{broken\n', encoding="utf-8")
+    with pytest.raises(ValueError, match=r"train_manifest\.json:3: no such audio file"):
+        read_manifest(m)
+    utts, skipped = read_manifest(m, on_error="skip")
+    assert [(u.text, u.speaker, u.where.rsplit(":", 1)[1]) for u in utts] == [("hello there", "", "1"),
+                                                                              ("again", "7", "6")]
+    assert skipped == {"no such audio file": 1, "no transcript": 1, "not a JSON object": 1, "not JSON": 1}

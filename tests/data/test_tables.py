@@ -158,6 +158,11 @@ def test_a_comma_in_an_unquoted_field_is_a_row_too_long_never_a_cut_text(tmp_pat
         read_manifest(manifest)
     utterances, skipped = read_manifest(manifest, on_error="skip")
     assert [u.text for u in utterances] == ["one two", "five"] and skipped == {"more fields than the header": 1}
+    headerless_manifest = tmp_path / "h.csv"
+    headerless_manifest.write_text("clip.wav\nclip.wav,one\nclip.wav,two, three\nclip.wav,four\n", encoding="utf-8")
+    utterances, skipped = read_manifest(headerless_manifest, on_error="skip")
+    assert [u.text for u in utterances] == ["one", "four"]
+    assert skipped == {"more fields than most rows": 1, "expected 2 columns (audio path, transcript)": 1}
     table = tmp_path / "t.csv"
     table.write_text('text,label\nLoved it, truly,pos\n"Fine, really",pos\nBad,neg\nAwful,neg\n', encoding="utf-8")
     with pytest.raises(ValueError, match=r"t\.csv:2: 3 fields, the header has 2: a comma inside an unquoted field"):
