@@ -28,8 +28,8 @@ from .checkpoint import (
 )
 from .config import RESULT_FIELDS
 from .lock import RunInUseError, RunLock
-from .parts import TrainState
 from .schedule import derive_seed
+from .state import TrainState
 
 __all__ = ["hold_run_directory", "find_checkpoint", "load_resumed_weights", "save", "restore"]
 

@@ -29,9 +29,11 @@ from .budget import Horizon, TimeBudget
 from .checkpoint import load_checkpoint, write_checkpoint
 from .config import TrainConfig
 from .interrupt import Interrupted, StopFlag, terminate_raises
-from .parts import MetricsLog, TrainResult, TrainState, amp_dtype, dtype_name, log_train, param_groups
+from .metrics_log import MetricsLog, log_train
+from .precision import amp_dtype, dtype_name, param_groups
 from .rundir import find_checkpoint, hold_run_directory, load_resumed_weights, restore, save
 from .schedule import derive_seed, epoch_batches, lr_factor, num_batches
+from .state import TrainResult, TrainState
 from .task import Task
 
 __all__ = ["train", "Trainer", "TrainState", "TrainResult"]

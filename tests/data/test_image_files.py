@@ -1,4 +1,4 @@
-"""Reading image files (issue 28): 16-bit grey and float images are scaled to the 8-bit range, not clipped;
+"""Reading image files: 16-bit grey and float images are scaled to the 8-bit range, not clipped;
 transparent images are composited on a stated background with a warning; a captions file naming an unreadable
 image is an error at its ``file:line``, or skipped and counted. Each reader is compared with a NumPy reference
 computed from the generated pixels."""

@@ -3,7 +3,6 @@ words outside its vocabulary, `qkv summarize` (text, --file, --html, --evaluate)
 metrics against hand-computed cases, and bad inputs (one-line errors, exit code 2)."""
 
 import json
-import math
 import random
 
 import pytest
@@ -113,7 +112,7 @@ def test_summarize_command_html_file_and_output(copy_run, tmp_path, capsys):
     html = (tmp_path / "copy.html").read_text(encoding="utf-8")
     assert "<b>kemiru" not in html and "&lt;" in html and "p_gen" in html and "data-attn" in html
     texts = tmp_path / "in.txt"
-    texts.write_text("data called tipoxe here\n\nslow disk called mabeko\n", encoding="utf-8")
+    texts.write_text("data called tipoxe here\nslow disk called mabeko\n", encoding="utf-8")
     summaries = tmp_path / "out.txt"
     assert main(["summarize", str(out), "--file", str(texts), "--output", str(summaries), "--max-len", "3"]) == 0
     assert summaries.read_text(encoding="utf-8").split() == ["tipoxe", "mabeko"]
@@ -128,7 +127,7 @@ def test_evaluate_prints_rouge_beside_the_baselines(copy_run, tmp_path, capsys):
     assert "| lead sentence |" in printed and "| first 8 words |" in printed and "ROUGE-L" in printed
     m = json.loads(figures.read_text())
     assert m["examples"] == 10 and m["rougeL"] > m["lead_rougeL"] and m["rougeL"] > m["first8_rougeL"]
-    assert math.isnan(m["repeated_trigrams"])  # one-word summaries have no trigram
+    assert m["repeated_trigrams"] is None  # one-word summaries have no trigram: NaN, written null
     # another file of the same format is evaluated whole, bad rows skipped and counted
     other = tmp_path / "other.jsonl"
     other.write_text(json.dumps({"text": "called ropafi here", "summary": "ropafi"}) + "\n{broken\n",
@@ -200,7 +199,7 @@ def test_bad_inputs_are_one_line_errors(copy_run, tmp_path, capsys):
     assert main(["summarize", str(out)]) == 2
     assert main(["summarize", str(out), "   "]) == 2
     assert main(["summarize", str(out), "text", "--evaluate", str(data)]) == 2
-    assert main(["summarize", str(out), "text", "--json", "x.json"]) == 2
+    assert main(["summarize", str(out), "text", "--split", "valid"]) == 2  # --split goes with --evaluate
     assert main(["summarize", str(out), "text", "--html", str(tmp_path)]) == 2
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"text": "a b", "summary": "a"}\n{"text": "a b"}\n', encoding="utf-8")
