@@ -143,6 +143,13 @@ def test_multiline_fields_are_read_with_their_first_line_and_counted(tmp_path, c
         list(table_rows(path, multiline=True))
 
 
+def test_a_lone_carriage_return_names_its_line(tmp_path):
+    path = tmp_path / "cr.csv"
+    path.write_bytes(b"text,summary\nfine,x\nab\rcd,x\n")
+    with pytest.raises(ValueError, match=r"cr\.csv:3: a carriage return \(\\r\) alone inside a line"):
+        list(table_rows(path))
+
+
 def test_every_table_reader_reads_through_table_rows():
     """A CSV reader written apart would not be strict: only qkv/data/files.py may call the csv module's reader."""
     users = [p.relative_to(ROOT) for p in (ROOT / "qkv").rglob("*.py")
