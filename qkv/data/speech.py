@@ -18,6 +18,7 @@ normalised to the characters of :data:`ALPHABET` (:func:`normalize_transcript`).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -96,7 +97,9 @@ class _Errors:
 
 
 def _resolve(base: Path, path: str) -> Path:
-    p = Path(path).expanduser()
+    p = Path(path)
+    with contextlib.suppress(RuntimeError):  # ~name of no user: the path as written
+        p = p.expanduser()
     if p.is_absolute():
         return p
     for candidate in (base / p, base / "clips" / p):
@@ -123,6 +126,9 @@ def read_manifest(path: str | os.PathLike, *, on_error: str = "raise") -> tuple[
         transcript = normalize_transcript(said)
         if not transcript:
             errors(where, "empty transcript", repr(said[:40]))
+            continue
+        if not audio_path.strip():
+            errors(where, "empty audio path")
             continue
         audio = _resolve(p.parent, audio_path.strip())
         if not audio.is_file():

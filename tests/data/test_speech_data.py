@@ -178,6 +178,9 @@ def test_manifest_bad_rows_name_file_and_line_or_are_skipped(tmp_path):
     (tmp_path / "empty.tsv").write_text("\n")
     with pytest.raises(ValueError, match="empty"):
         read_manifest(tmp_path / "empty.tsv")
+    (tmp_path / "odd.csv").write_text("path,text\n,no path\n~nosuchuser-qkv/a.wav,no home\n")
+    assert read_manifest(tmp_path / "odd.csv", on_error="skip") == ([], {"empty audio path": 1,
+                                                                         "no such audio file": 1})
     with pytest.raises(ValueError, match=r"is a folder, not a manifest file"):
         read_manifest(tmp_path)
     (tmp_path / "bin.tsv").write_bytes(b"\xff\xfe\x00bad")
