@@ -30,7 +30,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .files import table_rows, text_lines
+from .files import binary_lines, table_rows, text_lines
 
 logger = logging.getLogger(__name__)
 
@@ -213,10 +213,15 @@ def read_librispeech(root: str | os.PathLike, *, on_error: str = "raise") -> tup
                          "SPEAKER-CHAPTER.trans.txt beside the .flac files)")
     out = []
     for trans in files:
-        for number, line in enumerate(trans.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
+        for number, raw in binary_lines(trans):
+            where = f"{trans}:{number}"
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                errors(where, "not UTF-8 text", f"{e.reason} at byte {e.start}")
+                continue
             if not line.strip():
                 continue
-            where = f"{trans}:{number}"
             uid, _, said = line.strip().partition(" ")
             transcript = normalize_transcript(said)
             if not transcript:

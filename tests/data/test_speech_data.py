@@ -199,6 +199,10 @@ def test_librispeech_layout(tmp_path):
     utts, skipped = read_librispeech(tmp_path, on_error="skip")
     assert [(u.text, u.speaker) for u in utts] == [("hello there", "84"), ("general kenobi", "84")]
     assert skipped == {"no such audio file": 1}
+    (d / "84-121.trans.txt").write_bytes(b"84-121-0000 HELLO THERE\n84-121-0001 GENERAL \xffKENOBI\n")
+    with pytest.raises(ValueError, match=r"84-121\.trans\.txt:2: not UTF-8 text"):
+        read_librispeech(tmp_path)
+    assert read_librispeech(tmp_path, on_error="skip")[1] == {"not UTF-8 text": 1}
     (tmp_path / "nothing").mkdir()
     with pytest.raises(ValueError, match="no \\*.trans.txt"):
         read_librispeech(tmp_path / "nothing")
