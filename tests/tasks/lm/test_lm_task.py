@@ -105,3 +105,21 @@ def test_view_writes_every_layers_attention(pattern_run, tmp_path):
     assert main(["view", str(pattern_run), "abcdeabc", "--out", str(page)]) == 0
     html = page.read_text()
     assert "layers.0.self_attn" in html and "layers.1.self_attn" in html
+
+
+def test_qkv_generate_is_reproducible_and_refuses_what_it_would_ignore(pattern_run, tmp_path, capsys):
+    import json
+
+    argv = ["generate", str(pattern_run), "abc", "cde", "--max-new-tokens", "6", "--top-k", "4", "--seed", "5"]
+    assert main(argv) == 0
+    first = capsys.readouterr().out
+    assert main(argv + ["--json", str(tmp_path / "g.json")]) == 0
+    assert capsys.readouterr().out.startswith(first)
+    rows = json.loads((tmp_path / "g.json").read_text())
+    assert [r["input"] for r in rows] == ["abc", "cde"]
+    assert [f"{r['input']}\t{r['continuation']}" for r in rows] == first.splitlines()
+    for bad, flag in [(["--greedy", "--temperature", "0.5"], "--temperature"),
+                      (["--temperature", "0"], "--temperature"), (["--device", "tpu"], "--device")]:
+        assert main(["generate", str(pattern_run), "abc", *bad]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("qkv: error:") and flag in err and len(err.splitlines()) == 1
