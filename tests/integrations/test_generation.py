@@ -85,6 +85,19 @@ def test_recorded_generation_equals_eager_at_every_step(name, strategy, gen):
             torch.testing.assert_close(r.weights[0], eager.encoder_attentions[layer][0], atol=2e-6, rtol=1e-4)
 
 
+@pytest.mark.parametrize("name,strategy", [("llama", "beam"), ("marian", "greedy")])
+def test_weights_computed_a_few_rows_at_a_time_are_the_same(name, strategy, gen, monkeypatch):
+    """A prompt's (and an encoder's) weights are computed in pieces of rows: pieces of 3 rows give the same."""
+    ids = _prompt(gen, 8)
+    whole = record_generation(hf.model(name, "qkv"), ids, max_new_tokens=4, strategy=strategy, beams=3)
+    monkeypatch.setattr(backend, "RECORD_ROWS", 3)
+    pieces = record_generation(hf.model(name, "qkv"), ids, max_new_tokens=4, strategy=strategy, beams=3)
+    assert torch.equal(whole.sequence, pieces.sequence) and len(whole.records) == len(pieces.records)
+    for a, b in zip(whole.records, pieces.records, strict=True):
+        assert a.name == b.name
+        torch.testing.assert_close(a.weights, b.weights, atol=1e-6, rtol=1e-5)
+
+
 @pytest.mark.parametrize("name", ["llama", "t5"])
 def test_steps_carry_the_probability_of_the_chosen_token(name, gen):
     ids = _prompt(gen)
