@@ -154,7 +154,8 @@ class _Recorder:
             kind = attention_kind(module)
             layer = _layer_index(module, name)
             wanted = self.layers is None or layer in self.layers
-            causal = kind == "self" and not re.search(r"(^|\.)encoder(\.|$)", name)
+            in_encoder = bool(re.search(r"(^|\.)encoder(\.|$)", name))
+            causal = kind == "self" and bool(getattr(module, "is_causal", not in_encoder)) and not in_encoder
             self.cache[key] = (name, kind, causal, wanted)
         return self.cache[key]
 
@@ -256,6 +257,18 @@ def record_generation(model: nn.Module, input_ids: Tensor, *, max_new_tokens: in
     return Recorded(sequence, generated, steps, records, prompt_len - 1 if not enc_dec else 0, enc_dec, layers, heads)
 
 
+def record_forward(model: nn.Module, layers: Sequence[int] | None = None, heads: Sequence[int] | None = None,
+                   **inputs: Any) -> list[AttentionRecord]:
+    """One forward pass of ``model`` (on qkv's backend) with the weights of ``layers`` and ``heads`` recorded (None:
+    all), a few hundred query rows at a time: the records of ``capture_attention`` for the first example of the
+    batch, at the memory of what is kept."""
+    layers, heads = check_selection(model.config, layers, heads)
+    rec = _Recorder({m: n for n, m in model.named_modules()}, None if layers is None else set(layers), heads)
+    with torch.no_grad(), recording(rec):
+        model(**inputs)
+    return _join(rec.calls, rec.buffers, [])
+
+
 def _join(calls: list[tuple[int, str, str, bool, Tensor]], buffers: dict[str, tuple[Tensor, int, int, int]],
           rows: list[int]) -> list[AttentionRecord]:
     """One record per module: a prompt's or an encoder's call (already in its buffer, with room for the steps) and
@@ -270,8 +283,8 @@ def _join(calls: list[tuple[int, str, str, bool, Tensor]], buffers: dict[str, tu
         items = by_name.pop(name)
         kind, causal = items[0][1], items[0][2]
         buffer = buffers[name][0] if name in buffers else None
-        kept = [(step, w[rows[step]:rows[step] + 1] if w.shape[0] > rows[step] else w[:1])
-                for step, _, _, w in items if w is not buffer and 0 <= step < len(rows)]
+        kept = [(step, w[:1] if step < 0 else w[rows[step]:rows[step] + 1] if w.shape[0] > rows[step] else w[:1])
+                for step, _, _, w in items if w is not buffer and step < len(rows)]
         del items
         if name in buffers:  # a prompt (step 0) or an encoder: its buffer, the steps' rows written after it
             buf, prompt, keys, grow = buffers[name]

@@ -150,3 +150,28 @@ def test_bad_selection_is_a_one_line_error(given, match, gen):
 def test_a_model_without_a_generation_head_is_refused(gen):
     with pytest.raises(ValueError, match="generat"):
         record_generation(hf.model("bert", "qkv"), _prompt(gen), max_new_tokens=3)
+
+
+@pytest.mark.parametrize("name", list(hf.MODELS))
+def test_one_forward_recorded_equals_the_capture(name, gen):
+    """record_forward (what qkv view records of one text) gives the weights qkv.capture_attention gives, for the
+    layers and heads asked for only."""
+    import qkv
+    from qkv.integrations.generation import record_forward
+
+    model = hf.model(name, "qkv")
+    x = hf.inputs(name, False, gen)
+    with torch.no_grad(), qkv.capture_attention(model) as captured:
+        model(**x)
+    got = record_forward(model, **x)
+    assert [r.name for r in got] == [r.name for r in captured] or sorted(r.name for r in got) == \
+        sorted(r.name for r in captured)
+    by_name = {r.name: r for r in captured}
+    for r in got:
+        c = by_name[r.name]
+        assert r.kind == c.kind
+        torch.testing.assert_close(r.weights, c.weights[:1], atol=1e-6, rtol=1e-5)
+    part = record_forward(model, layers=[1], heads=[3], **x)
+    assert part and all(r.weights.shape[1] == 1 for r in part)
+    for r in part:
+        torch.testing.assert_close(r.weights[0, 0], by_name[r.name].weights[0, 3], atol=1e-6, rtol=1e-5)
