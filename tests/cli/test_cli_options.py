@@ -189,8 +189,13 @@ def _flag(cls, f, spec) -> str:
 def _given(cls, f, spec, value: str) -> list[str]:
     """``f``'s flag with ``value``, and the options ``f`` itself requires (so that the rule under test is the one
     that refuses)."""
+    from qkv.options import base_type, field_type
+
     fields = {g.name: (g, s) for g, s in option_fields(cls)}
     needed = [arg for r in spec.requires if r in fields for arg in (_flag(cls, *fields[r]), *_value(cls, *fields[r]))]
+    if base_type(field_type(cls, f.name))[0] is bool:  # a switch: given means on
+        assert value == "True" and f.default is False, (cls.__name__, f.name, value)
+        return [_flag(cls, f, spec), *needed]
     return [_flag(cls, f, spec), value, *needed]
 
 
@@ -213,14 +218,8 @@ def _rule_cases():
                                        id=f"{' '.join(path)}-{f.name}-{other}={values[0]}")
                 for other, values in (spec.applies or {}).items():
                     of, ospec = fields[other]
-                    if ospec.choices is None:  # a switch: the rule holds when it is off
-                        assert values == (False,) and of.default is False, (path, f.name, other)
-                        given_other = _given(cls, of, ospec, "")[:1] + _given(cls, of, ospec, "")[2:]
-                        bad = True
-                    else:
-                        bad = next(c for c in ospec.choices if c not in values)
-                        given_other = _given(cls, of, ospec, str(bad))
-                    yield pytest.param([*base, *given_other], _flag(cls, f, spec),
+                    bad = True if ospec.choices is None else next(c for c in ospec.choices if c not in values)
+                    yield pytest.param([*base, *_given(cls, of, ospec, str(bad))], _flag(cls, f, spec),
                                        id=f"{' '.join(path)}-{f.name}-{other}={bad}")
 
 

@@ -184,6 +184,10 @@ def test_errors_name_only_flags_the_command_has():
     text = "x.csv: no column 'text'; name the columns with --source-column and --target-column (--on-error skip)"
     assert own_flags(text, flags) == ("x.csv: no column 'text'; name the columns with source_column and "
                                       "target_column (--on-error skip)")
+    # a flag of another command stays where the text names that command
+    text = "x.csv: no column 'text' (qkv train summarize: --source-column, --target-column; --no-such-flag)"
+    assert own_flags(text, flags, build_parser()) == ("x.csv: no column 'text' (qkv train summarize: "
+                                                      "--source-column, --target-column; no_such_flag)")
 
 
 def _flags_of(argv: list[str]) -> set[str]:
@@ -217,6 +221,8 @@ def test_errors_advise_no_flag_the_command_lacks(tiny_run, tmp_path, capsys):
         err = capsys.readouterr().err.strip()
         assert err.startswith("qkv: error:") and "\n" not in err, err
         named = set(re.findall(r"(?<![\w-])--[a-z][a-z0-9-]*", err))
+        for other in re.findall(r"\bqkv ((?:train )?[a-z][a-z-]*)", err):  # flags of a command the error names
+            named -= _flags_of(other.split())
         assert named <= _flags_of(argv), (argv, err)
 
 
