@@ -11,7 +11,7 @@ from .options import options_from_args
 from .predict import finish, load, read_inputs
 from .shared import DeviceOption, FileOption, JsonOption, RunArgument
 
-_SAMPLING = {"greedy": (False,)}
+_SAMPLING = {"greedy": (True,)}
 
 
 @dataclass
@@ -20,12 +20,12 @@ class GenerateCommand(JsonOption, DeviceOption, FileOption, RunArgument):
                                 help="texts to continue (each starts a document)")
     max_new_tokens: int = option(200, low=1, help="the most tokens written after each prompt")
     greedy: bool = option(False, help="the most likely token at every step (no sampling)")
-    temperature: float = option(1.0, low=0, low_open=True, applies=_SAMPLING,
+    temperature: float = option(1.0, low=0, low_open=True, excludes=_SAMPLING,
                                 help="sampling: divide the logits by this (below 1: safer, above: more varied)")
-    top_k: int | None = option(None, low=1, applies=_SAMPLING, help="sampling: only the k most likely tokens")
-    top_p: float | None = option(None, low=0, low_open=True, high=1, applies=_SAMPLING,
+    top_k: int | None = option(None, low=1, excludes=_SAMPLING, help="sampling: only the k most likely tokens")
+    top_p: float | None = option(None, low=0, low_open=True, high=1, excludes=_SAMPLING,
                                  help="sampling: only the most likely tokens whose probability reaches p (nucleus)")
-    seed: int = option(0, low=0, applies=_SAMPLING, help="sampling: the same seed writes the same text")
+    seed: int = option(0, low=0, excludes=_SAMPLING, help="sampling: the same seed writes the same text")
 
     FLAG_HELP = {"run": "a run directory of qkv train lm",
                  "json": "write one row per prompt as JSON: the prompt, its continuation, log-probability and why "

@@ -186,6 +186,14 @@ def _flag(cls, f, spec) -> str:
     return spec.flag or "--" + f.name.replace("_", "-")
 
 
+def _given(cls, f, spec, value: str) -> list[str]:
+    """``f``'s flag with ``value``, and the options ``f`` itself requires (so that the rule under test is the one
+    that refuses)."""
+    fields = {g.name: (g, s) for g, s in option_fields(cls)}
+    needed = [arg for r in spec.requires if r in fields for arg in (_flag(cls, *fields[r]), *_value(cls, *fields[r]))]
+    return [_flag(cls, f, spec), value, *needed]
+
+
 def _rule_cases():
     """``(argv, flag)``: for every command but training (its options are checked above), every option with a rule
     (``requires``, ``excludes``, ``applies``) given where the rule says it means nothing."""
@@ -201,12 +209,18 @@ def _rule_cases():
                     yield pytest.param(base, _flag(cls, f, spec), id=f"{' '.join(path)}-{f.name}-without-{needed[0]}")
                 for other, values in (spec.excludes or {}).items():
                     of, ospec = fields[other]
-                    yield pytest.param([*base, _flag(cls, of, ospec), str(values[0])], _flag(cls, f, spec),
+                    yield pytest.param([*base, *_given(cls, of, ospec, str(values[0]))], _flag(cls, f, spec),
                                        id=f"{' '.join(path)}-{f.name}-{other}={values[0]}")
                 for other, values in (spec.applies or {}).items():
                     of, ospec = fields[other]
-                    bad = next(c for c in ospec.choices if c not in values)
-                    yield pytest.param([*base, _flag(cls, of, ospec), str(bad)], _flag(cls, f, spec),
+                    if ospec.choices is None:  # a switch: the rule holds when it is off
+                        assert values == (False,) and of.default is False, (path, f.name, other)
+                        given_other = _given(cls, of, ospec, "")[:1] + _given(cls, of, ospec, "")[2:]
+                        bad = True
+                    else:
+                        bad = next(c for c in ospec.choices if c not in values)
+                        given_other = _given(cls, of, ospec, str(bad))
+                    yield pytest.param([*base, *given_other], _flag(cls, f, spec),
                                        id=f"{' '.join(path)}-{f.name}-{other}={bad}")
 
 
