@@ -218,9 +218,6 @@ def _window_mask(tq: int, tk: int, window: int, device: torch.device) -> Tensor:
 
 #: query rows whose weights a recording computes at once (its memory beyond the weights it keeps)
 RECORD_ROWS = 256
-#: a recording of every head of a call with at most this many weights takes them from the weights path, which
-#: computes the output too (one pass instead of the fused path and a second pass for the weights)
-WEIGHTS_PATH_CELLS = 1 << 24
 
 
 def _record_weights(recorder: Any, module: nn.Module, options: BackendOptions, query: Tensor, key: Tensor,
@@ -299,9 +296,7 @@ def _backend(options: BackendOptions) -> Callable[..., tuple[Tensor, Tensor | No
         scale = scaling if options.scale == "model" else options.scale
         recorder = _RECORDER
         heads = recorder.heads_of(module, h) if recorder is not None else None
-        asked = _weights_wanted(kwargs)
-        # every head recorded and the matrices small: one pass of the weights path gives the output and the weights
-        want = asked or (heads is not None and len(heads) == h and h * tq * tk <= WEIGHTS_PATH_CELLS)
+        want = _weights_wanted(kwargs)
         result = attention(query, key, value, score=options.score, mask=mask, normalize=options.normalize,
                            dropout=dropout, scale=scale, is_causal=is_causal, return_weights=want,
                            score_mod=score_mod, mask_mod=mask_mod,
@@ -313,7 +308,7 @@ def _backend(options: BackendOptions) -> Callable[..., tuple[Tensor, Tensor | No
             else:
                 _record_weights(recorder, module, options, query, key, value, mask, scale, is_causal, score_mod,
                                 mask_mod, heads)
-        return out.transpose(1, 2).contiguous(), weights if asked else None
+        return out.transpose(1, 2).contiguous(), weights
 
     qkv_attention_forward.options = options
     return qkv_attention_forward

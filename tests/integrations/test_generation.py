@@ -87,12 +87,10 @@ def test_recorded_generation_equals_eager_at_every_step(name, strategy, gen):
 
 @pytest.mark.parametrize("name,strategy", [("llama", "beam"), ("marian", "greedy")])
 def test_weights_computed_a_few_rows_at_a_time_are_the_same(name, strategy, gen, monkeypatch):
-    """A prompt's (and an encoder's) weights computed beside the fused path in pieces of 3 rows are those of the
-    weights path (what small recordings use), and the tokens are the same."""
+    """A prompt's (and an encoder's) weights are computed in pieces of rows: pieces of 3 rows give the same."""
     ids = _prompt(gen, 8)
     whole = record_generation(hf.model(name, "qkv"), ids, max_new_tokens=4, strategy=strategy, beams=3)
     monkeypatch.setattr(backend, "RECORD_ROWS", 3)
-    monkeypatch.setattr(backend, "WEIGHTS_PATH_CELLS", 0)  # beside the fused path, not from the weights path
     pieces = record_generation(hf.model(name, "qkv"), ids, max_new_tokens=4, strategy=strategy, beams=3)
     assert torch.equal(whole.sequence, pieces.sequence) and len(whole.records) == len(pieces.records)
     for a, b in zip(whole.records, pieces.records, strict=True):
