@@ -317,9 +317,12 @@ def _page_input_class():
 
 def view_generation(path: str | os.PathLike, prompt: str, generate: int = 20, *, strategy: str = "greedy",
                     beams: int = 4, seed: int = 0, layers: Sequence[int] | None = None,
-                    heads: Sequence[int] | None = None, device: str | torch.device = "cpu", top: int = 5):
+                    heads: Sequence[int] | None = None, device: str | torch.device = "cpu", top: int = 5,
+                    beam: int | None = None):
     """The page input of ``qkv view DIR "prompt" --generate N``: the model saved at ``path`` generates up to
     ``generate`` tokens from ``prompt`` (see :func:`record_generation`); the page shows each step.
+
+    ``beam`` is another name of ``beams`` (the command line's ``--beam``).
 
     Returns a ``PageInput`` whose ``page_kwargs()`` include ``generation`` (the steps, for the page's step view).
     The prompt (or source) is cut at the model's position limit, less the tokens to generate, with a warning and a
@@ -328,6 +331,7 @@ def view_generation(path: str | os.PathLike, prompt: str, generate: int = 20, *,
     """
     from .hf_load import fit_tokens, load_model, position_limit
 
+    beams = beams if beam is None else beam
     if not isinstance(prompt, str) or not prompt.strip():
         raise ValueError("--generate needs a prompt: the text is empty")
     if not isinstance(generate, int) or isinstance(generate, bool) or generate < 1:
