@@ -3,10 +3,12 @@
 One module per command, named after it (:mod:`.explain`, :mod:`.train` for ``qkv train NAME`` of every
 application, :mod:`.predict`, :mod:`.evaluate`, :mod:`.view`, :mod:`.faithfulness`, and the friendly verbs
 :mod:`.translate`, :mod:`.classify`, :mod:`.show_attention`, :mod:`.caption`, :mod:`.answer`, :mod:`.segment`,
-:mod:`.summarize`, :mod:`.transcribe`), each with ``register(commands, train_commands)``. The flags every command
-shares are defined once (:mod:`.shared`); every predicting command goes :mod:`.predict`'s way and every evaluation
-:func:`.evaluate.evaluation`'s. Every failure a user can cause ends in one line on stderr, ``qkv: error: ...``, with
-exit code 2 (130 after Ctrl-C); ``-v`` adds the traceback. An error never advises a flag the command does not have.
+:mod:`.summarize`, :mod:`.transcribe`, :mod:`.generate`), each stating ``COMMAND = (name, help, options dataclass,
+function)``; :mod:`.train`, which adds a command per application, has ``register(commands, train_commands)``. The
+flags every command shares are defined once (:mod:`.shared`); every predicting command goes :mod:`.predict`'s way and
+every evaluation :func:`.evaluate.evaluation`'s. Every failure a user can cause ends in one line on stderr,
+``qkv: error: ...``, with exit code 2 (130 after Ctrl-C); ``-v`` adds the traceback. An error never advises a flag
+the command does not have.
 """
 
 from __future__ import annotations
@@ -52,7 +54,13 @@ def build_parser() -> ArgumentParser:
     train = commands.add_parser("train", help="train a model for one of the applications")
     train_commands = train.add_subparsers(dest="task", required=True, metavar="TASK", parser_class=ArgumentParser)
     for name in COMMAND_MODULES:
-        importlib.import_module(f"{__name__}.{name}").register(commands, train_commands)
+        module = importlib.import_module(f"{__name__}.{name}")
+        if hasattr(module, "COMMAND"):  # one command: (name, help, options dataclass, function)
+            from .common import add_command
+
+            add_command(commands, *module.COMMAND)
+        else:  # several, or the training commands
+            module.register(commands, train_commands)
     return parser
 
 

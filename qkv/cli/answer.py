@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..options import option
-from .common import add_command, safe, use_color, write_json
+from .common import safe, use_color, write_json
 from .evaluate import evaluation
 from .options import options_from_args
 from .predict import finish, load
@@ -91,6 +91,7 @@ def answer(args) -> int:
     return 0
 
 
-def register(commands, train_commands) -> None:
-    add_command(commands, "answer", "answer a question about a context with a trained qa run, showing its attention",
-                AnswerCommand, answer)
+
+#: ``qkv NAME``: its name, its help, its options and what runs it (:func:`qkv.cli.build_parser` adds it)
+COMMAND = ("answer", "answer a question about a context with a trained qa run, showing its attention",
+            AnswerCommand, answer)

@@ -9,7 +9,7 @@ from pathlib import Path
 import torch
 
 from ..options import option
-from .common import add_command, safe, unique_names
+from .common import safe, unique_names
 from .evaluate import evaluation
 from .options import options_from_args
 from .predict import finish, input_paths, load
@@ -97,6 +97,7 @@ def caption(args) -> int:
     return 0
 
 
-def register(commands, train_commands) -> None:
-    add_command(commands, "caption", "caption images with a trained run, draw where each word looked, or "
-                "--evaluate it (BLEU-1..4, exact match, grounding)", CaptionCommand, caption)
+
+#: ``qkv NAME``: its name, its help, its options and what runs it (:func:`qkv.cli.build_parser` adds it)
+COMMAND = ("caption", "caption images with a trained run, draw where each word looked, or "
+            "--evaluate it (BLEU-1..4, exact match, grounding)", CaptionCommand, caption)

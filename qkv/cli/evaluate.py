@@ -12,12 +12,12 @@ from pathlib import Path
 from typing import Any
 
 from ..options import option
-from .common import add_command, safe, warn, write_json
+from .common import safe, warn, write_json
 from .options import options_from_args
 from .predict import load
 from .shared import DeviceOption, JsonOption, LimitOption, PlotOption, plot_file
 
-__all__ = ["register", "EvaluateCommand", "evaluation"]
+__all__ = ["COMMAND", "EvaluateCommand", "evaluation"]
 
 
 @dataclass
@@ -101,6 +101,7 @@ def evaluate(args) -> int:
     return 0
 
 
-def register(commands, train_commands) -> None:
-    add_command(commands, "evaluate", "the metrics of runs of any application on a split of their data (or "
-                "--data), side by side", EvaluateCommand, evaluate)
+
+#: ``qkv NAME``: its name, its help, its options and what runs it (:func:`qkv.cli.build_parser` adds it)
+COMMAND = ("evaluate", "the metrics of runs of any application on a split of their data (or "
+            "--data), side by side", EvaluateCommand, evaluate)

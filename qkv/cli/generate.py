@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..options import option
-from .common import add_command, safe
+from .common import safe
 from .options import options_from_args
 from .predict import finish, load, read_inputs
 from .shared import DeviceOption, FileOption, JsonOption, RunArgument
@@ -45,6 +45,7 @@ def generate(args) -> int:
     return 0
 
 
-def register(commands, train_commands) -> None:
-    add_command(commands, "generate", "continue prompts with a language-model run (sampling with a seed, or "
-                "greedy)", GenerateCommand, generate)
+
+#: ``qkv NAME``: its name, its help, its options and what runs it (:func:`qkv.cli.build_parser` adds it)
+COMMAND = ("generate", "continue prompts with a language-model run (sampling with a seed, or "
+            "greedy)", GenerateCommand, generate)

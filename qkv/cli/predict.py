@@ -17,10 +17,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..options import option
-from .common import add_command, input_files, read_lines, safe, warn, write_json
+from .common import input_files, read_lines, safe, warn, write_json
 from .shared import DeviceOption, FileOption, JsonOption, RunArgument
 
-__all__ = ["register", "PredictCommand", "load", "read_inputs", "inputs_of", "row_of", "cut_of", "finish"]
+__all__ = ["COMMAND", "PredictCommand", "load", "read_inputs", "inputs_of", "row_of", "cut_of", "finish"]
 
 
 @dataclass
@@ -126,6 +126,7 @@ def predict(args) -> int:
     return 0
 
 
-def register(commands, train_commands) -> None:
-    add_command(commands, "predict", "any application's run on inputs: sentences, texts, image or audio files, "
-                "CONTEXT<TAB>QUESTION (one line each; --json for rows)", PredictCommand, predict)
+
+#: ``qkv NAME``: its name, its help, its options and what runs it (:func:`qkv.cli.build_parser` adds it)
+COMMAND = ("predict", "any application's run on inputs: sentences, texts, image or audio files, "
+            "CONTEXT<TAB>QUESTION (one line each; --json for rows)", PredictCommand, predict)

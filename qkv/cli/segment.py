@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..options import option
-from .common import add_command, safe, unique_names
+from .common import safe, unique_names
 from .evaluate import evaluation
 from .options import options_from_args
 from .predict import finish, input_paths, load
@@ -79,6 +79,7 @@ def segment(args) -> int:
     return 0
 
 
-def register(commands, train_commands) -> None:
-    add_command(commands, "segment", "label images with a segmentation run, draw them with the ARM/FFM channel "
-                "weights (--plot), or --evaluate it (mIoU, per-class IoU, pixel accuracy)", SegmentCommand, segment)
+
+#: ``qkv NAME``: its name, its help, its options and what runs it (:func:`qkv.cli.build_parser` adds it)
+COMMAND = ("segment", "label images with a segmentation run, draw them with the ARM/FFM channel "
+            "weights (--plot), or --evaluate it (mIoU, per-class IoU, pixel accuracy)", SegmentCommand, segment)

@@ -9,7 +9,7 @@ from pathlib import Path
 import torch
 
 from ..options import option
-from .common import add_command, safe, unique_names
+from .common import safe, unique_names
 from .options import options_from_args
 from .predict import finish, input_paths, load
 from .shared import DeviceOption, FileOption, JsonOption, RunArgument, plot_folder
@@ -90,6 +90,7 @@ def show_attention(args) -> int:
     return 0
 
 
-def register(commands, train_commands) -> None:
-    add_command(commands, "show-attention", "draw an image model's attention maps (PNG)",
-                ShowAttentionCommand, show_attention)
+
+#: ``qkv NAME``: its name, its help, its options and what runs it (:func:`qkv.cli.build_parser` adds it)
+COMMAND = ("show-attention", "draw an image model's attention maps (PNG)",
+            ShowAttentionCommand, show_attention)

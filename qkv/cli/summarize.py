@@ -8,7 +8,7 @@ from pathlib import Path
 
 from ..options import option
 from ..viz.files import page_path, write_atomic
-from .common import add_command, safe
+from .common import safe
 from .evaluate import evaluation
 from .options import options_from_args
 from .predict import cut_of, finish, load, read_inputs
@@ -95,6 +95,7 @@ def summarize(args) -> int:
     return 0
 
 
-def register(commands, train_commands) -> None:
-    add_command(commands, "summarize", "summarise texts with a trained summarize run (or --evaluate its ROUGE), "
-                "with a page of the words it copied", SummarizeCommand, summarize)
+
+#: ``qkv NAME``: its name, its help, its options and what runs it (:func:`qkv.cli.build_parser` adds it)
+COMMAND = ("summarize", "summarise texts with a trained summarize run (or --evaluate its ROUGE), "
+            "with a page of the words it copied", SummarizeCommand, summarize)

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..options import option
-from .common import add_command, safe, unique_names
+from .common import safe, unique_names
 from .evaluate import evaluation
 from .options import options_from_args
 from .predict import finish, input_paths, load
@@ -95,6 +95,7 @@ def transcribe(args) -> int:
     return 0
 
 
-def register(commands, train_commands) -> None:
-    add_command(commands, "transcribe", "transcribe audio files with a speech run (PATH<TAB>transcript), draw each "
-                "character's attention over the audio, or --evaluate WER and CER", TranscribeCommand, transcribe)
+
+#: ``qkv NAME``: its name, its help, its options and what runs it (:func:`qkv.cli.build_parser` adds it)
+COMMAND = ("transcribe", "transcribe audio files with a speech run (PATH<TAB>transcript), draw each "
+            "character's attention over the audio, or --evaluate WER and CER", TranscribeCommand, transcribe)

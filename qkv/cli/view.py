@@ -12,12 +12,12 @@ from typing import Any
 from ..options import option
 from ..tasks import ViewInput
 from ..viz.files import page_path
-from .common import add_command, numbered_paths
+from .common import numbered_paths
 from .options import given, options_from_args
 from .predict import read_inputs
 from .shared import DeviceOption, FileOption, RunArgument
 
-__all__ = ["register", "ViewCommand", "viewer_of", "VIEWERS", "HuggingFaceViewer"]
+__all__ = ["COMMAND", "ViewCommand", "viewer_of", "VIEWERS", "HuggingFaceViewer"]
 
 
 def _numbers(xs: list[str]) -> list[int]:
@@ -143,6 +143,7 @@ def view(args) -> int:
     return 0
 
 
-def register(commands, train_commands) -> None:
-    add_command(commands, "view", "write one offline HTML page showing every attention of a run's model (or of a "
-                "saved Hugging Face model)", ViewCommand, view)
+
+#: ``qkv NAME``: its name, its help, its options and what runs it (:func:`qkv.cli.build_parser` adds it)
+COMMAND = ("view", "write one offline HTML page showing every attention of a run's model (or of a "
+            "saved Hugging Face model)", ViewCommand, view)
