@@ -1,23 +1,23 @@
-"""``qkv caption``: caption images with a trained run, draw where each word looked, or evaluate it."""
+"""``qkv caption``: caption images with a trained run (:mod:`.predict`'s way), draw where each word looked, or
+evaluate it (``--evaluate``: :func:`qkv.cli.evaluate.evaluation`, as ``qkv evaluate``)."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 from ..options import option
-from ..tasks import caption as task
-from ..viz.files import write_atomic
 from .common import add_command, safe, unique_names
+from .evaluate import evaluation
 from .options import options_from_args
+from .predict import finish, input_paths, load
+from .shared import DeviceOption, FileOption, JsonOption, LimitOption, PlotOption, RunArgument, plot_folder
 
 
 @dataclass
-class CaptionCommand:
-    run: str = option(positional=True, help="run directory or checkpoint directory of `qkv train caption`")
+class CaptionCommand(JsonOption, LimitOption, PlotOption, DeviceOption, FileOption, RunArgument):
     images: list[str] = option(default_factory=list, positional=True, nargs="*", metavar="IMAGE",
                                help="image files (PNG, JPEG...); give them before the options")
     index: list[int] | None = option(None, repeat=True, parse=lambda xs: [int(x) for x in xs], metavar="N",
@@ -28,20 +28,22 @@ class CaptionCommand:
     hard_test: str | None = option(None, choices=("expectation", "argmax"),
                                    help="hard attention: the expected context or the most likely location "
                                         "(default: as trained)")
-    plot: str | None = option(None, metavar="DIR", help="write a picture per image: the image and, for every "
-                              "word, its attention map upsampled and overlaid")
     evaluate: bool = option(False, help="caption the whole split and print BLEU-1..4, exact match and grounding")
-    data: str | None = option(None, help="--evaluate on another captions file (default: the run's data)")
-    on_error: str = option("raise", choices=("raise", "skip"), help="with --evaluate --data: captions naming missing "
-                           "or unreadable images: stop, or skip and count them")
-    max_images: int | None = option(None, low=1, help="--evaluate at most this many images")
-    json: str | None = option(None, help="write the --evaluate figures as JSON")
-    device: str = option("auto", help="auto (CUDA if available), cpu, cuda or cuda:N")
+    data: str | None = option(None, requires=("evaluate",),
+                              help="--evaluate on another captions file (default: the run's data)")
+    on_error: str = option("raise", choices=("raise", "skip"), requires=("evaluate", "data"),
+                           help="with --evaluate --data: captions naming missing or unreadable images: stop, or skip "
+                                "and count them")
+
+    FLAG_HELP = {"plot": "a folder: a picture per image, the image and, for every word, its attention map "
+                         "upsampled and overlaid",
+                 "limit": "--evaluate at most this many images",
+                 "json": "write the captions as JSON rows, or with --evaluate the figures (NaN written null)",
+                 "file": "a file of image file names, one per line"}
+    FLAG_ALIASES = {"limit": ("--max-images",)}
 
 
-def _evaluate(captioner: task.Captioner, o: CaptionCommand) -> None:
-    m = captioner.evaluate(o.data, split=o.split, limit=o.max_images, beam=o.beam, max_len=o.max_len,
-                           hard_test=o.hard_test, on_error=o.on_error)
+def _table(o: CaptionCommand, m: dict[str, float]) -> None:
     print(f"split {o.split}, beam {o.beam}, {int(m['images'])} images")
     print("| BLEU-1 | BLEU-2 | BLEU-3 | BLEU-4 | exact match |" + (" grounding | > 0.5 |" if "grounding" in m else ""))
     print("|---|---|---|---|---|" + ("---|---|" if "grounding" in m else ""))
@@ -54,31 +56,25 @@ def _evaluate(captioner: task.Captioner, o: CaptionCommand) -> None:
                                                              for n in range(1, 5)))
         print(f"held-out item/position combinations: {m['exact_match_unseen']:.4f}; "
               f"layout (positions and relations, items masked): {m['layout_match']:.4f}")
-    if o.json:
-        print(f"wrote {write_atomic(o.json, json.dumps(m, indent=2) + chr(10), option='--json')}")
 
 
 def caption(args) -> int:
     from ..viz.captions import caption_attention
 
     o = options_from_args(args, CaptionCommand)
-    if o.plot and Path(o.plot).exists() and not Path(o.plot).is_dir():
-        raise ValueError(f"--plot {o.plot} is a file: give a folder for the pictures (one PNG per image)")
-    if not (o.images or o.index or o.evaluate):
-        raise ValueError("give image files, --index N (an image of the test split) or --evaluate")
-    if o.data and not o.evaluate:
-        raise ValueError("--data goes with --evaluate")
-    if o.on_error != "raise" and not o.data:
-        raise ValueError("--on-error goes with --evaluate --data FILE")
-    captioner = task.Captioner.load(o.run, o.device)
+    if o.split != "test" and not (o.index or o.evaluate):
+        raise ValueError("--split goes with --index or --evaluate (without them, it would be ignored)")
+    plots = plot_folder(o.plot) if o.plot else None  # settled first: printed == written
+    files = input_paths(o, o.images, "image file", ", --index N (an image of the test split)")
+    captioner = load(o.run, o.device, "caption")
     if o.hard_test and not hasattr(captioner.model, "test_attention"):
         raise ValueError("--hard-test applies to hard attention runs only")
     if o.evaluate:
-        _evaluate(captioner, o)
-    if not (o.images or o.index):
+        evaluation(captioner, o.data, split=o.split, limit=o.limit, beam=o.beam, max_len=o.max_len,
+                   hard_test=o.hard_test, on_error=o.on_error, json_path=o.json, report=lambda m: _table(o, m))
         return 0
-    pictures = [captioner.read(path) for path in o.images]
-    names = [Path(path).stem for path in o.images]
+    pictures = [captioner.read(path) for path in files]
+    names = [Path(path).stem for path in files]
     refs: list[list[str] | None] = [None] * len(pictures)
     boxes: list[list | None] = [None] * len(pictures)
     if o.index:
@@ -93,11 +89,11 @@ def caption(args) -> int:
         print(f"{safe(name)}\t{safe(r.text)}")
         if ref is not None:
             print(f"  references: {' | '.join(ref)}")
-    if o.plot:
+    if plots:
         for i, (name, r, box) in enumerate(zip(unique_names(names), results, boxes, strict=True)):
-            path = caption_attention(pictures[i], r.words, r.attention, boxes=box,
-                                     path=Path(o.plot) / f"{name}.png")
+            path = caption_attention(pictures[i], r.words, r.attention, boxes=box, path=plots / f"{name}.png")
             print(f"wrote {safe(str(path))}")
+    finish(captioner, files + [f"{o.split}{n}" for n in o.index or []], results, o.json)
     return 0
 
 

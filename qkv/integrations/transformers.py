@@ -44,7 +44,8 @@ were trained for the model's own score: expect a fine-tuned, not a pretrained, m
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -54,7 +55,7 @@ from torch import Tensor, nn
 from .. import mods as _mods
 from ..functional import attention
 
-__all__ = ["register", "registered", "BackendOptions", "attention_kind"]
+__all__ = ["register", "registered", "BackendOptions", "attention_kind", "recording"]
 
 log = logging.getLogger(__name__)
 
@@ -87,6 +88,27 @@ class BackendOptions:
 
 
 _REGISTERED: dict[str, BackendOptions] = {}
+
+#: the recorder of :func:`recording` while one is active: ``heads_of(module, H)`` -> the head indices to record
+#: (None: not this module), ``add(module, first_row, weights (B, h, rows, Tk), Tq)`` (a call's rows, in pieces)
+_RECORDER: Any = None
+
+
+@contextmanager
+def recording(recorder: Any) -> Iterator[Any]:
+    """While the block runs, every attention call of a model on a registered name gives ``recorder`` the weights
+    of the heads it asks for (``recorder.heads_of(module, num_heads)``: a list of head indices, or None), computed
+    beside the fused path for those heads only, a few hundred query rows at a time (or taken from the weights path
+    when the model asked for its weights).
+    Used by :mod:`qkv.integrations.generation`; recordings do not nest."""
+    global _RECORDER
+    if _RECORDER is not None:
+        raise RuntimeError("a recording is already active; recordings do not nest")
+    _RECORDER = recorder
+    try:
+        yield recorder
+    finally:
+        _RECORDER = None
 
 
 def _require_transformers():
@@ -123,6 +145,11 @@ def register(name: str = "qkv", *, score: Any = "scaled_dot", scale: float | str
         raise ValueError(f"scale must be 'model', None or a positive number, got {scale!r}")
     from transformers.masking_utils import sdpa_mask
 
+    from ..normalize import get_normalizer
+    from ..scores import get_score
+
+    get_score(score)  # an unknown name is refused here, with the valid ones, not at the model's first call
+    get_normalizer(normalize)
     options = BackendOptions(score, scale, normalize, score_mod, mask_mod)
     transformers.AttentionInterface.register(name, _backend(options))
     transformers.masking_utils.AttentionMaskInterface.register(name, sdpa_mask)
@@ -189,6 +216,35 @@ def _window_mask(tq: int, tk: int, window: int, device: torch.device) -> Tensor:
     return (dist >= 0) & (dist < window)
 
 
+#: query rows whose weights a recording computes at once (its memory beyond the weights it keeps)
+RECORD_ROWS = 256
+
+
+def _record_weights(recorder: Any, module: nn.Module, options: BackendOptions, query: Tensor, key: Tensor,
+                    value: Tensor, mask: Tensor | None, scale: float | None, is_causal: bool, score_mod: Any,
+                    mask_mod: Any, heads: list[int]) -> None:
+    """The weights of the heads asked for, beside the fused path, :data:`RECORD_ROWS` query rows at a time (a value
+    of width 1 keeps each weighted sum cheap), given to ``recorder.add(module, first_row, weights, rows)``."""
+    h, tq, tk = query.shape[1], query.shape[2], key.shape[2]
+    all_heads = score_mod is not None  # a modifier may depend on the head's number
+    sel = slice(None) if all_heads else heads
+    if not all_heads and mask is not None and mask.dim() == 4 and mask.shape[1] == h:
+        mask = mask[:, heads]
+    q, k, v = query[:, sel], key[:, sel], value[:, sel, :, :1]
+    for i in range(0, tq, RECORD_ROWS):
+        n = min(RECORD_ROWS, tq - i)
+        m = mask[..., i:i + n, :] if mask is not None and mask.dim() >= 2 and mask.shape[-2] == tq else mask
+        if is_causal:  # queries are the last tq of the tk positions
+            allowed = torch.arange(tk, device=query.device)[None, :] <= \
+                torch.arange(tk - tq + i, tk - tq + i + n, device=query.device)[:, None]
+            m = allowed if m is None else (m & allowed if m.dtype == torch.bool
+                                           else m.masked_fill(~allowed, float("-inf")))
+        _, w = attention(q[:, :, i:i + n], k, v, score=options.score, mask=m, normalize=options.normalize,
+                         scale=scale, return_weights=True, score_mod=score_mod, mask_mod=mask_mod,
+                         q_offset=tk - tq + i if score_mod is not None or mask_mod is not None else 0)
+        recorder.add(module, i, w[:, heads] if all_heads else w, tq)
+
+
 def _backend(options: BackendOptions) -> Callable[..., tuple[Tensor, Tensor | None]]:
     def qkv_attention_forward(module: nn.Module, query: Tensor, key: Tensor, value: Tensor,
                               attention_mask: Tensor | None, dropout: float = 0.0, scaling: float | None = None,
@@ -238,12 +294,20 @@ def _backend(options: BackendOptions) -> Callable[..., tuple[Tensor, Tensor | No
             mask_mod = options.mask_mod
         score_mod = None if not score_mods else score_mods[0] if len(score_mods) == 1 else _mods.chain(*score_mods)
         scale = scaling if options.scale == "model" else options.scale
+        recorder = _RECORDER
+        heads = recorder.heads_of(module, h) if recorder is not None else None
         want = _weights_wanted(kwargs)
         result = attention(query, key, value, score=options.score, mask=mask, normalize=options.normalize,
                            dropout=dropout, scale=scale, is_causal=is_causal, return_weights=want,
                            score_mod=score_mod, mask_mod=mask_mod,
                            q_offset=tk - tq if score_mod is not None or mask_mod is not None else 0)
         out, weights = result if want else (result, None)
+        if heads is not None:
+            if weights is not None:
+                recorder.add(module, 0, weights[:, heads] if len(heads) < h else weights, tq)
+            else:
+                _record_weights(recorder, module, options, query, key, value, mask, scale, is_causal, score_mod,
+                                mask_mod, heads)
         return out.transpose(1, 2).contiguous(), weights
 
     qkv_attention_forward.options = options

@@ -37,7 +37,8 @@ def test_load_audio_resamples_and_mixes_channels(tmp_path):
 
 @pytest.mark.parametrize("kind, message", [
     ("missing", "no such audio file"), ("garbage", "not a readable audio file"), ("empty_file", "not a readable"),
-    ("zero", "empty"), ("short", "too short"), ("nan", "NaN"), ("text", "not a readable")])
+    ("zero", "empty"), ("short", "too short"), ("nan", "NaN"), ("text", "not a readable"),
+    ("folder", "a folder, not an audio file")])
 def test_hostile_audio_is_one_line_naming_the_file(tmp_path, kind, message):
     p = tmp_path / f"{kind}.wav"
     if kind == "garbage":
@@ -52,9 +53,40 @@ def test_hostile_audio_is_one_line_naming_the_file(tmp_path, kind, message):
         sf.write(p, np.full(4000, np.nan, np.float32), 16_000, subtype="FLOAT")
     elif kind == "text":
         p.write_text("this is not audio\n" * 50)
+    elif kind == "folder":
+        p.mkdir()
     with pytest.raises(ValueError, match=message) as e:
         load_audio(p, where=f"m.tsv:3: {p.name}")
     assert "m.tsv:3" in str(e.value) and "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("fmt, subtype", [("WAV", "PCM_16"), ("WAV", "FLOAT"), ("WAV", "PCM_24"), ("AIFF", "PCM_16"),
+                                          ("FLAC", "PCM_16")])
+@pytest.mark.parametrize("keep", [0.3, 0.77, 0.999])
+def test_a_file_shorter_than_its_header_promises_is_an_error_naming_it(tmp_path, fmt, subtype, keep):
+    """Truncated audio (a download cut short) is never read silently as the part there is."""
+    whole = tmp_path / f"whole.{fmt.lower()}"
+    sf.write(whole, tone(seconds=1.0), 16_000, format=fmt, subtype=subtype)
+    data = whole.read_bytes()
+    cut = tmp_path / f"cut.{fmt.lower()}"
+    cut.write_bytes(data[:int(len(data) * keep)])
+    with pytest.raises(ValueError) as e:
+        load_audio(cut, where=f"m.csv:7: {cut.name}")
+    message = str(e.value)
+    assert message.startswith("m.csv:7: cut.") and "\n" not in message
+    assert "truncated: the header promises 16000 samples (1.000 s)" in message or "not a readable" in message
+    assert load_audio(whole).shape == (16_000,)
+
+
+def test_a_streamed_wav_of_unknown_length_is_read(tmp_path):
+    """A WAV written to a pipe says 0xFFFFFFFF bytes of data (the length was not known): read what is there."""
+    path = tmp_path / "piped.wav"
+    sf.write(path, tone(seconds=0.5), 16_000, subtype="PCM_16")
+    data = bytearray(path.read_bytes())
+    at = data.index(b"data") + 4
+    data[at:at + 4] = (0xFFFFFFFF).to_bytes(4, "little")
+    path.write_bytes(bytes(data))
+    assert load_audio(path).shape == (8000,)
 
 
 def test_log_mel_matches_librosa(gen):
@@ -146,8 +178,13 @@ def test_manifest_bad_rows_name_file_and_line_or_are_skipped(tmp_path):
     (tmp_path / "empty.tsv").write_text("\n")
     with pytest.raises(ValueError, match="empty"):
         read_manifest(tmp_path / "empty.tsv")
+    (tmp_path / "odd.csv").write_text("path,text\n,no path\n~nosuchuser-qkv/a.wav,no home\n")
+    assert read_manifest(tmp_path / "odd.csv", on_error="skip") == ([], {"empty audio path": 1,
+                                                                         "no such audio file": 1})
+    with pytest.raises(ValueError, match=r"is a folder, not a manifest file"):
+        read_manifest(tmp_path)
     (tmp_path / "bin.tsv").write_bytes(b"\xff\xfe\x00bad")
-    with pytest.raises(ValueError, match="not a UTF-8"):
+    with pytest.raises(ValueError, match=r"bin\.tsv:1: not UTF-8"):
         read_manifest(tmp_path / "bin.tsv")
 
 
@@ -162,6 +199,10 @@ def test_librispeech_layout(tmp_path):
     utts, skipped = read_librispeech(tmp_path, on_error="skip")
     assert [(u.text, u.speaker) for u in utts] == [("hello there", "84"), ("general kenobi", "84")]
     assert skipped == {"no such audio file": 1}
+    (d / "84-121.trans.txt").write_bytes(b"84-121-0000 HELLO THERE\n84-121-0001 GENERAL \xffKENOBI\n")
+    with pytest.raises(ValueError, match=r"84-121\.trans\.txt:2: not UTF-8 text"):
+        read_librispeech(tmp_path)
+    assert read_librispeech(tmp_path, on_error="skip")[1] == {"not UTF-8 text": 1}
     (tmp_path / "nothing").mkdir()
     with pytest.raises(ValueError, match="no \\*.trans.txt"):
         read_librispeech(tmp_path / "nothing")
@@ -225,3 +266,17 @@ def test_two_writers_of_one_cached_utterance_both_succeed(tmp_path):
     wave, rate = soundfile.read(path)
     assert rate == 16000 and len(wave) > 1600
     assert sorted(p.name for p in tmp_path.iterdir()) == ["one.wav"]  # no temporary file left
+
+
+def test_manifest_json_lines_nemo_style(tmp_path):
+    _clip(tmp_path / "a.wav")
+    m = tmp_path / "train_manifest.json"
+    m.write_text('{"audio_filepath": "a.wav", "duration": 0.5, "text": "Hello there"}\n\n'
+                 '{"audio_filepath": "gone.wav", "text": "x"}\n{"audio_filepath": "a.wav"}\n[1, 2]\n{"audio": "a.wav", '
+                 '"sentence": "again", "speaker_id": 7}\n{broken\n', encoding="utf-8")
+    with pytest.raises(ValueError, match=r"train_manifest\.json:3: no such audio file"):
+        read_manifest(m)
+    utts, skipped = read_manifest(m, on_error="skip")
+    assert [(u.text, u.speaker, u.where.rsplit(":", 1)[1]) for u in utts] == [("hello there", "", "1"),
+                                                                              ("again", "7", "6")]
+    assert skipped == {"no such audio file": 1, "no transcript": 1, "not a JSON object": 1, "not JSON": 1}

@@ -11,6 +11,10 @@ doubly stochastic penalty), ``hard`` (a sampled location per word, REINFORCE wit
 an entropy bonus; evaluated with the expected context or the argmax location, ``hard_test``), ``fixed`` (the
 mean-pooled image, no attention) and ``transformer`` (cross-attention to the grid).
 
+Its parts under the contract of :mod:`qkv.tasks.base`: :class:`CaptionTask` (the trainer's task), :class:`Captioner`
+(a run read back: ``predict``, ``evaluate``, ``view``, ``result_row``; command-line inputs are image files) and
+:func:`evaluate_captions`, the one metric both evaluate with.
+
 Example::
 
     from qkv.tasks.caption import CaptionOptions, CaptionTask, Captioner, train_defaults
@@ -25,15 +29,15 @@ Example::
 from __future__ import annotations
 
 from ..base import Application
-from .data import Caption, CaptionData, caption_images, caption_metrics
+from .data import CaptionData
+from .decode import Caption, caption_images, caption_metrics, evaluate_captions
 from .options import MODELS, CaptionOptions, train_defaults
 from .predictor import Captioner
-from .task import CaptionTask, build_model, load_data, model_spec
+from .task import CaptionTask, load_data, model_spec
 
-__all__ = ["APPLICATION", "CaptionOptions", "load_data", "model_spec", "build_model", "train_defaults",
-           "CaptionTask", "CaptionData", "Caption", "Captioner", "caption_images", "caption_metrics", "MODELS"]
+__all__ = ["APPLICATION", "CaptionOptions", "load_data", "model_spec", "train_defaults", "CaptionTask",
+           "CaptionData", "Caption", "Captioner", "caption_images", "caption_metrics", "evaluate_captions", "MODELS"]
 
 APPLICATION = Application(
     name="caption", help="train an image captioner with soft/hard attention (scenes, Flickr8k or COCO captions)",
-    options=CaptionOptions, train_defaults=train_defaults, load_data=load_data, model_spec=model_spec,
-    task=CaptionTask, predictor=Captioner)
+    train_defaults=train_defaults, task=CaptionTask, predictor=Captioner)

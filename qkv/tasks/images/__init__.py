@@ -13,6 +13,10 @@ channel and, by default, the CIFAR stem (``stem="cifar"``: a 3x3 stride-1 convol
 ResNet paper does for CIFAR-10, so a 28x28 image keeps 28x28 features in the first stage). ``attn`` takes any
 :mod:`qkv.vision` block name; each block goes where its paper puts it.
 
+Its parts under the contract of :mod:`qkv.tasks.base`: :class:`ImageTask` (the trainer's task),
+:class:`ImageClassifier` (a run read back: ``predict``, ``evaluate``, ``view``, ``result_row``; command-line inputs
+are image files) and :meth:`~qkv.tasks.images.task.ImageTask.evaluate`, the one metric both evaluate with.
+
 Example::
 
     from qkv.tasks.images import ImageClassifier, ImageOptions, ImageTask, train_defaults
@@ -30,13 +34,12 @@ from ..base import Application
 from .maps import AttentionView, attention_view
 from .options import ARCHS, AUGMENTATIONS, ImageOptions, parse_attn_args, train_defaults
 from .predictor import ImageClassifier, ImagePrediction
-from .task import ImageTask, build_model, count_parameters, load_data, model_spec, predict_logits
+from .task import ImageTask, count_parameters, load_data, model_spec, predict_logits
 
-__all__ = ["APPLICATION", "ImageOptions", "load_data", "model_spec", "build_model", "train_defaults", "ImageTask",
+__all__ = ["APPLICATION", "ImageOptions", "load_data", "model_spec", "train_defaults", "ImageTask",
            "ImagePrediction", "ImageClassifier", "AttentionView", "attention_view", "predict_logits",
            "count_parameters", "parse_attn_args", "ARCHS", "AUGMENTATIONS"]
 
 APPLICATION = Application(
-    name="images", help="train an image classifier with channel/spatial attention", options=ImageOptions,
-    train_defaults=train_defaults, load_data=load_data, model_spec=model_spec, task=ImageTask,
-    predictor=ImageClassifier)
+    name="images", help="train an image classifier with channel/spatial attention",
+    train_defaults=train_defaults, task=ImageTask, predictor=ImageClassifier)

@@ -8,6 +8,10 @@ SQuAD v1.1 JSON and ``context<TAB>question<TAB>answer`` files work too (:mod:`qk
 than ``max_context`` tokens is read in overlapping windows. Models: the Attentive Reader, a BiDAF-style reader and
 a Transformer encoder (:mod:`qkv.models.reading`). Metrics: SQuAD's exact match and F1 (characters for Chinese).
 
+Its parts under the contract of :mod:`qkv.tasks.base`: :class:`QATask` (the trainer's task), :class:`Reader` (a run
+read back: ``predict``, ``evaluate``, ``view``, ``result_row``; command-line inputs are ``context<TAB>question``
+strings) and :func:`evaluate_reader`, the one metric both evaluate with.
+
 Example::
 
     from qkv.tasks.qa import QAOptions, QATask, Reader, train_defaults
@@ -25,11 +29,11 @@ from ..base import Application
 from .decode import Answer, answer_metrics, predict_examples
 from .options import MODELS, QAOptions, train_defaults
 from .predictor import Reader
-from .task import QATask, build_model, load_data, model_spec, train_tokenizer
+from .task import QATask, evaluate_reader, load_data, model_spec, train_tokenizer
 
-__all__ = ["APPLICATION", "QAOptions", "load_data", "model_spec", "build_model", "train_defaults", "train_tokenizer",
-           "QATask", "Answer", "Reader", "predict_examples", "answer_metrics", "MODELS"]
+__all__ = ["APPLICATION", "QAOptions", "load_data", "model_spec", "train_defaults", "train_tokenizer",
+           "evaluate_reader", "QATask", "Answer", "Reader", "predict_examples", "answer_metrics", "MODELS"]
 
 APPLICATION = Application(
-    name="qa", help="train a reader that answers questions by pointing at a span", options=QAOptions,
-    train_defaults=train_defaults, load_data=load_data, model_spec=model_spec, task=QATask, predictor=Reader)
+    name="qa", help="train a reader that answers questions by pointing at a span",
+    train_defaults=train_defaults, task=QATask, predictor=Reader)

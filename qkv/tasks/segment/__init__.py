@@ -11,6 +11,10 @@ Models (:mod:`qkv.models.bisenet`): ``bisenet`` with its ablations ``arm=False``
 ``context_only=True``, and ``fcn`` (FCN-8s on the same ResNet-18-style backbone). ``widths``, ``spatial_widths`` and
 ``dim`` make a tiny network.
 
+Its parts under the contract of :mod:`qkv.tasks.base`: :class:`SegmentTask` (the trainer's task), :class:`Segmenter`
+(a run read back: ``predict``, ``evaluate``, ``view``, ``result_row``; command-line inputs are image files) and
+:func:`score`, the one metric both evaluate with.
+
 Example::
 
     from qkv.tasks.segment import SegmentOptions, SegmentTask, Segmenter, train_defaults
@@ -28,12 +32,11 @@ from __future__ import annotations
 from ..base import Application
 from .options import MODELS, SegmentOptions, train_defaults
 from .predictor import Segmentation, Segmenter
-from .task import SegmentTask, build_model, load_data, model_spec, normalize, predict_logits, score
+from .task import SegmentTask, load_data, model_spec, normalize, predict_logits, score
 
-__all__ = ["APPLICATION", "SegmentOptions", "train_defaults", "MODELS", "load_data", "model_spec", "build_model",
+__all__ = ["APPLICATION", "SegmentOptions", "train_defaults", "MODELS", "load_data", "model_spec",
            "SegmentTask", "Segmenter", "Segmentation", "normalize", "predict_logits", "score"]
 
 APPLICATION = Application(
     name="segment", help="train a semantic segmentation network (BiSeNet with ARM/FFM attention, or an FCN)",
-    options=SegmentOptions, train_defaults=train_defaults, load_data=load_data, model_spec=model_spec,
-    task=SegmentTask, predictor=Segmenter)
+    train_defaults=train_defaults, task=SegmentTask, predictor=Segmenter)

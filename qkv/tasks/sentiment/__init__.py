@@ -4,6 +4,10 @@ The default data format is the movie-review snippets (``id<TAB>rating<TAB>text``
 or the rating itself with ``regression``); ``text_col``/``label_col`` read any CSV/TSV file instead. The
 model's pooled attention weights are its visible output: each prediction carries a weight per word.
 
+Its parts under the contract of :mod:`qkv.tasks.base`: :class:`SentimentTask` (the trainer's task),
+:class:`SentimentClassifier` (a run read back: ``predict``, ``evaluate``, ``view``, ``result_row``; command-line
+inputs are texts) and :func:`evaluate_classifier`, the one metric both evaluate with.
+
 Example::
 
     from qkv.tasks.sentiment import SentimentClassifier, SentimentOptions, train_defaults, train_folds
@@ -18,11 +22,11 @@ from ...data.text_classification import collate_texts
 from ..base import Application
 from .faithfulness import comprehensiveness
 from .options import MODELS, SentimentOptions, train_defaults
-from .predictor import Prediction, SentimentClassifier, SentimentPrediction
-from .task import SentimentTask, build_model, load_data, make_splits, model_spec, train_folds
+from .predictor import SentimentClassifier, SentimentPrediction
+from .task import SentimentTask, evaluate_classifier, load_data, make_splits, model_spec, train_folds
 
-__all__ = ["APPLICATION", "SentimentOptions", "load_data", "make_splits", "model_spec", "build_model",
-           "train_defaults", "SentimentTask", "train_folds", "collate_texts", "SentimentPrediction", "Prediction",
+__all__ = ["APPLICATION", "SentimentOptions", "load_data", "make_splits", "model_spec", "train_defaults",
+           "SentimentTask", "train_folds", "evaluate_classifier", "collate_texts", "SentimentPrediction",
            "SentimentClassifier", "comprehensiveness", "MODELS"]
 
 
@@ -32,5 +36,4 @@ def _train(options: SentimentOptions, config) -> list:
 
 APPLICATION = Application(
     name="sentiment", help="train a text classifier with attention (sentiment by default)",
-    options=SentimentOptions, train_defaults=train_defaults, load_data=load_data, model_spec=model_spec,
-    task=SentimentTask, predictor=SentimentClassifier, train=_train)
+    train_defaults=train_defaults, task=SentimentTask, predictor=SentimentClassifier, train=_train)

@@ -13,6 +13,10 @@ hybrid, decoded jointly with CTC prefix scores), ``ctc`` (no attention; best pat
 location-aware LAS's default), at most ``max_rate`` characters a second, an ``<eos>`` threshold and length
 normalisation (:func:`transcribe_batch`); training can join utterances two by two (``concat``).
 
+Its parts under the contract of :mod:`qkv.tasks.base`: :class:`SpeechTask` (the trainer's task),
+:class:`Transcriber` (a run read back: ``predict``, ``evaluate``, ``view``, ``result_row``; command-line inputs are
+audio files) and :func:`evaluate_transcripts`, the one metric both evaluate with.
+
 Example::
 
     from qkv.tasks.speech import SpeechOptions, SpeechTask, Transcriber, train_defaults
@@ -30,13 +34,12 @@ from ..base import Application
 from .decode import Transcript, speech_metrics, transcribe_batch
 from .options import MODELS, SpeechOptions, train_defaults
 from .predictor import Transcriber
-from .task import SpeechTask, build_model, load_data, model_spec
+from .task import SpeechTask, evaluate_transcripts, load_data, model_spec
 
-__all__ = ["APPLICATION", "SpeechOptions", "load_data", "model_spec", "build_model", "train_defaults", "SpeechTask",
-           "Transcriber", "Transcript", "transcribe_batch", "speech_metrics", "MODELS"]
+__all__ = ["APPLICATION", "SpeechOptions", "load_data", "model_spec", "train_defaults", "SpeechTask",
+           "evaluate_transcripts", "Transcriber", "Transcript", "transcribe_batch", "speech_metrics", "MODELS"]
 
 APPLICATION = Application(
     name="speech", help="train a speech recogniser: Listen, Attend and Spell (content or location-aware "
     "attention), CTC, hybrid or Transformer (generated digits/sentences, a manifest or LibriSpeech)",
-    options=SpeechOptions, train_defaults=train_defaults, load_data=load_data, model_spec=model_spec,
-    task=SpeechTask, predictor=Transcriber)
+    train_defaults=train_defaults, task=SpeechTask, predictor=Transcriber)

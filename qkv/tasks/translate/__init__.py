@@ -4,6 +4,10 @@ The default data is the multilingual date task (human-written dates in 14 locale
 any Tatoeba/Anki file works too (subword tokens trained on its training split). Models: the fixed-context
 baseline (seed 002's "distracted" model), Bahdanau and Luong attention, and the Transformer.
 
+Its parts under the contract of :mod:`qkv.tasks.base`: :class:`TranslateTask` (the trainer's task),
+:class:`Translator` (a run read back: ``predict``, ``evaluate``, ``view``, ``result_row``; command-line inputs are
+texts) and :func:`evaluate_translations`, the one metric both evaluate with.
+
 Example::
 
     from qkv.tasks.translate import TranslateOptions, TranslateTask, Translator, train_defaults
@@ -19,14 +23,12 @@ from ..base import Application
 from .decode import Translation, translate_batch
 from .options import MODELS, RNN_MODELS, TranslateOptions, budget_defaults, train_defaults
 from .predictor import Translator, parse_buckets
-from .task import TranslateTask, TranslationTask, build_model, load_data, model_spec
+from .task import TranslateTask, evaluate_translations, load_data, model_spec
 
-__all__ = ["APPLICATION", "TranslateOptions", "load_data", "model_spec", "build_model", "train_defaults",
-           "budget_defaults",
-           "TranslateTask", "TranslationTask", "Translation", "Translator", "translate_batch", "parse_buckets",
+__all__ = ["APPLICATION", "TranslateOptions", "load_data", "model_spec", "train_defaults", "budget_defaults",
+           "TranslateTask", "Translation", "Translator", "translate_batch", "evaluate_translations", "parse_buckets",
            "MODELS", "RNN_MODELS"]
 
 APPLICATION = Application(
-    name="translate", help="train a translator (dates or a Tatoeba/Anki corpus)", options=TranslateOptions,
-    train_defaults=train_defaults, load_data=load_data, model_spec=model_spec, task=TranslateTask,
-    predictor=Translator, budget_defaults=budget_defaults)
+    name="translate", help="train a translator (dates or a Tatoeba/Anki corpus)",
+    train_defaults=train_defaults, task=TranslateTask, predictor=Translator, budget_defaults=budget_defaults)

@@ -3,7 +3,6 @@ words outside its vocabulary, `qkv summarize` (text, --file, --html, --evaluate)
 metrics against hand-computed cases, and bad inputs (one-line errors, exit code 2)."""
 
 import json
-import math
 import random
 
 import pytest
@@ -74,7 +73,7 @@ def test_a_tiny_pointer_learns_to_copy_words_outside_its_vocabulary(copy_run):
     summarizer = Summarizer.load(out)
     rng = random.Random(99)
     names = [_name(rng) for _ in range(8)]
-    assert not any(summarizer.tok.encode(n) != [3] for n in names)  # all outside the vocabulary
+    assert not any(summarizer.tokenizer.encode(n) != [3] for n in names)  # all outside the vocabulary
     results = summarizer.predict([_copy_text(rng, n) for n in names], beam=2, max_len=3)
     assert sum(r.text == n for r, n in zip(results, names, strict=True)) >= 7
     r = results[0]
@@ -92,8 +91,9 @@ def test_the_summary_is_the_models_own_decoding(copy_run):
     summarizer = Summarizer.load(out)
     text = "fast tool called zuqoxa on disk"
     (r,) = summarizer.predict([text], beam=1, max_len=3)
-    b = collate([encode_example(summarizer.tok, text)])
-    ids = [summarizer.tok.vocab_size + b.src_ext[0].tolist().index(summarizer.tok.vocab_size)] if r.copied[0] else []
+    b = collate([encode_example(summarizer.tokenizer, text)])
+    vocab = summarizer.tokenizer.vocab_size
+    ids = [vocab + b.src_ext[0].tolist().index(vocab)] if r.copied[0] else []
     tgt_in = torch.tensor([[1, *ids]])
     with torch.no_grad():
         ref = summarizer.model(b.src, b.src_mask, tgt_in, b.src_ext, b.n_ext)
@@ -112,7 +112,7 @@ def test_summarize_command_html_file_and_output(copy_run, tmp_path, capsys):
     html = (tmp_path / "copy.html").read_text(encoding="utf-8")
     assert "<b>kemiru" not in html and "&lt;" in html and "p_gen" in html and "data-attn" in html
     texts = tmp_path / "in.txt"
-    texts.write_text("data called tipoxe here\n\nslow disk called mabeko\n", encoding="utf-8")
+    texts.write_text("data called tipoxe here\nslow disk called mabeko\n", encoding="utf-8")
     summaries = tmp_path / "out.txt"
     assert main(["summarize", str(out), "--file", str(texts), "--output", str(summaries), "--max-len", "3"]) == 0
     assert summaries.read_text(encoding="utf-8").split() == ["tipoxe", "mabeko"]
@@ -127,7 +127,7 @@ def test_evaluate_prints_rouge_beside_the_baselines(copy_run, tmp_path, capsys):
     assert "| lead sentence |" in printed and "| first 8 words |" in printed and "ROUGE-L" in printed
     m = json.loads(figures.read_text())
     assert m["examples"] == 10 and m["rougeL"] > m["lead_rougeL"] and m["rougeL"] > m["first8_rougeL"]
-    assert math.isnan(m["repeated_trigrams"])  # one-word summaries have no trigram
+    assert m["repeated_trigrams"] is None  # one-word summaries have no trigram: NaN, written null
     # another file of the same format is evaluated whole, bad rows skipped and counted
     other = tmp_path / "other.jsonl"
     other.write_text(json.dumps({"text": "called ropafi here", "summary": "ropafi"}) + "\n{broken\n",
@@ -165,7 +165,7 @@ def test_coverage_from_switches_coverage_on_at_that_step(tmp_path):
 def test_coverage_from_a_fraction_switches_coverage_on_for_the_last_part(tmp_path):
     import json
 
-    from qkv.tasks.summarize import SummarizeTask, train_defaults, train_summarizer
+    from qkv.tasks.summarize import SummarizeTask, train_defaults
     from qkv.train import train
 
     data = write_copy_data(tmp_path / "c.jsonl", n=120)
@@ -182,12 +182,12 @@ def test_coverage_from_a_fraction_switches_coverage_on_for_the_last_part(tmp_pat
     config = train_defaults(options).replace(max_steps=3, max_minutes=1e-6, progress=False, eval_split=None,
                                              final_splits=(), monitor=None)
     task = SummarizeTask(options)
-    train(task, config, [task.coverage_callback(config)])
+    train(task, config)  # the trainer registers the task's own callbacks
     assert task.coverage_step == 1
-    (result,) = train_summarizer(options, config.replace(max_minutes=None))
+    result = train(SummarizeTask(options), config.replace(max_minutes=None))
     assert int(result.model.trained_steps) == 3
-    with pytest.raises(ValueError, match="fraction of the training"):  # without the callback it would never start
-        train(SummarizeTask(options), config)
+    with pytest.raises(ValueError, match="fraction of the training"):  # outside the trainer nothing would start it
+        SummarizeTask(options).loss(result.model, None)
     with pytest.raises(ValueError, match="a whole number"):
         SummarizeOptions(coverage_from=2.5)
     with pytest.raises(ValueError, match="needs score additive"):
@@ -199,7 +199,7 @@ def test_bad_inputs_are_one_line_errors(copy_run, tmp_path, capsys):
     assert main(["summarize", str(out)]) == 2
     assert main(["summarize", str(out), "   "]) == 2
     assert main(["summarize", str(out), "text", "--evaluate", str(data)]) == 2
-    assert main(["summarize", str(out), "text", "--json", "x.json"]) == 2
+    assert main(["summarize", str(out), "text", "--split", "valid"]) == 2  # --split goes with --evaluate
     assert main(["summarize", str(out), "text", "--html", str(tmp_path)]) == 2
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"text": "a b", "summary": "a"}\n{"text": "a b"}\n', encoding="utf-8")
@@ -291,3 +291,32 @@ def test_ngram_blocking_leaves_no_repeated_trigram_even_for_a_model_that_repeats
             for s in blocked:
                 grams = [tuple(s.tokens[i:i + n]) for i in range(len(s.tokens) - n + 1)]
                 assert len(grams) == len(set(grams)) and len(s.tokens) > n
+
+
+@pytest.mark.parametrize("special", ["<bos>", "<unk>", "<pad>"])
+@pytest.mark.parametrize("beam", [1, 3])
+def test_special_tokens_are_never_written_and_an_unknown_word_is_the_source_word_attended(special, beam):
+    """A model that says only ``special``: no summary shows it; its ``<unk>`` is the source word it attends to most
+    at that step, the word a copy gives."""
+    from qkv.data import WordTokenizer
+    from qkv.data.tokenize import SPECIALS
+    from qkv.models import create
+    from qkv.tasks.summarize import summarize_batch
+
+    rng = random.Random(5)
+    texts = [" ".join(rng.choice(FILLER + [_name(rng)]) for _ in range(rng.randrange(4, 12))) for _ in range(6)]
+    tok = WordTokenizer.train(texts, min_freq=2)
+    torch.manual_seed(1)
+    model = create("pointer", vocab=tok.vocab_size, embed_dim=8, hidden_dim=8, attn_dim=8)
+    with torch.no_grad():
+        model.out.bias[SPECIALS.index(special)] = 50.0
+        model.switch.bias.fill_(50.0)  # generate, never copy
+    for s in summarize_batch(model, tok, texts, beam=beam, max_len=5):
+        assert not any(w in s.text for w in SPECIALS) and not set(s.tokens) & set(SPECIALS), s.text
+        assert len(s.attention) >= len(s.tokens) and len(s.p_gen) >= len(s.tokens) and len(s.copied) == len(s.tokens)
+        if special == "<unk>":
+            assert len(s.tokens) == 5 and all(s.copied)
+            assert s.tokens == [s.source_tokens[int(row.argmax())] for row in s.attention[:5]]
+            assert s.text.split() == s.tokens or rouge_words(s.text) == rouge_words(" ".join(s.tokens))
+        else:  # what the decoder gave stays known, for a page of its attention rows
+            assert s.tokens == [] and s.text == "" and s.decoded == [special] * 5
