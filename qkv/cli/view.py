@@ -136,6 +136,9 @@ def view(args) -> int:
                    for t in read_inputs(o.text, o.file, "a text to look at (or --image FILE)")]
     settings = {k: getattr(o, k) for k in given(args, ViewCommand) if k in HuggingFaceViewer.takes}
     viewer = viewer_of(o.run, o.device, **settings)
+    for one in inputs:  # what the run would not look at is refused before any page is written
+        if hasattr(viewer, "check_view_input"):
+            viewer.check_view_input(one)
     for path, one in zip(numbered_paths(str(out), len(inputs)), inputs, strict=True):
         page = viewer.view(one)
         written = save_attention_page(path, page.records, rollout=o.rollout, **page.page_kwargs())

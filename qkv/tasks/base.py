@@ -219,6 +219,8 @@ class Predictor(ABC):
     task: ClassVar[str]
     #: what one command-line string is to :meth:`inputs_from_strings`: ``"text"``, ``"image file"``...
     input_kind: ClassVar[str] = "text"
+    #: what :meth:`view` looks at, of a :class:`ViewInput`'s fields (``text``, ``image``, ``index``, ``question``)
+    view_inputs: ClassVar[tuple[str, ...]] = ("text",)
 
     model: nn.Module
     options: Any
@@ -277,6 +279,15 @@ class Predictor(ABC):
     @abstractmethod
     def view(self, given: ViewInput) -> PageInput:
         """Every attention of the model on one input, for :func:`qkv.viz.page.save_attention_page`."""
+
+    def check_view_input(self, given: ViewInput) -> None:
+        """A ``ValueError`` naming the parts of ``given`` that :meth:`view` would not look at (:attr:`view_inputs`):
+        a question to a translator, an image to a text model... is refused, never ignored."""
+        names = {"text": "a text", "image": "--image", "index": "--index", "question": "--question"}
+        unused = [names[f] for f in names if getattr(given, f) is not None and f not in self.view_inputs]
+        if unused:
+            takes = " or ".join(names[f] for f in self.view_inputs)
+            raise ValueError(f"a {self.task} run does not look at {' or '.join(unused)} (it takes {takes})")
 
     def inputs_from_strings(self, strings: Sequence[str], **given: Any) -> list[Any]:
         """The inputs of :meth:`predict` that ``strings`` (command-line arguments, lines of a file) stand for: by

@@ -40,6 +40,7 @@ class Captioner(Predictor):
     """A trained captioning run: ``Captioner.load(run_dir).predict(images, beam=3)``."""
 
     task_class = CaptionTask
+    view_inputs = ("image", "index")
     input_kind = "image file"
 
     def __init__(self, model: nn.Module, options: CaptionOptions, config: dict[str, Any], *, tokenizer):

@@ -36,6 +36,7 @@ class ImageClassifier(Predictor):
     of ``qkv show-attention``, :meth:`view` every attention for ``qkv view``."""
 
     task_class = ImageTask
+    view_inputs = ("image", "index")
     input_kind = "image file"
 
     def __init__(self, model: nn.Module, options: ImageOptions, config: Mapping[str, Any]):

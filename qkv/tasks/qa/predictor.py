@@ -22,6 +22,7 @@ class Reader(Predictor):
     """A trained reader: ``Reader.load("runs/qa").predict([(context, question), ...])`` -> :class:`Answer` s."""
 
     task_class = QATask
+    view_inputs = ("text", "question")
     input_kind = "context<TAB>question"
 
     def _answers(self, encoded: list[Encoded], contexts: list[str], questions: list[str] | None = None,

@@ -44,6 +44,7 @@ class Segmenter(Predictor):
     channel attention of one image for ``qkv view``."""
 
     task_class = SegmentTask
+    view_inputs = ("image", "index")
     input_kind = "image file"
 
     def __init__(self, model: nn.Module, options: SegmentOptions, config: Mapping[str, Any]):

@@ -24,6 +24,7 @@ class Transcriber(Predictor):
     """A trained speech recogniser: ``Transcriber.load("runs/digits").predict(["clip.wav"])``."""
 
     task_class = SpeechTask
+    view_inputs = ("text", "index")
     input_kind = "audio file"
 
     @property

@@ -1,0 +1,41 @@
+"""`qkv view` refuses what a run would not look at (a question to a translator, a text to an image model, an image
+to a question-answering model), naming it, before any page is written; what it looks at is taken."""
+
+import pytest
+
+from qkv.cli import main
+from qkv.tasks import APPLICATIONS, application
+from qkv.tasks.base import ViewInput
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+GIVEN = {"text": ViewInput(text="a text"), "image": ViewInput(image="x.png"), "index": ViewInput(index=0),
+         "question": ViewInput(text="a context", question="a question?")}
+
+
+@pytest.mark.parametrize("name", APPLICATIONS)
+def test_every_predictor_names_the_view_inputs_it_does_not_look_at(name):
+    predictor = application(name).predictor
+    takes = predictor.view_inputs
+    assert takes and set(takes) <= set(GIVEN)
+    stub = object.__new__(predictor)
+    for given in GIVEN.values():
+        unused = [f for f in GIVEN if getattr(given, f) is not None and f not in takes]
+        if unused:
+            with pytest.raises(ValueError, match=f"a {name} run does not look at"):
+                stub.check_view_input(given)
+        else:
+            stub.check_view_input(given)
+
+
+@pytest.mark.parametrize("name, argv, flag", [
+    ("translate", ["7 mars 2019", "--question", "When?"], "--question"),
+    ("images", ["some text"], "a text"),
+    ("qa", ["--image", "x.png", "--question", "Who?"], "--image"),
+])
+def test_qkv_view_refuses_what_the_run_would_not_look_at(name, argv, flag, tiny_run, tmp_path, capsys):
+    page = tmp_path / "page.html"
+    assert main(["view", str(tiny_run(name)), *argv, "--out", str(page)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("qkv: error:") and flag in err and len(err.splitlines()) == 1
+    assert not page.exists()
