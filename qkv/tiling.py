@@ -102,6 +102,8 @@ def tiles(score, query: Tensor, key: Tensor, *, key_prepared: bool = False) -> I
 
 def tiled_scores(score, query: Tensor, key: Tensor, *, key_prepared: bool = False) -> Tensor:
     """The raw scores ``(..., Tq, Tk)``: one eager tile when it fits and is too small to fuse, else tile by tile."""
+    if torch.compiler.is_compiling():  # traced by torch.compile or torch.export: one tile (its sizes are symbolic)
+        return _tile(score, score.query_proj(query), key if key_prepared else score.key_proj(key))
     tq, tk = query.shape[-2], key.shape[-2]
     cq, ck = tile_sizes(score, query, key)
     one = (cq >= tq and ck >= tk) or tq == 0 or tk == 0  # one tile (an empty one holds no elements)

@@ -26,7 +26,8 @@ def sdpa(q: Tensor, k: Tensor, v: Tensor, allowed: Tensor | None, bias: Tensor |
     safe = allowed | ~rows  # a fully masked row attends everywhere (to finite keys), then its output is zeroed
     attn_mask = safe if bias is None else bias.masked_fill(~safe, float("-inf"))
     out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout, scale=scale)
-    if out.device.type == "cpu" and bool(rows.all()):  # (on GPUs, the check would cost a sync)
+    # (on GPUs the check would cost a sync; traced by torch.compile or torch.export, it would branch on values)
+    if out.device.type == "cpu" and not torch.compiler.is_compiling() and bool(rows.all()):
         return out
     return torch.where(rows, out, 0.0)
 
