@@ -24,13 +24,14 @@ import torch
 from qkv.tasks.summarize import (
     SummarizeOptions,
     Summarizer,
+    SummarizeTask,
     first_words,
     lead,
     load_data,
     summary_metrics,
     train_defaults,
-    train_summarizer,
 )
+from qkv.train import train
 
 #: a CPU-sized model: what one core trains in minutes
 SMALL = {"vocab_size": 8000, "embed_dim": 64, "hidden_dim": 128, "max_source": 80, "max_target": 20,
@@ -51,7 +52,7 @@ def run(name: str, options: SummarizeOptions, data, minutes: float, out: Path, a
     cfg = train_defaults(options).replace(max_minutes=minutes, out=str(out / name), progress=False,
                                           final_splits=("test",))
     t0 = time.time()
-    (result,) = train_summarizer(options, cfg, data=data)
+    result = train(SummarizeTask(options, data), cfg)
     train_s = time.time() - t0
     summarizer = Summarizer.load(out / name / "checkpoint")
     settings = [("", {"no_repeat_ngram_size": 0})]
@@ -117,7 +118,7 @@ def main() -> None:
             name = f"facts-{lang}-{args.facts_model}"
             cfg = train_defaults(o).replace(max_minutes=args.facts_minutes, out=str(out / name), progress=False,
                                             final_splits=("test",))
-            (result,) = train_summarizer(o, cfg)
+            result = train(SummarizeTask(o), cfg)
             s = Summarizer.load(out / name / "checkpoint")
             rows.append({"name": name, "steps": int(result.state.global_step),
                          **s.evaluate(split="test", beam=1, baselines=False, no_repeat_ngram_size=0),

@@ -27,13 +27,13 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from qkv.metrics import bleu_by_length, translation_metrics  # noqa: E402
-from qkv.tasks.translate import TranslateOptions, TranslationTask, translate_batch  # noqa: E402
+from qkv.tasks.translate import TranslateOptions, TranslateTask, translate_batch  # noqa: E402
 from qkv.train import TrainConfig, train  # noqa: E402
 
 
 def run(opts: TranslateOptions, minutes: float, batch_size: int, lr: float, out: Path, eval_every: int,
         beam: int, monitor: str) -> dict:
-    task = TranslationTask(opts)
+    task = TranslateTask(opts)
     cfg = TrainConfig(epochs=100, max_minutes=minutes, batch_size=batch_size, lr=lr, warmup_steps=200,
                       schedule="inverse_sqrt", out=str(out), progress=False, monitor=monitor, eval_every=eval_every,
                       final_splits=(), log_every=50)
@@ -44,8 +44,8 @@ def run(opts: TranslateOptions, minutes: float, batch_size: int, lr: float, out:
     evals = [x for x in lines if x["event"] == "eval"]
     reach = next((x["time"] for x in evals if x["metrics"].get("exact_match", 0) >= 0.99), None)
     speeds = [x["tokens_per_s"] for x in lines if x["event"] == "train" and "tokens_per_s" in x]
-    grouped = task.corpus.references("test")[: opts.eval_max]
-    hyps = translate_batch(result.model, task.src_tok, task.tgt_tok, [s for s, _ in grouped], beam=beam,
+    grouped = task.data.references("test")[: opts.eval_max]
+    hyps = translate_batch(result.model, task.src_tokenizer, task.tgt_tokenizer, [s for s, _ in grouped], beam=beam,
                            max_len=opts.max_decode_len)
     refs = [r for _, r in grouped]
     test = translation_metrics([h.text for h in hyps], refs)

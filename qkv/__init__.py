@@ -6,7 +6,7 @@ The three stages (similarity -> normalisation -> weighted sum) are plain functio
 hold parameters and call them. The core reports to :mod:`qkv.hooks`, which :func:`capture_attention` subscribes to.
 """
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 from . import hooks, masks, mods, normalize, scores
 from .capture import AttentionRecord, attention_rollout, capture_attention

@@ -65,6 +65,16 @@ TINY_RUNS: dict[str, list[str]] = {
                 "--eval-max", "4", "--max-steps", "2", "--no-progress"],
     "qa": ["train", "qa", "--data", "facts", "--model", "bidaf", "--n-train", "200", "--n-eval", "20", "--embed-dim",
            "8", "--hidden-dim", "8", "--max-steps", "2", "--no-progress"],
+    "segment": ["train", "segment", "--n-train", "32", "--n-valid", "8", "--n-test", "8", "--widths", "4,8,8,16",
+                "--blocks", "1,1,1,1", "--spatial-widths", "4,4,8", "--dim", "8", "--head-dim", "8", "--batch-size",
+                "16", "--max-steps", "2", "--no-progress"],
+    "summarize": ["train", "summarize", "--data", "facts", "--lang", "en", "--n-train", "200", "--n-eval", "10",
+                  "--embed-dim", "8", "--hidden-dim", "16", "--batch-size", "16", "--max-steps", "2",
+                  "--eval-max", "5", "--max-decode-len", "6", "--no-progress"],
+    "speech": ["train", "speech", "--data", "digits", "--n-train", "16", "--n-valid", "3", "--n-test", "3", "--n-long",
+               "2", "--hidden-dim", "8", "--num-layers", "3", "--embed-dim", "8", "--decoder-dim", "16", "--attn-dim",
+               "8", "--n-mels", "16", "--ctc-weight", "0.3", "--max-steps", "2", "--batch-size", "8", "--eval-max",
+               "3", "--max-decode-len", "12", "--no-progress", "--cache", "{root}/speech-cache"],
 }
 
 
@@ -76,7 +86,7 @@ def train_tiny(name: str, root: Path) -> Path:
     if not reviews.exists():
         write_reviews(reviews, n=300)
     out = root / name
-    argv = [a.format(reviews=reviews) for a in TINY_RUNS[name]] + ["--out", str(out)]
+    argv = [a.format(reviews=reviews, root=root) for a in TINY_RUNS[name]] + ["--out", str(out)]
     with single_thread(), contextlib.redirect_stdout(io.StringIO()):
         code = main(argv)
     assert code == 0, f"training the tiny {name} run failed: qkv {' '.join(argv)}"

@@ -95,6 +95,10 @@ def evaluate(args) -> int:
     return 0
 
 
+def _numbers(xs: list[str]) -> list[int]:
+    return [int(x) for s in xs for x in s.split(",") if x.strip()]
+
+
 @dataclass
 class ViewCommand:
     run: str = option(positional=True, help="run directory or checkpoint directory of any application, or a saved "
@@ -110,6 +114,15 @@ class ViewCommand:
     out: str = option("attention.html", help="the page to write (numbered NAME-0.html, NAME-1.html... for several)")
     rollout: bool = option(True, help="add attention rollout for stacks of self-attention")
     device: str = option("auto", help="auto (CUDA if available), cpu, cuda or cuda:N")
+    generate: int | None = option(None, low=1, metavar="N", help="a Hugging Face model generates up to N tokens "
+                                  "from the text, its attention recorded at every step")
+    layers: list[int] | None = option(None, repeat=True, parse=_numbers, metavar="L",
+                                      help="the layers to record (Hugging Face models; e.g. 0,5; default all)")
+    heads: list[int] | None = option(None, repeat=True, parse=_numbers, metavar="H",
+                                     help="the heads to record (Hugging Face models; default all)")
+    strategy: str = option("greedy", choices=("greedy", "sample", "beam"), help="how --generate chooses tokens")
+    beam: int = option(4, low=2, applies={"strategy": ("beam",)}, help="hypotheses of --strategy beam")
+    seed: int = option(0, low=0, applies={"strategy": ("sample",)}, help="seed of --strategy sample")
 
 
 def view(args) -> int:
@@ -129,9 +142,18 @@ def view(args) -> int:
 
         if o.image or o.index or o.question:
             raise ValueError("a Hugging Face model directory takes texts only (no --image, --index or --question)")
+        if o.generate is None and o.strategy != "greedy":
+            raise ValueError("--strategy chooses the tokens of --generate N: give --generate")
 
         def show(given: ViewInput):
-            return view_page_input(o.run, given.text, device=o.device)
+            if o.generate is not None:
+                from ..integrations.generation import view_generation
+
+                return view_generation(o.run, given.text, o.generate, strategy=o.strategy, beams=o.beam,
+                                       seed=o.seed, layers=o.layers, heads=o.heads, device=o.device)
+            return view_page_input(o.run, given.text, device=o.device, layers=o.layers, heads=o.heads)
+    elif o.generate is not None or o.layers is not None or o.heads is not None or o.strategy != "greedy":
+        raise ValueError("--generate, --layers, --heads and --strategy apply to Hugging Face model directories")
     else:
         show = application_of(o.run).predictor.load(o.run, o.device).view
     for path, given in zip(numbered_paths(str(out), len(inputs)), inputs, strict=True):
@@ -142,11 +164,7 @@ def view(args) -> int:
 
 
 def register(commands, train_commands) -> None:
-    import importlib
-
     for name in APPLICATIONS:
-        if not hasattr(importlib.import_module(f"qkv.tasks.{name}"), "APPLICATION"):
-            continue  # TODO(migration): still registered by its own command module
         app = application(name)
         add_train_command(train_commands, name, app.help, app.options, app.train_defaults, _train(name))
     add_command(commands, "evaluate", "the metrics of runs of any application on a split of their data (or "

@@ -4,8 +4,9 @@ SpecAugment.
 Files are read with ``soundfile`` (WAV, FLAC, OGG...) and resampled with ``librosa``; the log-mel features are
 librosa's mel filterbank (Slaney's, as ``librosa.feature.melspectrogram``) applied to the power spectrum of
 ``torch.stft``: the filterbank comes from a well-kept library, the transform runs in torch (batched, on any device).
-A file that cannot be used is a one-line ``ValueError`` naming it (missing, not audio, empty, too short, not
-finite). Both libraries are imported when first needed (``pip install qkv[speech]``).
+A file that cannot be used is a one-line ``ValueError`` naming it (missing, not audio, truncated — its header
+promises more samples than it holds —, empty, too short, not finite). Both libraries are imported when first needed
+(``pip install qkv[speech]``).
 
 SpecAugment: Park et al., 2019, "SpecAugment: A Simple Data Augmentation Method for Automatic Speech Recognition"
 (https://arxiv.org/abs/1904.08779), frequency and time masks only (no time warping). :func:`warp_features`
@@ -19,6 +20,7 @@ from __future__ import annotations
 import functools
 import math
 import os
+import re
 from pathlib import Path
 
 import torch
@@ -45,18 +47,26 @@ def load_audio(path: str | os.PathLike, sample_rate: int = SAMPLE_RATE, *, where
     """The samples of an audio file as ``(T,)`` float32 in [-1, 1], mono (channels averaged), at ``sample_rate``.
 
     ``where``: how to name the file in errors (default: its path; a manifest passes ``manifest.tsv:12: clip.wav``).
-    Raises ``ValueError`` (one line, naming the file) for a missing, unreadable, empty, too short (under
-    ``min_seconds``) or non-finite file.
+    Raises ``ValueError`` (one line, naming the file) for a missing, unreadable, truncated (fewer samples than its
+    header promises), empty, too short (under ``min_seconds``) or non-finite file.
     """
     sf = _speech_extra("soundfile")
     name = where or str(path)
     p = Path(path)
     if not p.is_file():
-        raise ValueError(f"{name}: no such audio file")
+        raise ValueError(f"{name}: {'a folder, not an audio file' if p.is_dir() else 'no such audio file'}")
     try:
-        data, rate = sf.read(str(p), dtype="float32", always_2d=True)
+        with sf.SoundFile(str(p)) as f:
+            rate, promised = f.samplerate, f.frames
+            data = f.read(dtype="float32", always_2d=True)
+            missing = _missing_frames(f.extra_info, promised, data.shape[0])
     except (RuntimeError, TypeError, ValueError) as e:  # soundfile's LibsndfileError is a RuntimeError
         raise ValueError(f"{name}: not a readable audio file ({' '.join(str(e).split())})") from None
+    if missing:
+        raise ValueError(f"{name}: truncated: the header promises {data.shape[0] + missing} samples "
+                         f"({(data.shape[0] + missing) / rate:.3f} s), the file holds {data.shape[0]} "
+                         f"({data.shape[0] / rate:.3f} s); copy the file again, or re-save what it holds "
+                         "(sox, ffmpeg) to use it")
     if data.shape[0] == 0:
         raise ValueError(f"{name}: the audio is empty (0 samples)")
     wave = data.mean(axis=1)
@@ -68,6 +78,31 @@ def load_audio(path: str | os.PathLike, sample_rate: int = SAMPLE_RATE, *, where
         librosa = _speech_extra("librosa")
         wave = librosa.resample(wave, orig_sr=rate, target_sr=sample_rate)
     return torch.from_numpy(wave.copy()).float()
+
+
+_FRAMES = re.compile(r"^\s*frames\s*:\s*(\d+)\s*$", re.MULTILINE | re.IGNORECASE)
+_DATA_CHUNK = re.compile(r"^\s*data\s*:\s*(\d+)\s*\(should be (\d+)\)", re.MULTILINE)
+_BLOCK_ALIGN = re.compile(r"Block Align\s*:\s*(\d+)")
+_UNKNOWN_LENGTH = (0, 0xFFFFFFFF, 0x7FFFFFFF)  # what streaming writers put in the header before the length is known
+
+
+def _missing_frames(log: str, promised: int, read: int) -> int:
+    """How many frames the header promises beyond those in the file. libsndfile reads a truncated WAV or AIFF as
+    far as it goes and says so only in its log: the frame count of the header (AIFF's ``COMM``, WAV's ``fact``,
+    FLAC's stream info) or the size of WAV's ``data`` chunk (``data : 32000 (should be 15978)``)."""
+    m = _FRAMES.search(log)
+    if m:
+        declared = int(m.group(1))
+        return 0 if declared in _UNKNOWN_LENGTH else max(declared - read, 0)
+    m = _DATA_CHUNK.search(log)
+    if m:
+        declared = int(m.group(1))
+        align = _BLOCK_ALIGN.search(log)
+        per_frame = int(align.group(1)) if align else 0
+        if declared in _UNKNOWN_LENGTH or not per_frame:
+            return 0
+        return max(declared // per_frame - read, 0)
+    return max(promised - read, 0)
 
 
 def write_audio(path: str | os.PathLike, wave: Tensor, sample_rate: int = SAMPLE_RATE) -> Path:

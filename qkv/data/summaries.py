@@ -21,8 +21,6 @@ Example::
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 import logging
 import os
@@ -31,7 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .files import text_lines
+from .files import table_rows, text_lines
 from .summary_split import (
     SPLITS,
     SummaryExample,
@@ -152,31 +150,22 @@ def read_table_summaries(path: str | os.PathLike, *, source: str = "text", targe
         return rows.done()
     if fmt not in ("csv", "tsv"):
         raise ValueError(f"read_table_summaries reads jsonl, csv or tsv, not {fmt!r}")
-    lines = list(text_lines(path))
-    text = "".join(line for _, line in lines)
-    reader = csv.reader(io.StringIO(text, newline=""), delimiter="," if fmt == "csv" else "\t", strict=True)
     header: list[str] | None = None
-    try:
-        for record in reader:
-            n = reader.line_num
-            if header is None:
-                header = [h.strip() for h in record]
-                missing = [c for c in (source, target) if c not in header]
-                if missing:
-                    raise ValueError(f"{path}:1: the header has no column {missing[0]!r} (it has "
-                                     f"{', '.join(header) or 'nothing'}); name the columns with --source-column "
-                                     "and --target-column")
-                col = {c: header.index(c) for c in (source, target, *([name] if name and name in header else []))}
-                continue
-            if not any(x.strip() for x in record):
-                continue
-            where = f"{path}:{n}"
-            if len(record) != len(header):
-                rows.bad(where, "wrong field count", f"{len(record)} fields, the header has {len(header)}")
-                continue
-            rows.add(record[col[source]], record[col[target]], where, record[col[name]] if name in col else "")
-    except csv.Error as e:
-        raise ValueError(f"{path}:{reader.line_num}: not valid {fmt.upper()} ({e})") from None
+    for n, record in table_rows(path, delimiter="," if fmt == "csv" else "\t", multiline=True):
+        if header is None:
+            header = [h.strip() for h in record]
+            missing = [c for c in (source, target) if c not in header]
+            if missing:
+                raise ValueError(f"{path}:{n}: the header has no column {missing[0]!r} (it has "
+                                 f"{', '.join(header) or 'nothing'}); the columns read are chosen by source= and "
+                                 "target= (qkv train summarize: --source-column, --target-column)")
+            col = {c: header.index(c) for c in (source, target, *([name] if name and name in header else []))}
+            continue
+        where = f"{path}:{n}"
+        if len(record) != len(header):
+            rows.bad(where, "wrong field count", f"{len(record)} fields, the header has {len(header)}")
+            continue
+        rows.add(record[col[source]], record[col[target]], where, record[col[name]] if name in col else "")
     if header is None:
         raise ValueError(f"{path}: empty file (a header line naming the columns is needed)")
     return rows.done()

@@ -17,8 +17,6 @@ Example::
 
 from __future__ import annotations
 
-import contextlib
-import csv
 import logging
 import math
 import os
@@ -31,7 +29,7 @@ from typing import Literal
 
 import torch
 
-from .files import text_lines
+from .files import table_rows, text_lines
 
 __all__ = ["TextDataset", "read_movie_reviews", "read_table", "stratified_split", "kfold_splits", "strata",
            "collate_texts"]
@@ -166,7 +164,8 @@ def read_table(path: str | os.PathLike, *, text_col: str | int = "text", label_c
 
     Args:
         text_col, label_col: a column name from the header, or a 0-based index.
-        delimiter: default ``\\t`` for ``.tsv``/``.tab`` files, else ``,``. Quoting follows the csv module.
+        delimiter: default ``\\t`` for ``.tsv``/``.tab`` files, else ``,``. Quoting is RFC 4180's, strict
+            (:func:`qkv.data.files.table_rows`): a stray quote is an error naming the line it opens on.
         header: whether the first row names the columns.
         labels: the known class names, in index order; a row with another label is an error (or skipped).
             Default: every label in the file, sorted (numbers numerically).
@@ -179,43 +178,39 @@ def read_table(path: str | os.PathLike, *, text_col: str | int = "text", label_c
         delimiter = "\t" if stem.endswith((".tsv", ".tab")) else ","
     rows = _Rows(path, on_error)
     raw_labels: list[tuple[int, str]] = []
-    with contextlib.closing(text_lines(path)) as lines:
-        reader = csv.reader((line for _, line in lines), delimiter=delimiter)
-        names = None
-        if header:
+    records = table_rows(path, delimiter=delimiter, multiline=True)
+    names = None
+    if header:
+        try:
+            names = [n.strip() for n in next(records)[1]]
+        except StopIteration:
+            raise ValueError(f"{path}: the file is empty") from None
+    ti, li = _column(names, text_col, path), _column(names, label_col, path)
+    for line_no, row in records:
+        if max(ti, li) >= len(row):
+            rows.bad(line_no, "missing column", f"{len(row)} field(s), need column {max(ti, li)}")
+            continue
+        text, label = row[ti].strip(), row[li].strip()
+        if not text:
+            rows.bad(line_no, "empty text", "the text is empty")
+            continue
+        if regression:
             try:
-                names = [n.strip() for n in next(reader)]
-            except StopIteration:
-                raise ValueError(f"{path}: the file is empty") from None
-        ti, li = _column(names, text_col, path), _column(names, label_col, path)
-        for row in reader:
-            line_no = reader.line_num
-            if not row or not any(c.strip() for c in row):
-                continue
-            if max(ti, li) >= len(row):
-                rows.bad(line_no, "missing column", f"{len(row)} field(s), need column {max(ti, li)}")
-                continue
-            text, label = row[ti].strip(), row[li].strip()
-            if not text:
-                rows.bad(line_no, "empty text", "the text is empty")
-                continue
-            if regression:
-                try:
-                    value = float(label)
-                    if not math.isfinite(value):
-                        raise ValueError
-                except ValueError:
-                    rows.bad(line_no, "unknown label", f"the label {label!r} is not a number")
-                    continue
-                rows.texts.append(text)
-                rows.labels.append(value)
-                continue
-            if not label or (labels is not None and label not in labels):
-                known = f" (known: {', '.join(labels)})" if labels is not None else ""
-                rows.bad(line_no, "unknown label", f"unknown label {label!r}{known}")
+                value = float(label)
+                if not math.isfinite(value):
+                    raise ValueError
+            except ValueError:
+                rows.bad(line_no, "unknown label", f"the label {label!r} is not a number")
                 continue
             rows.texts.append(text)
-            raw_labels.append((line_no, label))
+            rows.labels.append(value)
+            continue
+        if not label or (labels is not None and label not in labels):
+            known = f" (known: {', '.join(labels)})" if labels is not None else ""
+            rows.bad(line_no, "unknown label", f"unknown label {label!r}{known}")
+            continue
+        rows.texts.append(text)
+        raw_labels.append((line_no, label))
     if regression:
         return rows.dataset([], True)
     names_ = list(labels) if labels is not None else sorted({lab for _, lab in raw_labels}, key=_label_key)

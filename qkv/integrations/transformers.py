@@ -44,7 +44,8 @@ were trained for the model's own score: expect a fine-tuned, not a pretrained, m
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -54,7 +55,7 @@ from torch import Tensor, nn
 from .. import mods as _mods
 from ..functional import attention
 
-__all__ = ["register", "registered", "BackendOptions", "attention_kind"]
+__all__ = ["register", "registered", "BackendOptions", "attention_kind", "recording"]
 
 log = logging.getLogger(__name__)
 
@@ -87,6 +88,26 @@ class BackendOptions:
 
 
 _REGISTERED: dict[str, BackendOptions] = {}
+
+#: the recorder of :func:`recording` while one is active: ``heads_of(module, H)`` -> the head indices to record
+#: (None: not this module), ``add(module, weights (B, h, Tq, Tk))``
+_RECORDER: Any = None
+
+
+@contextmanager
+def recording(recorder: Any) -> Iterator[Any]:
+    """While the block runs, every attention call of a model on a registered name gives ``recorder`` the weights
+    of the heads it asks for (``recorder.heads_of(module, num_heads)``: a list of head indices, or None), computed
+    beside the fused path for those heads only (or taken from the weights path when every head is asked for).
+    Used by :mod:`qkv.integrations.generation`; recordings do not nest."""
+    global _RECORDER
+    if _RECORDER is not None:
+        raise RuntimeError("a recording is already active; recordings do not nest")
+    _RECORDER = recorder
+    try:
+        yield recorder
+    finally:
+        _RECORDER = None
 
 
 def _require_transformers():
@@ -123,6 +144,11 @@ def register(name: str = "qkv", *, score: Any = "scaled_dot", scale: float | str
         raise ValueError(f"scale must be 'model', None or a positive number, got {scale!r}")
     from transformers.masking_utils import sdpa_mask
 
+    from ..normalize import get_normalizer
+    from ..scores import get_score
+
+    get_score(score)  # an unknown name is refused here, with the valid ones, not at the model's first call
+    get_normalizer(normalize)
     options = BackendOptions(score, scale, normalize, score_mod, mask_mod)
     transformers.AttentionInterface.register(name, _backend(options))
     transformers.masking_utils.AttentionMaskInterface.register(name, sdpa_mask)
@@ -238,13 +264,27 @@ def _backend(options: BackendOptions) -> Callable[..., tuple[Tensor, Tensor | No
             mask_mod = options.mask_mod
         score_mod = None if not score_mods else score_mods[0] if len(score_mods) == 1 else _mods.chain(*score_mods)
         scale = scaling if options.scale == "model" else options.scale
-        want = _weights_wanted(kwargs)
+        recorder = _RECORDER
+        heads = recorder.heads_of(module, h) if recorder is not None else None
+        want = _weights_wanted(kwargs) or (heads is not None and len(heads) == h)
         result = attention(query, key, value, score=options.score, mask=mask, normalize=options.normalize,
                            dropout=dropout, scale=scale, is_causal=is_causal, return_weights=want,
                            score_mod=score_mod, mask_mod=mask_mod,
                            q_offset=tk - tq if score_mod is not None or mask_mod is not None else 0)
         out, weights = result if want else (result, None)
-        return out.transpose(1, 2).contiguous(), weights
+        if heads is not None:
+            if weights is not None:
+                recorder.add(module, weights[:, heads] if len(heads) < h else weights)
+            else:  # the weights of the heads asked for only; a value of width 1 keeps the weighted sum cheap
+                all_heads = score_mod is not None  # a modifier may depend on the head's number
+                sel = slice(None) if all_heads else heads
+                m = mask if all_heads or mask is None or mask.dim() < 4 or mask.shape[1] == 1 else mask[:, heads]
+                _, w = attention(query[:, sel], key[:, sel], value[:, sel, :, :1], score=options.score, mask=m,
+                                 normalize=options.normalize, scale=scale,
+                                 is_causal=is_causal, return_weights=True, score_mod=score_mod, mask_mod=mask_mod,
+                                 q_offset=tk - tq if score_mod is not None or mask_mod is not None else 0)
+                recorder.add(module, w[:, heads] if all_heads else w)
+        return out.transpose(1, 2).contiguous(), weights if _weights_wanted(kwargs) else None
 
     qkv_attention_forward.options = options
     return qkv_attention_forward

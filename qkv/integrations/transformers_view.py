@@ -12,8 +12,10 @@ Example::
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
+import re
 from pathlib import Path
 
 import torch
@@ -21,9 +23,6 @@ import torch
 from ..capture import capture_attention
 
 __all__ = ["is_hf_model_dir", "view_page_input", "load_model"]
-
-#: the longest input read (tokens); the page of a long text is large and slow to draw
-MAX_TOKENS = 512
 
 
 def _page_input_class():
@@ -35,80 +34,86 @@ def _page_input_class():
 
 
 def is_hf_model_dir(path: str | os.PathLike) -> bool:
-    """Whether ``path`` is a directory written by ``save_pretrained``: a ``config.json`` naming a ``model_type``
-    (a qkv run has a ``checkpoint/`` directory and no such file)."""
-    config = Path(path) / "config.json"
+    """Whether ``path`` is a directory written by ``save_pretrained``: a ``config.json`` naming a ``model_type`` or
+    ``architectures``, or a damaged ``config.json`` beside a tokenizer's or preprocessor's files (then reading it
+    names the damage). A qkv run or checkpoint (``config.json`` holding ``config``) is not."""
+    from .hf_load import IMAGE_FILES, TOKENIZER_FILES
+
+    root = Path(path)
+    config = root / "config.json"
     if not config.is_file():
         return False
     try:
         data = json.loads(config.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        data = None
+    if isinstance(data, dict) and ("model_type" in data or "architectures" in data):
+        return True
+    if isinstance(data, dict) and ("config" in data or "task" in data):
         return False
-    return isinstance(data, dict) and isinstance(data.get("model_type"), str)
+    return any((root / f).is_file() for f in (*TOKENIZER_FILES, *IMAGE_FILES, "generation_config.json"))
 
 
 def load_model(path: str | os.PathLike, device: str | torch.device = "cpu"):
-    """``(model, tokenizer)`` of a ``save_pretrained`` directory (or a hub name), on qkv's attention backend, in eval
-    mode on ``device`` (``auto``: CUDA when there is one): a sequence-to-sequence model with its language-model head
-    (to generate), any other without its head.
+    """``(model, tokenizer)`` of a ``save_pretrained`` directory, on qkv's attention backend, in eval mode on
+    ``device``: :func:`qkv.integrations.hf_load.load_model` (every file checked; one-line ``ValueError``)."""
+    from .hf_load import load_model as load
 
-    Weights are read from safetensors only (qkv never unpickles); a directory with only ``pytorch_model.bin``, or
-    no ``transformers`` installed, is a ``ValueError``.
-    """
-    try:
-        from transformers import AutoConfig, AutoModel, AutoModelForSeq2SeqLM, AutoTokenizer
-    except ImportError as e:  # a ValueError: qkv's command line reports it in one line
-        raise ValueError(f"{os.fspath(path)} is a Hugging Face model; reading it needs transformers: "
-                         "pip install 'qkv[hf]'") from e
-
-    from .transformers import register
-
-    name = register()
-    path = os.fspath(path)
-    if device == "auto":
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    config = AutoConfig.from_pretrained(path)
-    cls = AutoModelForSeq2SeqLM if getattr(config, "is_encoder_decoder", False) else AutoModel
-    if Path(path).is_dir() and not any(Path(path).glob("*.safetensors")):
-        raise ValueError(f"{path} holds no .safetensors weights (qkv does not read pickled pytorch_model.bin); "
-                         "re-save the model with save_pretrained(..., safe_serialization=True)")
-    model = cls.from_pretrained(path, attn_implementation=name, use_safetensors=True)
-    tokenizer = AutoTokenizer.from_pretrained(path)
-    return model.to(device).eval(), tokenizer
+    return load(path, device)
 
 
 @torch.no_grad()
 def view_page_input(path: str | os.PathLike, text: str, device: str | torch.device = "cpu", *,
-                    max_new_tokens: int = 20):
+                    max_new_tokens: int = 20, layers: list[int] | None = None, heads: list[int] | None = None):
     """Every attention of the model saved at ``path`` on ``text``, as the ``PageInput`` of ``qkv view``.
 
     An encoder or a decoder-only model runs once on the text (token list ``tokens``). A sequence-to-sequence model
-    first generates greedily (at most ``max_new_tokens``), then runs once on the text and what it produced, so the
-    page has the encoder's self-attention, the decoder's self-attention and the cross-attention (token lists
-    ``source`` and ``target``; the target rows are the produced tokens). Inputs longer than :data:`MAX_TOKENS`
-    tokens are cut. Raises ``ValueError`` for an empty text.
+    generates greedily (at most ``max_new_tokens``) with its attention recorded as it goes
+    (:func:`qkv.integrations.generation.view_generation`: encoder self-, decoder self- and cross-attention,
+    token lists ``source`` and ``target``). A text longer than the model's positions (``max_position_embeddings``,
+    ``n_positions``) is cut there, with a warning and a note on the page; a model with relative positions takes
+    it whole. ``layers``, ``heads``: only these are shown (None: all). Raises ``ValueError`` for an empty text,
+    an unknown layer or head, and for a directory that cannot be read (naming the file).
     """
     if not isinstance(text, str) or not text.strip():
         raise ValueError("a Hugging Face model needs a text to look at")
     if max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+    from .hf_load import fit_tokens, load_model, position_limit, read_config
+
+    if getattr(read_config(path), "is_encoder_decoder", False):
+        from .generation import view_generation
+
+        return view_generation(path, text, max_new_tokens, device=device, layers=layers, heads=heads)
+    from .generation import check_selection
+
     PageInput = _page_input_class()
     model, tok = load_model(path, device)
+    layers, heads = check_selection(model.config, layers, heads)
     device = model.device
-    enc = tok(text, return_tensors="pt", truncation=True, max_length=MAX_TOKENS)
-    enc = {k: v.to(device) for k, v in enc.items() if k in ("input_ids", "attention_mask", "token_type_ids")}
-    source = tok.convert_ids_to_tokens(enc["input_ids"][0].tolist())
-    kind = type(model).__name__
-    notes = [f"{kind} ({model.config.model_type}) from {os.fspath(path)}, on qkv's attention backend"]
-    if getattr(model.config, "is_encoder_decoder", False):
-        produced = model.generate(**enc, max_new_tokens=max_new_tokens, do_sample=False, num_beams=1)
-        decoder_in = produced[:, :-1] if produced.shape[1] > 1 else produced
-        with capture_attention(model) as records:
-            model(**enc, decoder_input_ids=decoder_in)
-        target = tok.convert_ids_to_tokens(produced[0, 1:].tolist() or produced[0].tolist())
-        output = tok.decode(produced[0], skip_special_tokens=True)
-        notes.append("greedy decoding; target rows are the tokens it produced")
-        return PageInput(records, {"source": source, "target": target}, title=f"{text} \u2192 {output}", notes=notes)
+    enc = tok(text)
+    ids = enc["input_ids"]
+    limit, field = position_limit(model.config)
+    closing = tok.sep_token_id if tok.sep_token_id is not None else tok.eos_token_id
+    ids, note = fit_tokens(ids, limit, f"{type(model).__name__} takes {limit} positions ({field})",
+                           keep_last=1 if closing is not None and ids and ids[-1] == closing else 0)
+    x = {"input_ids": torch.tensor([ids], device=device)}
+    if "token_type_ids" in enc:
+        x["token_type_ids"] = torch.zeros_like(x["input_ids"])
+    source = tok.convert_ids_to_tokens(ids)
+    notes = [f"{type(model).__name__} ({model.config.model_type}) from {os.fspath(path)}, on qkv's attention backend"]
+    if note:
+        notes.append(note)
     with capture_attention(model) as records:
-        model(**enc)
+        model(**x)
+    if layers is not None or heads is not None:
+        records = [dataclasses.replace(r, weights=r.weights if heads is None else r.weights[:, heads])
+                   for r in records if layers is None or _first_number(r.name) in layers]
+        notes.append(f"shown: layers {'all' if layers is None else ', '.join(map(str, layers))}; heads "
+                     f"{'all' if heads is None else ', '.join(map(str, heads))}")
     return PageInput(records, source, title=text, notes=notes)
+
+
+def _first_number(name: str) -> int | None:
+    numbers = re.findall(r"(?:^|\.)(\d+)(?=\.|$)", name)
+    return int(numbers[0]) if numbers else None

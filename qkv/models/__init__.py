@@ -18,7 +18,6 @@ from .classifiers import (
     load_word_vectors,
 )
 from .decoding import Decodable, Hypothesis, PrefixScorer, beam_search, greedy_decode, search
-from .legacy import upgrade_state_dict
 from .reading import QA_MODELS, AttentiveReader, BiDAFReader, ReaderOutput, TransformerReader, decode_spans
 from .registry import create, list_models
 from .resnet import ResNet, create_resnet, resnet18, resnet34, resnet50, resnet101, sknet50
@@ -28,7 +27,7 @@ from .transformer import TransformerConfig, TransformerSeq2Seq
 
 __all__ = [
     # every model by name
-    "create", "list_models", "upgrade_state_dict",
+    "create", "list_models",
     # translation
     "EncoderDecoder", "RNNConfig", "FixedContextSeq2Seq", "BahdanauSeq2Seq", "LuongSeq2Seq", "TransformerConfig",
     "TransformerSeq2Seq", "reorder_state",

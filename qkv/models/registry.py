@@ -8,6 +8,7 @@ name                                                         keyword arguments
 ===========================================================  ============================================
 ``fixed``, ``bahdanau``, ``luong``                           the fields of :class:`~qkv.models.RNNConfig`
 ``transformer``                                              the fields of :class:`~qkv.models.TransformerConfig`
+``lm``                                                       the fields of :class:`~qkv.models.lm.LMConfig`
 ``bigru-classifier``, ``bilstm-classifier``                  ``vocab_size``, ``num_classes`` and
                                                              :class:`~qkv.models.RNNClassifier`'s options
 ``transformer-classifier``                                   ``vocab_size``, ``num_classes`` and
@@ -41,6 +42,7 @@ from torch import nn
 from .bisenet import SEGMENTATION_MODELS
 from .captioning import CAPTION_MODELS
 from .classifiers import BigramAttentionClassifier, RNNClassifier, TransformerClassifier
+from .lm import CausalLM, LMConfig
 from .pointer import POINTER_MODELS
 from .reading import QA_MODELS
 from .resnet import RESNETS, create_resnet, sknet50
@@ -84,6 +86,7 @@ def _from_kwargs(fn: Callable[..., nn.Module], accepts: tuple[str, ...] | None =
 MODELS: dict[str, _Builder] = {
     **{name: _from_config(cls, RNNConfig) for name, cls in RNN_MODELS.items()},
     "transformer": _from_config(TransformerSeq2Seq, TransformerConfig),
+    "lm": _from_config(CausalLM, LMConfig),
     "bigru-classifier": _from_kwargs(RNNClassifier, cell="gru"),
     "bilstm-classifier": _from_kwargs(RNNClassifier, cell="lstm"),
     "transformer-classifier": _from_kwargs(TransformerClassifier),

@@ -1,16 +1,24 @@
-"""What an application is, and what every application shares: reading its runs back (any checkpoint format
-version) for prediction.
+"""The contract of every application, written once: :class:`Application` (what the registry knows),
+:class:`ApplicationTask` (the trainer's side) and :class:`Predictor` (a run read back).
 
 An application (translation, sentiment, images, captioning, question answering...) is a package
-``qkv/tasks/NAME/`` whose ``__init__.py`` defines ``APPLICATION``, an :class:`Application`: its options
-dataclass, ``train_defaults``, ``load_data``, ``model_spec``, the trainer's ``Task`` and a :class:`Predictor`
-(``load`` / ``predict`` / ``evaluate`` / ``view``). :mod:`qkv.tasks` keeps the registry that the command line
-walks (``qkv train NAME``, ``qkv evaluate RUN``, ``qkv view RUN``); CONTRIBUTING.md says how to add one.
+``qkv/tasks/NAME/`` that states only what is its own:
 
-A run's ``config.json`` (format version 2) holds ``{"model": {"name", "config"}, "options": {...}, ...}``:
-:func:`qkv.models.create` rebuilds the model from ``model`` alone, and ``options`` are the task's options as
-trained. Runs written by qkv 0.1.0 (format version 1) are upgraded on load: each task maps its old
-configuration, and :func:`qkv.models.legacy.upgrade_state_dict` renames the weights.
+- its options (``NAMEOptions``, a dataclass of :func:`qkv.options.option` fields) and ``train_defaults``;
+- its data (``load_data(options)``) and its model (``model_spec(options, **sizes)``: JSON for
+  :func:`qkv.models.create`);
+- the trainer's ``NAMETask``, a subclass of :class:`ApplicationTask`: ``setup``, ``train_examples``, ``collate``,
+  ``loss``, ``evaluate`` (the one metric function of the application), ``sizes`` and, when it has more to keep
+  than the model and the options, ``run_config``; its tokenisers are named in ``assets``;
+- a :class:`Predictor` subclass: ``predict``, ``evaluate`` (through the same metric function), ``view`` (how it
+  shows an input), ``result_row`` and, for inputs that are not texts, ``inputs_from_strings``.
+
+The base writes the rest once: saving and loading the configuration (``config()``: the model spec, the options
+and ``run_config()``), the assets (each name in ``assets`` a tokeniser saved under ``assets/NAME``), the weights
+(read once, any checkpoint format: :mod:`qkv.tasks.run`), ``build_model()``, ``Predictor.load`` and the run's
+data read once (``Predictor.data``). :mod:`qkv.tasks` keeps the registry that the command line walks
+(``qkv train NAME``, ``qkv predict RUN``, ``qkv evaluate RUN``, ``qkv view RUN``); CONTRIBUTING.md says how to
+add an application.
 """
 
 from __future__ import annotations
@@ -20,17 +28,20 @@ import logging
 import os
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any, ClassVar
 
 import torch
 from torch import nn
 
-from ..options import default_of, option_fields, why_not
+from ..train.task import Task
+from ..viz.page import PageInput
+from .run import LoadedRun, load_run, model_from_spec, upgrade_options
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["Application", "Predictor", "PageInput", "ViewInput", "load_run", "upgrade_options", "model_from_spec",
-           "LoadedRun", "need_text"]
+__all__ = ["Application", "ApplicationTask", "Predictor", "PageInput", "ViewInput", "load_run", "upgrade_options",
+           "model_from_spec", "LoadedRun", "need_text", "text_inputs", "file_inputs", "refuse_settings", "jsonable"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,20 +94,6 @@ class ViewInput:
     question: str | None = None
 
 
-@dataclasses.dataclass
-class PageInput:
-    """What :func:`qkv.viz.page.attention_page` needs: the records, axis labels, the image, a title and notes."""
-
-    records: list
-    tokens: dict[str, list[str]] | list[str] | None = None
-    image: Any = None
-    title: str = "Attention"
-    notes: list[str] = dataclasses.field(default_factory=list)
-
-    def page_kwargs(self) -> dict[str, Any]:
-        return {"tokens": self.tokens, "image": self.image, "title": self.title, "notes": self.notes}
-
-
 def need_text(text: str | None, what: str) -> str:
     """``text``, or a ``ValueError`` saying that ``what`` needs one."""
     if text is None or not text.strip():
@@ -104,11 +101,77 @@ def need_text(text: str | None, what: str) -> str:
     return text
 
 
+class ApplicationTask(Task):
+    """The trainer's task of an application: what :class:`qkv.train.Task` needs, with the bridge to the model and
+    the run's files written once.
+
+    A subclass sets the class attributes ``name`` (the application's), ``unit``, ``options_type`` (its options
+    dataclass), ``load_data`` and ``model_spec`` (its module's functions, as ``staticmethod``) and ``assets`` (the
+    names of the tokenisers it keeps as attributes: ``("tokenizer",)``, ``("src_tokenizer", "tgt_tokenizer")``), and
+    writes ``setup`` (read the data with :meth:`read_data`, fit the tokenisers that are still ``None``),
+    ``train_examples``, ``collate``, ``loss``, ``evaluate`` and ``sizes`` (the keyword arguments of ``model_spec``,
+    from the data and the tokenisers). ``run_config()`` adds what a predictor needs beyond the model and the
+    options (class names, normalisation); ``callbacks(config)`` gives the trainer's callbacks.
+
+    ``NAMETask(options, data=None)``: ``data``, what ``load_data`` returns, shares one read between runs.
+    """
+
+    options_type: ClassVar[type]
+    load_data: ClassVar[Callable[[Any], Any]]
+    model_spec: ClassVar[Callable[..., dict[str, Any]]]
+    assets: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(self, options: Any, data: Any = None):
+        self.options = options
+        self.data = data
+        for asset in self.assets:
+            setattr(self, asset, None)
+
+    def read_data(self) -> Any:
+        """The data of :attr:`options` (``load_data``), read once: the one given to the constructor, if any."""
+        if self.data is None:
+            self.data = self.load_data(self.options)
+        return self.data
+
+    def sizes(self) -> dict[str, Any]:
+        """The keyword arguments of ``model_spec`` besides the options, from the data (after :meth:`setup`)."""
+        raise NotImplementedError
+
+    def spec(self) -> dict[str, Any]:
+        """``{"name", "config"}`` of the model :meth:`build_model` makes (JSON)."""
+        return self.model_spec(self.options, **self.sizes())
+
+    def run_config(self) -> dict[str, Any]:
+        """What the run keeps in its ``config.json`` beside the model and the options (JSON); none by default."""
+        return {}
+
+    def config(self) -> dict[str, Any]:
+        return {"model": self.spec(), **self.run_config(), "options": dataclasses.asdict(self.options)}
+
+    def build_model(self) -> nn.Module:
+        return model_from_spec(self.spec())
+
+    def save_assets(self, directory: Path) -> None:
+        for asset in self.assets:
+            getattr(self, asset).save(directory / asset)
+
+    def load_assets(self, directory: Path) -> None:
+        from ..data import load_tokenizer
+
+        for asset in self.assets:
+            setattr(self, asset, load_tokenizer(directory / asset))
+
+
 class Predictor(ABC):
-    """A trained run of one application, read back for use: the same four methods in every application.
+    """A trained run of one application, read back for use: the same methods in every application.
+
+    A subclass sets ``task_class`` (its :class:`ApplicationTask`: the name, options, data reader and assets come
+    from it) and writes ``predict``, ``evaluate``, ``view`` and ``result_row``; ``__init__(model, options,
+    config=None, **assets)`` keeps the model (eval mode), the options, the run's configuration and each asset as
+    an attribute (a subclass that derives more from them extends it).
 
     - ``load(run_dir, device="auto")`` reads a run (its ``best/``, else ``checkpoint/``) or a checkpoint
-      directory of any release (through :func:`load_run`);
+      directory of any release (through :func:`load_run`; the weights are read once), and the assets;
     - ``predict(inputs)`` takes a list of inputs (texts, images, ``(context, question)`` pairs...) and returns a
       list of the application's result dataclass, which carries the attention; an empty input is a
       ``ValueError``;
@@ -116,18 +179,68 @@ class Predictor(ABC):
       data or of ``data`` (another corpus in the same format);
     - ``view(ViewInput)`` runs the model on one input inside :func:`qkv.capture_attention` and returns the
       :class:`PageInput` of ``qkv view``.
+
+    And the two that let one command (``qkv predict RUN INPUT...``) serve every application:
+
+    - ``inputs_from_strings(strings, **given)``: the inputs of ``predict`` that command-line strings stand for
+      (:attr:`input_kind` says what one string is: a text, an image or audio file, a ``context<TAB>question``
+      pair); a bad string is a ``ValueError`` naming it (``input 2: ...``). By default each string is a text.
+    - ``result_row(result) -> dict``: a JSON-able summary of one result of ``predict`` (no tensors, no NaN):
+      ``"output"``, the one line a person reads (the translation, the label, the caption, the answer...), and the
+      application's own figures beside it.
     """
 
-    #: the application's name (``Application.name``, the checkpoint's ``task``)
+    #: the application's trainer task, whose name, options, ``load_data`` and assets the predictor shares
+    task_class: ClassVar[type[ApplicationTask]]
+    #: the application's name (``Application.name``, the checkpoint's ``task``): ``task_class.name``
     task: ClassVar[str]
+    #: what one command-line string is to :meth:`inputs_from_strings`: ``"text"``, ``"image file"``...
+    input_kind: ClassVar[str] = "text"
 
     model: nn.Module
     options: Any
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "task_class" in cls.__dict__:
+            cls.task = cls.task_class.name
+
+    def __init__(self, model: nn.Module, options: Any, config: Mapping[str, Any] | None = None, **assets: Any):
+        wanted = set(self.task_class.assets)
+        if set(assets) != wanted:
+            raise TypeError(f"{type(self).__name__} takes the assets {', '.join(sorted(wanted)) or 'none'}, got "
+                            f"{', '.join(sorted(assets)) or 'none'}")
+        self.model, self.options, self.config = model.eval(), options, dict(config or {})
+        for name, value in assets.items():
+            setattr(self, name, value)
+        self._data: dict[Any, Any] = {}
+
     @classmethod
-    @abstractmethod
     def load(cls, run_dir: str | os.PathLike, device: str | torch.device = "auto") -> Predictor:
-        """Read ``run_dir`` for prediction, the model on ``device`` (``auto``: CUDA when there is one)."""
+        """Read ``run_dir`` (a run directory: its ``best/``, else ``checkpoint/``; or a checkpoint directory, of any
+        release) for prediction, the model on ``device`` (``auto``: CUDA when there is one)."""
+        from ..data import load_tokenizer
+
+        run = load_run(run_dir, cls.task, cls.task_class.options_type, device)
+        assets = {name: load_tokenizer(run.checkpoint.assets / name) for name in cls.task_class.assets}
+        return cls(run.model, run.options, run.config, **assets)
+
+    def options_for(self, data: str | None) -> Any:
+        """The run's options reading ``data`` instead of its own (``None``: its own), what applied only to the old
+        data reset to the defaults."""
+        if not data or data == self.options.data:
+            return self.options
+        return upgrade_options(type(self.options), {**dataclasses.asdict(self.options), "data": data})
+
+    def read_data(self, data: str | None) -> Any:
+        """The data :meth:`data` keeps: ``load_data`` of :meth:`options_for` ``data``."""
+        return self.task_class.load_data(self.options_for(data))
+
+    def data(self, data: str | None = None) -> Any:
+        """The run's data (or ``data``, another source of the same format), read once (:meth:`read_data`)."""
+        if data not in self._data:
+            self._data[data] = self.read_data(data)
+        return self._data[data]
 
     @abstractmethod
     def predict(self, inputs: Sequence[Any]) -> list[Any]:
@@ -142,92 +255,69 @@ class Predictor(ABC):
     def view(self, given: ViewInput) -> PageInput:
         """Every attention of the model on one input, for :func:`qkv.viz.page.save_attention_page`."""
 
+    def inputs_from_strings(self, strings: Sequence[str], **given: Any) -> list[Any]:
+        """The inputs of :meth:`predict` that ``strings`` (command-line arguments, lines of a file) stand for: by
+        default each one a text (an empty one is a ``ValueError`` naming it). Settings (``given``) an application
+        does not take are a ``ValueError``."""
+        refuse_settings(given, self.task)
+        return text_inputs(strings)
+
+    @abstractmethod
+    def result_row(self, result: Any) -> dict[str, Any]:
+        """One result of :meth:`predict` as a JSON-able dict: ``"output"`` (one line for people) and the
+        application's own figures (see :func:`jsonable`)."""
+
     @property
     def device(self) -> torch.device:
         return next(self.model.parameters()).device
 
 
-@dataclasses.dataclass
-class LoadedRun:
-    """A run read back for prediction: the model (eval mode, on ``device``), the checkpoint, its configuration
-    in the current format and the task's options."""
-
-    model: nn.Module
-    checkpoint: Any
-    config: dict[str, Any]
-    options: Any
+def refuse_settings(given: Mapping[str, Any], task: str) -> None:
+    """A ``ValueError`` naming the settings in ``given`` (those that are not ``None``): ``task`` takes none."""
+    extra = sorted(k for k, v in given.items() if v is not None)
+    if extra:
+        raise ValueError(f"{task} inputs take no {', '.join(extra)} setting")
 
 
-def model_from_spec(spec: Mapping[str, Any], state_dict: Mapping[str, torch.Tensor] | None = None,
-                    where: str = "the checkpoint") -> nn.Module:
-    """``qkv.models.create(spec["name"], **spec["config"])``, with ``state_dict`` loaded; a mismatch between the
-    configuration and the weights is a ``ValueError`` that names the parameter."""
-    from ..models import create
-
-    if not isinstance(spec, Mapping) or not isinstance(spec.get("name"), str) or \
-            not isinstance(spec.get("config"), Mapping):
-        raise ValueError(f"{where}: the model entry must be {{'name': ..., 'config': {{...}}}}, got {spec!r}")
-    model = create(spec["name"], **spec["config"])
-    if state_dict is not None:
-        own = model.state_dict()
-        missing = sorted(set(own) - set(state_dict))
-        unexpected = sorted(set(state_dict) - set(own))
-        if missing or unexpected:
-            first = f"missing {missing[0]}" if missing else f"unexpected {unexpected[0]}"
-            more = len(missing) + len(unexpected) - 1
-            raise ValueError(f"{where}: the weights do not fit a {spec['name']!r} model ({first}"
-                             f"{f' and {more} more' if more else ''})")
-        for name, t in state_dict.items():
-            if tuple(t.shape) != tuple(own[name].shape):
-                raise ValueError(f"{where}: weight {name} is {tuple(t.shape)} but the configuration makes it "
-                                 f"{tuple(own[name].shape)}")
-        model.load_state_dict(state_dict)
-    return model
+def text_inputs(strings: Sequence[str]) -> list[str]:
+    """``strings`` as texts: a list of strings, none of them empty (``ValueError`` naming the first that is)."""
+    if isinstance(strings, str):
+        raise ValueError("inputs must be a list of strings, not one string")
+    if not strings:
+        raise ValueError("no input given")
+    for n, s in enumerate(strings, 1):
+        if not isinstance(s, str) or not s.strip():
+            raise ValueError(f"input {n} is empty")
+    return list(strings)
 
 
-def upgrade_options(cls: type, old: Mapping[str, Any], renames: Mapping[str, str] | None = None) -> Any:
-    """Options of an older release as an instance of ``cls``: fields renamed (``renames``: old -> new), unknown
-    ones dropped, and values of options that do not apply to the other settings reset to their defaults (old
-    runs stored every option, applicable or not)."""
-    renames = renames or {}
-    names = {f.name for f in dataclasses.fields(cls)}
-    values = {renames.get(k, k): v for k, v in old.items()}
-    values = {k: tuple(v) if isinstance(v, list) else v for k, v in values.items() if k in names}
-    specs = {f.name: (f, s) for f, s in option_fields(cls)}
-    for name, (f, spec) in specs.items():
-        if name in values and why_not(spec, name, lambda other: values.get(other, default_of(specs[other][0]))):
-            values[name] = default_of(f)
-    return cls(**values)
+def file_inputs(strings: Sequence[str], what: str) -> list[str]:
+    """``strings`` as paths of existing ``what`` files (``"image"``, ``"audio"``): a ``ValueError`` naming the
+    first that is missing or a folder."""
+    from pathlib import Path
+
+    for n, s in enumerate(text_inputs(strings), 1):
+        path = Path(s)
+        if path.is_dir():
+            raise ValueError(f"input {n}: {s} is a folder, not an {what} file")
+        if not path.is_file():
+            raise ValueError(f"input {n}: no such {what} file: {s}")
+    return list(strings)
 
 
-def load_run(path: str | os.PathLike, task: str, upgrade: Callable[[dict[str, Any], dict], tuple[dict, dict]],
-             options_cls: type, device: str | torch.device = "auto") -> LoadedRun:
-    """Read a run (or checkpoint) directory of ``task`` for prediction.
+def jsonable(value: Any) -> Any:
+    """``value`` with what JSON cannot hold replaced: tensors become lists (a 0-d one a number), tuples lists, and
+    non-finite floats (NaN, infinities) ``None``."""
+    import math
 
-    ``upgrade(config, state_dict)`` turns a format-version-1 configuration and weights into the current ones.
-    Raises ``ValueError`` for a run of another task, a newer format, or a configuration that does not fit.
-    """
-    from ..train import resolve_device
-    from ..train.checkpoint import VERSION, load_checkpoint
+    if isinstance(value, torch.Tensor):
+        value = value.tolist()
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, Mapping):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [jsonable(v) for v in value]
+    return value
 
-    dev = resolve_device(str(device))
-    ckpt = load_checkpoint(path)
-    where = str(ckpt.path / "config.json")
-    if ckpt.task != task:
-        raise ValueError(f"{ckpt.path} holds a {ckpt.task!r} model, not a {task!r} one")
-    config, state_dict = ckpt.config, ckpt.state_dict
-    if ckpt.version < VERSION:
-        logger.info("%s: upgrading a format-version-%d run", ckpt.path, ckpt.version)
-        try:
-            config, state_dict = upgrade(config, state_dict)
-        except (KeyError, TypeError) as e:
-            raise ValueError(f"{where}: not a valid format-version-{ckpt.version} {task} configuration ({e})") from None
-    if not isinstance(config, Mapping) or not isinstance(config.get("options"), Mapping):
-        raise ValueError(f"{where}: the configuration has no 'options' mapping")
-    try:  # an option that does not apply to this run's settings is reset to its default: its stored value may be
-        # a default of an older release, which would now read as set
-        options = upgrade_options(options_cls, config["options"])
-    except (TypeError, ValueError) as e:
-        raise ValueError(f"{where}: options do not match this qkv's {options_cls.__name__} ({e})") from None
-    model = model_from_spec(config.get("model"), state_dict, where)
-    return LoadedRun(model.to(dev).eval(), ckpt, config, options)
+

@@ -4,7 +4,7 @@ A task is a subclass of :class:`Task`. The trainer owns the loop, the optimizer,
 mixed precision, DDP, checkpoints and logs; the task owns the model, the data, the loss and the metrics.
 
 Lifecycle, in every process: ``load_assets(dir)`` (only when resuming), ``setup()``, ``build_model()``,
-``train_examples()``, then ``collate``/``loss`` for every batch and ``evaluate`` on rank 0.
+``train_examples()``, ``callbacks(config)``, then ``collate``/``loss`` for every batch and ``evaluate`` on rank 0.
 """
 
 from __future__ import annotations
@@ -103,6 +103,12 @@ class Task:
     def load_assets(self, directory: Path) -> None:
         """Read what :meth:`save_assets` wrote; called before :meth:`setup` when resuming, so that a resumed run
         uses the saved tokeniser rather than fitting a new one."""
+
+    def callbacks(self, config: Any) -> Sequence[Any]:
+        """The task's own trainer callbacks for a run with ``config`` (a :class:`qkv.train.TrainConfig`), called
+        after every optimizer step as ``callback(state, logs)`` beside those given to :func:`qkv.train.train`
+        (e.g. switching a loss term on part-way through the training); none by default."""
+        return ()
 
     def lengths(self) -> Sequence[int] | None:
         """Length of every training example (e.g. target tokens), to batch similar lengths together and pad

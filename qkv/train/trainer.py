@@ -96,6 +96,7 @@ class Trainer:
         self.module.to(d.device)
         self.examples = task.train_examples()
         self.lengths = task.lengths()
+        self.callbacks += [cb for cb in task.callbacks(cfg) if cb is not None]
         n = len(self.examples)
         if cfg.batch_size < d.world_size:
             raise ValueError(f"batch_size={cfg.batch_size} is the global batch; it must be at least the number "

@@ -6,6 +6,19 @@ a head or the mean of the heads, and a view: lines between two token columns (ho
 a matrix, the image with the selected query's attention over it, words shaded by weight, or channel weights as bars.
 The current view can be saved as SVG or PNG. Weights are stored rounded to 1/255 (one byte each).
 
+Beside the one-module view, the page gives every head at a glance: a layers x heads grid of thumbnails per stack of
+attention modules and a sortable table of head statistics (:mod:`qkv.viz.head_stats`: entropy, mean distance, share
+on the first token, previous-token and induction scores). A generation (``generation=``, from
+:func:`qkv.integrations.generation.view_generation`) adds a step view: the produced text, clickable token by token
+or with a slider, each step's chosen token, its probability and the top alternatives, that step's attention over
+the context, and an encoder-decoder model's alignment matrix.
+
+Any length: when the weights would take more than :data:`BUDGET` bytes, the records with more than
+:data:`SPARSE_CELLS` cells per head keep each row's ``k`` largest weights (``k`` as large as the budget allows, at
+most :data:`TOP_K`), with a downsampled overview of the whole matrix (an exact window opens where it is clicked);
+the page says how much of each row's attention the kept weights hold. Rollout is left out for sequences longer than
+:data:`ROLLOUT_MAX` tokens (said on the page).
+
 Example::
 
     with qkv.capture_attention(model) as records:
@@ -16,6 +29,7 @@ Example::
 from __future__ import annotations
 
 import base64
+import dataclasses
 import html
 import io
 import json
@@ -27,13 +41,41 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from ..capture import AttentionRecord, attention_rollout
+from .head_stats import STATISTICS, head_statistics
 
-__all__ = ["attention_page", "save_attention_page", "page_records"]
+__all__ = ["attention_page", "save_attention_page", "page_records", "PageInput", "BUDGET"]
+
+#: bytes of weights (one per weight) a page holds before its large records keep only each row's top k
+BUDGET = 12_000_000
+#: cells per head above which a record may be stored as each row's top k
+SPARSE_CELLS = 256 * 256
+#: the most weights a row keeps when stored sparsely
+TOP_K = 32
+#: the side of the downsampled overview of a sparse record
+OVERVIEW = 192
+#: rollout is computed up to this many tokens (its cost grows as the cube of the length)
+ROLLOUT_MAX = 2048
 
 TokenLists = Mapping[str, Sequence[str]]
+
+
+@dataclasses.dataclass
+class PageInput:
+    """What one page shows (what an application's ``view`` returns for ``qkv view``): the attention ``records``,
+    the token lists of its axes, the image, a title and notes; ``save_attention_page(path, page.records,
+    **page.page_kwargs())`` writes it."""
+
+    records: list
+    tokens: dict[str, list[str]] | list[str] | None = None
+    image: Any = None
+    title: str = "Attention"
+    notes: list[str] = dataclasses.field(default_factory=list)
+
+    def page_kwargs(self) -> dict[str, Any]:
+        return {"tokens": self.tokens, "image": self.image, "title": self.title, "notes": self.notes}
 
 
 def _token_lists(tokens: Sequence[str] | TokenLists | None) -> dict[str, list[str]]:
@@ -93,6 +135,8 @@ def _rollouts(records: Sequence[AttentionRecord]) -> list[AttentionRecord]:
         shapes = {(x.weights.shape[0], *x.weights.shape[2:]) for x in layers}
         if len(shapes) != 1 or layers[0].weights.shape[-1] != layers[0].weights.shape[-2]:
             continue
+        if layers[0].weights.shape[-1] > ROLLOUT_MAX:
+            continue
         layers = sorted(layers, key=lambda x: x.layer)
         rolled = attention_rollout([x.weights for x in layers])
         out.append(AttentionRecord(f"rollout of {pattern}", "rollout", "rollout", None, rolled[:, None]))
@@ -114,8 +158,46 @@ def _bytes(w: Tensor) -> str:
     return base64.b64encode(q.contiguous().numpy().tobytes()).decode("ascii")
 
 
+def _b64(t: Tensor) -> str:
+    return base64.b64encode(t.contiguous().numpy().tobytes()).decode("ascii")
+
+
+def _sparse(w: Tensor, k: int) -> dict[str, Any]:
+    """Each row's ``k`` largest weights of ``w (H, Tq, Tk)``: key indices (uint16, or uint32 past 65,535 keys,
+    little-endian) and weights (uint8), with the share of each row's attention they hold (mean over rows)."""
+    k = min(k, w.shape[-1])
+    values, index = torch.topk(w.float(), k, dim=-1, sorted=False)
+    total = w.float().sum(-1)
+    kept = (values.sum(-1) / total.clamp_min(1e-12))[total > 0]
+    dtype = torch.int32 if w.shape[-1] > 65535 else torch.int16
+    idx = index.to(torch.int32) if dtype == torch.int32 else (index.to(torch.int32) - (index >= 32768) * 65536) \
+        .to(torch.int16)
+    return {"k": k, "idx": _b64(idx), "wide": dtype == torch.int32, "val": _bytes(values),
+            "kept": round(float(kept.mean()) if kept.numel() else 1.0, 4)}
+
+
+def _overview(w: Tensor) -> dict[str, Any]:
+    """A downsampled ``(H, h, w)`` picture of ``w (H, Tq, Tk)`` (mean of each block, each head scaled to its
+    largest value): at most :data:`OVERVIEW` a side."""
+    h, tq, tk = w.shape
+    small = nn.functional.adaptive_avg_pool2d(w.float()[None], (min(tq, OVERVIEW), min(tk, OVERVIEW)))[0]
+    top = small.flatten(1).amax(-1).clamp_min(1e-12)
+    return {"h": small.shape[1], "w": small.shape[2], "data": _bytes(small / top[:, None, None]),
+            "max": [float(x) for x in top]}
+
+
+def _stats_json(r: AttentionRecord, w: Tensor, lists: dict[str, list[str]], ktok: str | None) -> dict | None:
+    """The head statistics of a self/cross record (per head, one at a time: long records stay in memory once)."""
+    if r.kind not in ("self", "cross") or w.dim() != 3:
+        return None
+    tokens = lists.get(ktok) if ktok else None
+    per_head = [head_statistics(w[i:i + 1], tokens, self_attention=r.kind == "self") for i in range(w.shape[0])]
+    return {k: [None if v[k].isnan().item() else round(float(v[k]), 4) for v in per_head] for k in STATISTICS}
+
+
 def _record_json(r: AttentionRecord, i: int, example: int, lists: dict[str, list[str]],
-                 image_hw: tuple[int, int] | None, grid: tuple[int, int] | None) -> dict[str, Any]:
+                 image_hw: tuple[int, int] | None, grid: tuple[int, int] | None, k: int | None = None,
+                 stats: bool = True) -> dict[str, Any]:
     if not 0 <= example < r.weights.shape[0]:
         raise ValueError(f"example {example} is out of range: {r.name} holds {r.weights.shape[0]} example(s)")
     w = r.weights[example]
@@ -128,6 +210,11 @@ def _record_json(r: AttentionRecord, i: int, example: int, lists: dict[str, list
                                               _square_grid(tk, image_hw) if r.kind == "cross" else None)
         entry.update(heads=heads, tq=tq, tk=tk, qtok=qtok, ktok=ktok, grid=key_grid,
                      qgrid=r.grid[0] if r.grid else None)
+        if stats and r.kind in ("self", "cross"):
+            entry["stats"] = _stats_json(r, w, lists, ktok)
+        if k is not None and tq * tk > SPARSE_CELLS:
+            entry.update(sparse=_sparse(w, k), overview=_overview(w))
+            return entry
     elif r.kind == "channel":
         w = w[None] if w.dim() == 1 else w  # (C,) -> (1, C); SK: (M, C)
         entry.update(heads=1, tq=w.shape[0], tk=w.shape[1], qtok=None, ktok=None, grid=None, qgrid=None)
@@ -176,9 +263,23 @@ def _script_json(obj: Any) -> str:
         .replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
 
 
+def _top_k(shown: Sequence[AttentionRecord], budget: int) -> int | None:
+    """The ``k`` of the sparse records (None: every record fits the budget dense)."""
+    sizes = [r.weights[0].numel() for r in shown]
+    if sum(sizes) <= budget:
+        return None
+    dense = sum(n for r, n in zip(shown, sizes, strict=True) if n / max(r.weights.shape[1], 1) <= SPARSE_CELLS
+                or r.weights.dim() != 4)
+    rows = sum(r.weights.shape[1] * r.weights.shape[2] for r, n in zip(shown, sizes, strict=True)
+               if r.weights.dim() == 4 and n / max(r.weights.shape[1], 1) > SPARSE_CELLS)
+    per_entry = 3  # a uint16 index and a uint8 weight (uint32 indices past 65,535 keys: 5)
+    return max(1, min(TOP_K, (budget - dense) // max(per_entry * rows, 1)))
+
+
 def attention_page(records: Sequence[AttentionRecord], *, tokens: Sequence[str] | TokenLists | None = None,
                    image: Any = None, title: str = "Attention", example: int = 0, rollout: bool = True,
-                   grid: tuple[int, int] | None = None, notes: Sequence[str] = ()) -> str:
+                   grid: tuple[int, int] | None = None, notes: Sequence[str] = (), generation: Mapping | None = None,
+                   head_stats: bool = True, budget: int = BUDGET) -> str:
     """The HTML of a page showing ``records`` (from :func:`qkv.capture_attention`) for one example of the batch.
 
     Args:
@@ -191,18 +292,34 @@ def attention_page(records: Sequence[AttentionRecord], *, tokens: Sequence[str] 
         title: of the page (escaped).  example: which example of the batch.  rollout: add attention rollout
             for each stack of self-attention layers.  grid: ``(h, w)`` of a cross-attention's keys when they are
             a feature grid (default: guessed from the image's aspect).  notes: lines shown under the title.
+        generation: the steps of a generation (``view_generation(...).generation``): the page's step view.
+        head_stats: compute the head statistics of the table.  budget: bytes of weights before large records
+            keep each row's top k (see the module's docstring).
     """
     lists = _token_lists(tokens)
     shown = page_records(records, rollout=rollout)
     if not shown:
         raise ValueError("no attention to show: the records are empty (did the model run inside "
                          "qkv.capture_attention, and does it use qkv's attention layers?)")
+    notes = [str(n) for n in notes]
+    if rollout and any(r.kind == "self" and not r.causal and r.weights.dim() == 4 and r.weights.shape[-1] >
+                       ROLLOUT_MAX for r in shown):
+        notes.append(f"rollout is not computed above {ROLLOUT_MAX:,} tokens (its cost grows as the cube of the length)")
+    k = _top_k(shown, budget)
     image_json, image_hw = _image_json(image)
-    data = {"title": title, "notes": [str(n) for n in notes], "tokens": lists, "image": image_json,
-            "records": [_record_json(r, i, example, lists, image_hw, grid) for i, r in enumerate(shown)]}
+    data = {"title": title, "notes": notes, "tokens": lists, "image": image_json,
+            "records": [_record_json(r, i, example, lists, image_hw, grid, k, head_stats)
+                        for i, r in enumerate(shown)],
+            "generation": dict(generation) if generation else None, "statistics": STATISTICS}
+    sparse = [r for r in data["records"] if "sparse" in r]
+    if sparse:
+        kept = min(r["sparse"]["kept"] for r in sparse)
+        notes.append(f"{len(sparse)} large attention(s) keep each row's {k} largest weights (at least "
+                     f"{100 * kept:.1f}% of each row's attention on average) and a downsampled overview; click the "
+                     "overview for the exact weights around a point")
     assets = resources.files("qkv.viz") / "page_assets"
     style = (assets / "page.css").read_text(encoding="utf-8")
-    script = (assets / "page.js").read_text(encoding="utf-8")
+    script = (assets / "parts.js").read_text(encoding="utf-8") + (assets / "page.js").read_text(encoding="utf-8")
     return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">\n'
             f'<meta name="viewport" content="width=device-width, initial-scale=1">\n'
             f'<title>{html.escape(title)}</title>\n<style>\n{style}</style></head>\n<body>\n'

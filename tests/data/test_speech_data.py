@@ -57,6 +57,35 @@ def test_hostile_audio_is_one_line_naming_the_file(tmp_path, kind, message):
     assert "m.tsv:3" in str(e.value) and "\n" not in str(e.value)
 
 
+@pytest.mark.parametrize("fmt, subtype", [("WAV", "PCM_16"), ("WAV", "FLOAT"), ("WAV", "PCM_24"), ("AIFF", "PCM_16"),
+                                          ("FLAC", "PCM_16")])
+@pytest.mark.parametrize("keep", [0.3, 0.77, 0.999])
+def test_a_file_shorter_than_its_header_promises_is_an_error_naming_it(tmp_path, fmt, subtype, keep):
+    """Truncated audio (a download cut short) is never read silently as the part there is."""
+    whole = tmp_path / f"whole.{fmt.lower()}"
+    sf.write(whole, tone(seconds=1.0), 16_000, format=fmt, subtype=subtype)
+    data = whole.read_bytes()
+    cut = tmp_path / f"cut.{fmt.lower()}"
+    cut.write_bytes(data[:int(len(data) * keep)])
+    with pytest.raises(ValueError) as e:
+        load_audio(cut, where=f"m.csv:7: {cut.name}")
+    message = str(e.value)
+    assert message.startswith("m.csv:7: cut.") and "\n" not in message
+    assert "truncated: the header promises 16000 samples (1.000 s)" in message or "not a readable" in message
+    assert load_audio(whole).shape == (16_000,)
+
+
+def test_a_streamed_wav_of_unknown_length_is_read(tmp_path):
+    """A WAV written to a pipe says 0xFFFFFFFF bytes of data (the length was not known): read what is there."""
+    path = tmp_path / "piped.wav"
+    sf.write(path, tone(seconds=0.5), 16_000, subtype="PCM_16")
+    data = bytearray(path.read_bytes())
+    at = data.index(b"data") + 4
+    data[at:at + 4] = (0xFFFFFFFF).to_bytes(4, "little")
+    path.write_bytes(bytes(data))
+    assert load_audio(path).shape == (8000,)
+
+
 def test_log_mel_matches_librosa(gen):
     wave = torch.randn(12_345, generator=gen, dtype=torch.float64) * 0.1
     got = log_mel(wave.float(), n_mels=40)
@@ -147,7 +176,7 @@ def test_manifest_bad_rows_name_file_and_line_or_are_skipped(tmp_path):
     with pytest.raises(ValueError, match="empty"):
         read_manifest(tmp_path / "empty.tsv")
     (tmp_path / "bin.tsv").write_bytes(b"\xff\xfe\x00bad")
-    with pytest.raises(ValueError, match="not a UTF-8"):
+    with pytest.raises(ValueError, match=r"bin\.tsv:1: not UTF-8"):
         read_manifest(tmp_path / "bin.tsv")
 
 

@@ -49,14 +49,32 @@ def config(name: str):
                              decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64,
                              max_position_embeddings=64, dropout=0.0, attention_dropout=0.0, activation_dropout=0.0,
                              decoder_start_token_id=BOS, forced_eos_token_id=None, **common)
+    if name == "qwen2":
+        return tf.Qwen2Config(**llama_like, use_sliding_window=False)
+    if name == "t5":
+        return tf.T5Config(vocab_size=VOCAB, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_decoder_layers=2,
+                           num_heads=4, dropout_rate=0.0, decoder_start_token_id=PAD, pad_token_id=PAD,
+                           eos_token_id=EOS)
+    if name == "marian":
+        return tf.MarianConfig(vocab_size=VOCAB, d_model=32, encoder_layers=2, decoder_layers=2,
+                               encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=64,
+                               decoder_ffn_dim=64, max_position_embeddings=64, dropout=0.0, attention_dropout=0.0,
+                               activation_dropout=0.0, decoder_start_token_id=PAD, pad_token_id=PAD,
+                               eos_token_id=EOS, forced_eos_token_id=None)
     raise KeyError(name)
+
+
+#: models that generate, for the tests of recorded generation (decoder-only, grouped-query, encoder-decoder)
+GENERATORS = ("gpt2", "llama", "qwen2", "t5", "marian", "bart")
+SEQ2SEQ = ("bart", "t5", "marian")
 
 
 def model(name: str, attn_implementation: str, seed: int = 0):
     """A tiny random ``name`` model with a head (masked LM, causal LM or seq2seq LM), in eval mode."""
     import transformers as tf
 
-    auto = {"bert": tf.AutoModelForMaskedLM, "bart": tf.AutoModelForSeq2SeqLM}.get(name, tf.AutoModelForCausalLM)
+    auto = tf.AutoModelForMaskedLM if name == "bert" else tf.AutoModelForSeq2SeqLM if name in SEQ2SEQ \
+        else tf.AutoModelForCausalLM
     torch.manual_seed(seed)
     m = auto.from_config(config(name), attn_implementation=attn_implementation)
     return m.eval()

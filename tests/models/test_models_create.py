@@ -1,4 +1,4 @@
-"""qkv.models.create builds every model from JSON-able keyword arguments; qkv.models.upgrade_state_dict loads the
+"""qkv.models.create builds every model from JSON-able keyword arguments; qkv.train.upgrade.upgrade_state_dict loads the
 runs written by qkv 0.1.0 (tests/fixtures/v1) into today's models, which give the outputs 0.1.0 recorded."""
 
 import json
@@ -25,15 +25,14 @@ from qkv.models import (
     create_resnet,
     list_models,
     sknet50,
-    upgrade_state_dict,
 )
 from qkv.models.bisenet import FCN, BiSeNet
 from qkv.models.captioning import FixedCaptioner, HardCaptioner, SoftCaptioner, TransformerCaptioner
-from qkv.models.legacy import RENAMES
 from qkv.models.pointer import PointerGenerator, TransformerPointer
 from qkv.models.reading import AttentiveReader, BiDAFReader, TransformerReader
 from qkv.models.speech import LAS, CTCModel
 from qkv.models.speech_transformer import SpeechTransformer
+from qkv.train.upgrade import RENAMES, upgrade_state_dict
 from tests import FIXTURES
 
 V1 = FIXTURES / "v1"

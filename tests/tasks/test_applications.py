@@ -11,7 +11,7 @@ import pytest
 import qkv.tasks
 from qkv.cli import build_parser
 from qkv.tasks import APPLICATIONS, application
-from qkv.tasks.base import Application, Predictor
+from qkv.tasks.base import Application, ApplicationTask, Predictor
 
 TASKS = Path(qkv.tasks.__file__).parent
 
@@ -39,10 +39,15 @@ def test_every_application_has_the_same_parts(name):
     assert callable(getattr(app.task, "sizes", None)), f"{name}: the task has no sizes()"
     # the task's name is the application's (it is what a checkpoint stores) and the predictor's
     assert app.task.name == name and app.predictor.task == name
-    # a predictor with the four methods, none left abstract, loading on device "auto" by default
+    # a predictor of the application's task, with its own methods, none left abstract; loading (written once, in
+    # the base) on device "auto" by default
     assert issubclass(app.predictor, Predictor) and not inspect.isabstract(app.predictor)
-    for method in ("load", "predict", "evaluate", "view"):
-        assert getattr(app.predictor, method) is not getattr(Predictor, method), f"{name}: {method} not defined"
+    assert issubclass(app.task, ApplicationTask) and app.predictor.task_class is app.task
+    for method in ("predict", "evaluate", "view", "result_row"):
+        assert method in vars(app.predictor), f"{name}: {method} not defined"
+    assert "load" not in vars(app.predictor), f"{name}: its own load"
+    for method in ("config", "save_assets", "load_assets"):  # the base's, once for all
+        assert method not in vars(app.task), f"{name}: its own {method}"
     assert inspect.signature(app.predictor.load).parameters["device"].default == "auto"
     ev = inspect.signature(app.predictor.evaluate).parameters
     assert list(ev)[:2] == ["self", "data"] and ev["split"].default == "test" and "limit" in ev

@@ -25,13 +25,14 @@ Example::
 from __future__ import annotations
 
 from ..base import Application
-from .data import Caption, CaptionData, caption_images, caption_metrics
+from .data import CaptionData
+from .decode import Caption, caption_images, caption_metrics, evaluate_captions
 from .options import MODELS, CaptionOptions, train_defaults
 from .predictor import Captioner
-from .task import CaptionTask, build_model, load_data, model_spec
+from .task import CaptionTask, load_data, model_spec
 
-__all__ = ["APPLICATION", "CaptionOptions", "load_data", "model_spec", "build_model", "train_defaults",
-           "CaptionTask", "CaptionData", "Caption", "Captioner", "caption_images", "caption_metrics", "MODELS"]
+__all__ = ["APPLICATION", "CaptionOptions", "load_data", "model_spec", "train_defaults", "CaptionTask",
+           "CaptionData", "Caption", "Captioner", "caption_images", "caption_metrics", "evaluate_captions", "MODELS"]
 
 APPLICATION = Application(
     name="caption", help="train an image captioner with soft/hard attention (scenes, Flickr8k or COCO captions)",

@@ -1,11 +1,11 @@
 """A trained captioning run read back: :class:`Captioner` (``load`` / ``predict`` / ``evaluate`` / ``view``);
-its result is :class:`~qkv.tasks.caption.data.Caption` (the words and one attention map per word)."""
+its result is :class:`~qkv.tasks.caption.decode.Caption` (the words and one attention map per word)."""
 
 from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -13,8 +13,9 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ..base import PageInput, Predictor, ViewInput, load_run
-from .data import Caption, CaptionData, caption_images, caption_metrics
+from ..base import PageInput, Predictor, ViewInput, file_inputs, jsonable, refuse_settings, upgrade_options
+from .data import CaptionData
+from .decode import Caption, caption_images, evaluate_captions
 from .options import ATTENDING, CaptionOptions
 from .task import CaptionTask, load_data
 
@@ -35,31 +36,19 @@ def _as_built(options: CaptionOptions, model_config: dict[str, Any]) -> CaptionO
     return dataclasses.replace(options, **built)
 
 
-def _upgrade_v1(config: dict[str, Any], state_dict: dict) -> tuple[dict, dict]:
-    raise ValueError("captioning runs exist only in format version 2 and later")
-
-
 class Captioner(Predictor):
     """A trained captioning run: ``Captioner.load(run_dir).predict(images, beam=3)``."""
 
-    task = CaptionTask.name
+    task_class = CaptionTask
+    input_kind = "image file"
 
-    def __init__(self, model: nn.Module, tokenizer, config: dict[str, Any], options: CaptionOptions):
-        self.model, self.tokenizer, self.options = model.eval(), tokenizer, options
+    def __init__(self, model: nn.Module, options: CaptionOptions, config: dict[str, Any], *, tokenizer):
+        options = _as_built(options, config["model"]["config"])
+        if "references" not in config.get("options", {}):  # saved before the option: trained on one drawn
+            options = dataclasses.replace(options, references="sample")
+        super().__init__(model, options, config, tokenizer=tokenizer)
         self.image_size, self.channels = int(config["image_size"]), int(config["channels"])
         self.item_words = list(config.get("item_words") or [])
-        self._data: CaptionData | None = None
-
-    @classmethod
-    def load(cls, run_dir: str | os.PathLike, device: str = "auto") -> Captioner:
-        """Read a run directory (its ``best/``, else ``checkpoint/``) or a checkpoint directory."""
-        from ...data import load_tokenizer
-
-        run = load_run(run_dir, cls.task, _upgrade_v1, CaptionOptions, device)
-        options = _as_built(run.options, run.config["model"]["config"])
-        if "references" not in run.config.get("options", {}):  # saved before the option: trained on one drawn
-            options = dataclasses.replace(options, references="sample")
-        return cls(run.model, load_tokenizer(run.checkpoint.assets / "tokenizer"), run.config, options)
 
     def read(self, path: str | os.PathLike) -> Tensor:
         """An image file as this model's input ``(C, S, S)`` uint8 (resized and centre-cropped)."""
@@ -69,17 +58,30 @@ class Captioner(Predictor):
             raise ValueError(f"no image file {str(path)!r}")
         return load_image(path, self.image_size, grey=self.channels == 1)
 
-    def data(self, data: str | None = None, on_error: str = "raise") -> CaptionData:
-        """The run's data (generated or read again), or another captions file ``data`` (``on_error="skip"``: its
-        captions naming missing or unreadable images are skipped and counted)."""
-        if data is not None:
-            from ..base import upgrade_options
+    def inputs_from_strings(self, strings: Sequence[str], **given: Any) -> Tensor:
+        """Each string an image file, read at the trained size (:meth:`read`): the ``(N, C, S, S)`` batch that
+        :meth:`predict` takes."""
+        refuse_settings(given, self.task)
+        return torch.stack([self.read(p) for p in file_inputs(strings, "image")])
 
-            return load_data(upgrade_options(CaptionOptions, {**dataclasses.asdict(self.options), "data": data,
-                                                              "on_error": on_error}))
-        if self._data is None:
-            self._data = load_data(self.options)
-        return self._data
+    def result_row(self, result: Caption) -> dict[str, Any]:
+        """``output`` (the caption), its ``words`` and the beam ``score``."""
+        return jsonable({"output": result.text, "words": list(result.words), "score": result.score})
+
+    def options_for(self, data: str | None, on_error: str = "raise") -> CaptionOptions:
+        """The run's options reading another captions file ``data`` (``on_error="skip"``: its captions naming
+        missing or unreadable images are skipped and counted); ``None``: the run's own."""
+        if data is None:
+            return self.options
+        return upgrade_options(CaptionOptions, {**dataclasses.asdict(self.options), "data": data,
+                                                "on_error": on_error})
+
+    def data(self, data: str | None = None, on_error: str = "raise") -> CaptionData:
+        """The run's data (generated or read again, once), or another captions file ``data`` (read each time, with
+        ``on_error``)."""
+        if data is not None:
+            return load_data(self.options_for(data, on_error))
+        return super().data()
 
     def test_images(self, index: list[int], split: str = "test") -> tuple[Tensor, list[list[str]]]:
         """Images ``(N, C, S, S)`` uint8 of ``split`` by index, and their references."""
@@ -131,13 +133,11 @@ class Captioner(Predictor):
                  max_len: int = 40, hard_test: str | None = None, on_error: str = "raise") -> dict[str, float]:
         """:func:`caption_metrics` of ``split`` (of the run's data, or of another captions file ``data``), at most
         ``limit`` images: BLEU-1..4, exact match, and on scenes grounding and the figures by number of items."""
-        if split not in ("valid", "test"):
-            raise ValueError(f"no split {split!r}; one of valid, test")
-        d = self.data(data, on_error)
-        part = d.splits[split].head(limit or len(d.splits[split]))
-        captions = self.predict(part.batch(range(len(part))), beam=beam, max_len=max_len, hard_test=hard_test)
-        return caption_metrics([c.text for c in captions], part.references, captions=captions, scenes=part.scenes,
-                               item_words=d.item_words, image_size=d.image_size)
+        if beam < 1 or max_len < 1:
+            raise ValueError(f"beam and max_len must be >= 1, got {beam} and {max_len}")
+        with self._hard_test(hard_test):
+            return evaluate_captions(self.model, self.tokenizer, self.data(data, on_error), split, limit=limit,
+                                     beam=beam, max_len=max_len)
 
     def view(self, given: ViewInput) -> PageInput:
         """Every attention of the model captioning one image (a file, a tensor, or ``index`` in the test split),

@@ -1,24 +1,23 @@
-"""Captioning's data, model and the trainer's task: :func:`load_data`, :func:`model_spec`, :func:`build_model`
-and :class:`CaptionTask`."""
+"""Captioning's data, model and the trainer's task: :func:`load_data`, :func:`model_spec` and :class:`CaptionTask`
+(its metric: :func:`~qkv.tasks.caption.decode.evaluate_captions`)."""
 
 from __future__ import annotations
 
-import dataclasses
 import logging
-from pathlib import Path
 from typing import Any
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor, nn
+from torch import Tensor
 
-from ...train.task import Task
-from .data import CaptionData, CaptionExamples, caption_images, caption_metrics, load_caption_data
+from ..base import ApplicationTask
+from .data import CaptionData, CaptionExamples, load_caption_data
+from .decode import evaluate_captions
 from .options import CaptionOptions
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["load_data", "model_spec", "build_model", "CaptionTask"]
+__all__ = ["load_data", "model_spec", "CaptionTask"]
 
 
 def load_data(options: CaptionOptions) -> CaptionData:
@@ -54,31 +53,21 @@ def model_spec(options: CaptionOptions, *, vocab_size: int, in_channels: int, im
     return {"name": f"caption-{o.model}", "config": config}
 
 
-def build_model(options: CaptionOptions, **sizes) -> nn.Module:
-    """A new captioner (see :func:`model_spec`)."""
-    from ...models import create
-
-    spec = model_spec(options, **sizes)
-    return create(spec["name"], **spec["config"])
-
-
-class CaptionTask(Task):
+class CaptionTask(ApplicationTask):
     """Teacher-forced cross-entropy over caption words (one reference of each image drawn per batch), plus the
     doubly stochastic penalty (soft) or the REINFORCE terms (hard); metrics from :func:`caption_metrics`."""
 
     name = "caption"
     unit = "words"
-
-    def __init__(self, options: CaptionOptions, data: CaptionData | None = None):
-        self.options = options
-        self.data = data
-        self.tokenizer = None
+    options_type = CaptionOptions
+    load_data = staticmethod(load_data)
+    model_spec = staticmethod(model_spec)
+    assets = ("tokenizer",)
 
     def setup(self) -> None:
         from ...data import train_tokenizer
 
-        if self.data is None:
-            self.data = load_data(self.options)
+        self.read_data()
         logger.info("data %s: %s", self.options.data,
                     ", ".join(f"{len(s)} {name}" for name, s in self.data.splits.items()))
         if self.tokenizer is None:
@@ -103,27 +92,14 @@ class CaptionTask(Task):
         tgt_out, _, mask = pad_sequences([ids + [EOS_ID] for ids in picks])
         return {"images": images, "tgt_in": tgt_in, "tgt_out": tgt_out, "mask": mask, "owner": owner}
 
-    def save_assets(self, directory: Path) -> None:
-        self.tokenizer.save(directory / "tokenizer")
-
-    def load_assets(self, directory: Path) -> None:
-        from ...data import load_tokenizer
-
-        self.tokenizer = load_tokenizer(directory / "tokenizer")
-
     def sizes(self) -> dict[str, Any]:
-        """The sizes :func:`model_spec` takes, from the data (after :meth:`setup`)."""
         ids = [self.tokenizer.encode(w) for w in self.data.item_words]
         return {"vocab_size": self.tokenizer.vocab_size, "in_channels": self.data.channels,
                 "image_size": self.data.image_size, "content_ids": sorted({i[0] for i in ids if len(i) == 1})}
 
-    def config(self) -> dict[str, Any]:
-        return {"model": model_spec(self.options, **self.sizes()), "options": dataclasses.asdict(self.options),
-                "image_size": self.data.image_size, "channels": self.data.channels,
+    def run_config(self) -> dict[str, Any]:
+        return {"image_size": self.data.image_size, "channels": self.data.channels,
                 "item_words": self.data.item_words}
-
-    def build_model(self) -> nn.Module:
-        return build_model(self.options, **self.sizes())
 
     def loss(self, model, batch):
         o = self.options
@@ -150,13 +126,8 @@ class CaptionTask(Task):
         return loss, mask.sum(), {**stats, **more}
 
     def evaluate(self, model, split: str) -> dict[str, float]:
-        if split not in ("valid", "test"):
-            raise ValueError(f"no split {split!r} (valid, test)")
-        part = self.data.splits[split].head(self.options.eval_max)
-        captions = caption_images(model, self.tokenizer, part.batch(range(len(part))), beam=self.options.eval_beam,
-                                  max_len=self.options.max_decode_len)
-        return caption_metrics([c.text for c in captions], part.references, captions=captions, scenes=part.scenes,
-                               item_words=self.data.item_words, image_size=self.data.image_size)
+        return evaluate_captions(model, self.tokenizer, self.data, split, limit=self.options.eval_max,
+                                 beam=self.options.eval_beam, max_len=self.options.max_decode_len)
 
 
 def _least_per_owner(loss: Tensor, owner: Tensor) -> Tensor:

@@ -30,9 +30,9 @@ from ..base import Application
 from .maps import AttentionView, attention_view
 from .options import ARCHS, AUGMENTATIONS, ImageOptions, parse_attn_args, train_defaults
 from .predictor import ImageClassifier, ImagePrediction
-from .task import ImageTask, build_model, count_parameters, load_data, model_spec, predict_logits
+from .task import ImageTask, count_parameters, load_data, model_spec, predict_logits
 
-__all__ = ["APPLICATION", "ImageOptions", "load_data", "model_spec", "build_model", "train_defaults", "ImageTask",
+__all__ = ["APPLICATION", "ImageOptions", "load_data", "model_spec", "train_defaults", "ImageTask",
            "ImagePrediction", "ImageClassifier", "AttentionView", "attention_view", "predict_logits",
            "count_parameters", "parse_attn_args", "ARCHS", "AUGMENTATIONS"]
 

@@ -14,7 +14,7 @@ import torch
 from torch import Tensor, nn
 
 from ...data.images import IMAGE_DATASETS, ImageData, normalize
-from ..base import PageInput, Predictor, ViewInput, load_run, upgrade_options
+from ..base import PageInput, Predictor, ViewInput, file_inputs, jsonable, refuse_settings, upgrade_options
 from .maps import AttentionView, attention_view
 from .options import ImageOptions
 from .task import ImageTask, load_data, predict_logits
@@ -31,41 +31,18 @@ class ImagePrediction:
     probabilities: dict[str, float]
 
 
-def _upgrade_v1(config: dict[str, Any], state_dict: dict) -> tuple[dict, dict]:
-    """A qkv 0.1.0 image run (the model's settings at the top level of the config) in the current format."""
-    from ...models.legacy import upgrade_state_dict
-
-    options = upgrade_options(ImageOptions, config["options"])
-    arch = config["arch"]
-    model: dict[str, Any] = {"num_classes": config["num_classes"], "in_channels": config["in_channels"],
-                             "attn": config.get("attn"), "attn_kwargs": config.get("attn_kwargs") or None}
-    if arch == "small-cnn":
-        model.update(widths=list(config["widths"]), dropout=config["dropout"])
-    else:
-        model["stem"] = config.get("stem", "imagenet")
-    new = {"model": {"name": arch, "config": model}, "options": dataclasses.asdict(options),
-           **{k: config[k] for k in ("image_size", "mean", "std", "class_names")}}
-    return new, upgrade_state_dict(arch, state_dict)
-
-
 class ImageClassifier(Predictor):
     """A trained image run: ``ImageClassifier.load(run_dir).predict(images)``; :meth:`attention` gives the maps
     of ``qkv show-attention``, :meth:`view` every attention for ``qkv view``."""
 
-    task = ImageTask.name
+    task_class = ImageTask
+    input_kind = "image file"
 
-    def __init__(self, model: nn.Module, config: Mapping[str, Any], options: ImageOptions):
-        self.model, self.config, self.options = model.eval(), dict(config), options
+    def __init__(self, model: nn.Module, options: ImageOptions, config: Mapping[str, Any]):
+        super().__init__(model, options, config)
         self.image_size = tuple(config["image_size"])
         self.mean, self.std = float(config["mean"]), float(config["std"])
         self.class_names = list(config["class_names"])
-        self._data: dict[str | None, ImageData] = {}
-
-    @classmethod
-    def load(cls, run_dir: str | os.PathLike, device: str = "auto") -> ImageClassifier:
-        """Read a run directory (its ``best/``, else ``checkpoint/``) or a checkpoint directory, of any release."""
-        run = load_run(run_dir, cls.task, _upgrade_v1, ImageOptions, device)
-        return cls(run.model, run.config, run.options)
 
     def read(self, path: str | os.PathLike, *, invert: bool = False) -> Tensor:
         """An image file as this model's input: grey ``(H, W)`` in [0, 1] at the trained size."""
@@ -88,19 +65,17 @@ class ImageClassifier(Predictor):
             raise ValueError(f"{data}: neither a folder of IDX files nor one of {', '.join(IMAGE_DATASETS)}")
         return upgrade_options(ImageOptions, values)
 
-    def data(self, data: str | None = None) -> ImageData:
-        """The splits of the run's data (or of ``data``, see :meth:`options_for`), read once; their images must
-        have the trained size and their labels the trained classes."""
-        if data not in self._data:
-            d = load_data(self.options_for(data))
-            if d.image_size != self.image_size:
-                raise ValueError(f"{data}: its images are {d.image_size[0]}x{d.image_size[1]}, the model's "
-                                 f"{self.image_size[0]}x{self.image_size[1]}")
-            most = max(int(labels.max()) for _, labels in d.splits.values() if len(labels))
-            if most >= len(self.class_names):
-                raise ValueError(f"{data}: label {most} but the model knows {len(self.class_names)} classes")
-            self._data[data] = d
-        return self._data[data]
+    def read_data(self, data: str | None) -> ImageData:
+        """The splits of the run's data (or of ``data``, see :meth:`options_for`); their images must have the
+        trained size and their labels the trained classes."""
+        d = load_data(self.options_for(data))
+        if d.image_size != self.image_size:
+            raise ValueError(f"{data}: its images are {d.image_size[0]}x{d.image_size[1]}, the model's "
+                             f"{self.image_size[0]}x{self.image_size[1]}")
+        most = max(int(labels.max()) for _, labels in d.splits.values() if len(labels))
+        if most >= len(self.class_names):
+            raise ValueError(f"{data}: label {most} but the model knows {len(self.class_names)} classes")
+        return d
 
     def test_images(self, data_root: str | None = None) -> tuple[Tensor, Tensor]:
         """The test split the run was evaluated on (``(N, H, W)`` uint8, labels), optionally from another folder."""
@@ -141,6 +116,16 @@ class ImageClassifier(Predictor):
             out.append(ImagePrediction(self.class_names[k], float(p[k]),
                                        {n: float(v) for n, v in zip(self.class_names, p, strict=True)}))
         return out
+
+    def inputs_from_strings(self, strings: Sequence[str], **given: Any) -> list[str]:
+        """Each string an image file (read by :meth:`predict`, which takes ``invert``)."""
+        refuse_settings(given, self.task)
+        return file_inputs(strings, "image")
+
+    def result_row(self, result: ImagePrediction) -> dict[str, Any]:
+        """``output`` (the label and its probability), the ``label``, its ``probability`` and every class's."""
+        return jsonable({"output": f"{result.label} {result.probability:.3f}", "label": result.label,
+                         "probability": result.probability, "probabilities": result.probabilities})
 
     def attention(self, images: Tensor | Sequence[Any], *, invert: bool = False) -> AttentionView:
         """The probabilities and attention maps of a batch (as :meth:`predict` takes it); a ``ValueError`` for a

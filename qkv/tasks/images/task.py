@@ -1,9 +1,8 @@
 """Image classification's data, model and the trainer's task: :func:`load_data`, :func:`model_spec`,
-:func:`build_model`, :class:`ImageTask`, and :func:`predict_logits` (batched inference)."""
+:class:`ImageTask`, and :func:`predict_logits` (batched inference)."""
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from typing import Any
 
@@ -12,12 +11,12 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ...data.images import ImageData, ImageExamples, load_image_splits, normalize, random_shift_flip
-from ...train.task import Task
+from ..base import ApplicationTask
 from .options import ImageOptions
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["load_data", "model_spec", "build_model", "ImageTask", "predict_logits", "count_parameters"]
+__all__ = ["load_data", "model_spec", "ImageTask", "predict_logits", "count_parameters"]
 
 
 def load_data(options: ImageOptions) -> ImageData:
@@ -38,14 +37,6 @@ def model_spec(options: ImageOptions, *, num_classes: int, in_channels: int = 1)
     return {"name": o.arch, "config": config}
 
 
-def build_model(options: ImageOptions, *, num_classes: int, in_channels: int = 1) -> nn.Module:
-    """A new image classifier (see :func:`model_spec`)."""
-    from ...models import create
-
-    spec = model_spec(options, num_classes=num_classes, in_channels=in_channels)
-    return create(spec["name"], **spec["config"])
-
-
 def count_parameters(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
 
@@ -58,7 +49,7 @@ def predict_logits(model: nn.Module, x: Tensor, batch_size: int = 500) -> Tensor
     return torch.cat(out) if out else torch.empty(0)
 
 
-class ImageTask(Task):
+class ImageTask(ApplicationTask):
     """Image classification with label-smoothed cross-entropy; metrics: accuracy and (unsmoothed) loss.
 
     ``data`` (an :class:`~qkv.data.images.ImageData`) may be given to skip reading ``options.data``.
@@ -66,16 +57,16 @@ class ImageTask(Task):
 
     name = "images"
     unit = "images"
+    options_type = ImageOptions
+    load_data = staticmethod(load_data)
+    model_spec = staticmethod(model_spec)
 
     def __init__(self, options: ImageOptions, data: ImageData | None = None):
-        self.options = options
-        self.data = data
+        super().__init__(options, data)
         self.mean = self.std = None
 
     def setup(self) -> None:
-        if self.data is None:
-            self.data = load_data(self.options)
-        x = self.data.splits["train"][0].float() / 255.0
+        x = self.read_data().splits["train"][0].float() / 255.0
         self.mean, self.std = float(x.mean()), float(x.std().clamp_min(1e-6))
 
     def train_examples(self):
@@ -93,17 +84,15 @@ class ImageTask(Task):
     def _layout(self, x: Tensor) -> Tensor:
         return x.contiguous(memory_format=torch.channels_last) if self.options.channels_last else x
 
-    def config(self) -> dict[str, Any]:
-        return {"model": model_spec(self.options, **self.sizes()),
-                "image_size": list(self.data.image_size), "mean": self.mean, "std": self.std,
-                "class_names": self.data.class_names, "options": dataclasses.asdict(self.options)}
+    def run_config(self) -> dict[str, Any]:
+        return {"image_size": list(self.data.image_size), "mean": self.mean, "std": self.std,
+                "class_names": self.data.class_names}
 
     def sizes(self) -> dict[str, Any]:
-        """The sizes :func:`model_spec` takes, from the data (after :meth:`setup`)."""
         return {"num_classes": len(self.data.class_names)}
 
     def build_model(self) -> nn.Module:
-        model = build_model(self.options, **self.sizes())
+        model = super().build_model()
         logger.info("%s with attention %s: %s parameters", self.options.arch, self.options.attn,
                     f"{count_parameters(model):,}")
         return model.to(memory_format=torch.channels_last) if self.options.channels_last else model

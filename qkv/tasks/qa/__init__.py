@@ -25,10 +25,10 @@ from ..base import Application
 from .decode import Answer, answer_metrics, predict_examples
 from .options import MODELS, QAOptions, train_defaults
 from .predictor import Reader
-from .task import QATask, build_model, load_data, model_spec, train_tokenizer
+from .task import QATask, evaluate_reader, load_data, model_spec, train_tokenizer
 
-__all__ = ["APPLICATION", "QAOptions", "load_data", "model_spec", "build_model", "train_defaults", "train_tokenizer",
-           "QATask", "Answer", "Reader", "predict_examples", "answer_metrics", "MODELS"]
+__all__ = ["APPLICATION", "QAOptions", "load_data", "model_spec", "train_defaults", "train_tokenizer",
+           "evaluate_reader", "QATask", "Answer", "Reader", "predict_examples", "answer_metrics", "MODELS"]
 
 APPLICATION = Application(
     name="qa", help="train a reader that answers questions by pointing at a span", options=QAOptions,

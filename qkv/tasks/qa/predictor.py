@@ -5,50 +5,24 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import os
 from collections.abc import Sequence
 from typing import Any
 
-from torch import nn
-
-from ..base import PageInput, Predictor, ViewInput, load_run, need_text
-from .decode import Answer, answer_metrics, predict_examples, question_cut_note
+from ..base import PageInput, Predictor, ViewInput, jsonable, need_text, text_inputs
+from .decode import Answer, predict_examples, question_cut_note
 from .encode import Encoded, encode_example, token_offsets, windows
-from .options import QAOptions
-from .task import QATask, chars_of, encode_examples, load_data
+from .task import QATask, chars_of, encode_examples, evaluate_reader
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["Answer", "Reader"]
 
 
-def _no_upgrade(config, state_dict):
-    raise ValueError("question-answering runs have no format-version-1 form")
-
-
 class Reader(Predictor):
     """A trained reader: ``Reader.load("runs/qa").predict([(context, question), ...])`` -> :class:`Answer` s."""
 
-    task = QATask.name
-
-    def __init__(self, model: nn.Module, tokenizer, options: QAOptions):
-        self.model, self.tokenizer, self.options = model.eval(), tokenizer, options
-        self._corpus = None
-
-    @classmethod
-    def load(cls, run_dir: str | os.PathLike, device: str = "auto") -> Reader:
-        """Read a run directory (its ``best/``, else ``checkpoint/``) or a checkpoint directory."""
-        from ...data.tokenize import load_tokenizer
-
-        run = load_run(run_dir, cls.task, _no_upgrade, QAOptions, device)
-        return cls(run.model, load_tokenizer(run.checkpoint.assets / "tokenizer"), run.options)
-
-    def corpus(self):
-        """The run's own data (:class:`qkv.data.facts.QACorpus`: the facts regenerated, or its file split as in
-        training), read once."""
-        if self._corpus is None:
-            self._corpus = load_data(self.options)
-        return self._corpus
+    task_class = QATask
+    input_kind = "context<TAB>question"
 
     def _answers(self, encoded: list[Encoded], contexts: list[str], questions: list[str] | None = None,
                  batch_size: int = 128) -> list[Answer]:
@@ -81,14 +55,41 @@ class Reader(Predictor):
                 logger.warning("%s%s", f"question {n}: " if len(inputs) > 1 else "", question_cut_note(encoded[-1]))
         return self._answers(encoded, [c for c, _ in inputs], [q for _, q in inputs], batch_size)
 
+    def inputs_from_strings(self, strings: Sequence[str], *, question: str | None = None,
+                            **given: Any) -> list[tuple[str, str]]:
+        """``(context, question)`` pairs: each string ``context<TAB>question`` (split at its last tab), or, with
+        ``question``, each string a context asked that question. A string without a tab (and no ``question``)
+        is a ``ValueError`` naming it."""
+        if given:
+            raise ValueError(f"qa inputs take no {', '.join(sorted(given))} setting")
+        texts = text_inputs(strings)
+        if question is not None:
+            if not question.strip():
+                raise ValueError("the question is empty")
+            return [(t, question) for t in texts]
+        pairs = []
+        for n, t in enumerate(texts, 1):
+            context, tab, asked = t.rpartition("\t")
+            if not tab or not context.strip() or not asked.strip():
+                raise ValueError(f"input {n} must be context<TAB>question (or give the question apart), got "
+                                 f"{t[:40]!r}")
+            pairs.append((context, asked))
+        return pairs
+
+    def result_row(self, result: Answer) -> dict[str, Any]:
+        """``output`` (the answer), its ``probability``, its character span ``start``/``end`` in the context,
+        its token span, and the ``notes`` (what was cut or read in windows)."""
+        return jsonable({"output": result.answer, "question": result.question, "probability": result.probability,
+                         "start": result.start, "end": result.end,
+                         "tokens": [result.start_token, result.end_token], "notes": list(result.notes)})
+
     def score(self, examples, *, chars: bool | None = None) -> dict[str, float]:
         """:func:`~qkv.tasks.qa.decode.answer_metrics` (exact match, F1, questions, attention mass on the gold
         span) of this reader on ``examples`` (:class:`qkv.data.facts.QAExample`); ``chars``: character F1
         (default: by the texts)."""
         examples = list(examples)
-        encoded = encode_examples(examples, self.tokenizer, self.options)
-        answers = self._answers(encoded, [e.context for e in examples], [e.question for e in examples])
-        return answer_metrics(answers, [e.answers for e in examples], encoded, chars=chars)
+        return evaluate_reader(self.model, examples, encode_examples(examples, self.tokenizer, self.options),
+                               self.options, chars=chars)
 
     def evaluate(self, data: str | None = None, *, split: str = "test", limit: int | None = None,
                  on_error: str | None = None, **settings: Any) -> dict[str, float]:
@@ -117,7 +118,7 @@ class Reader(Predictor):
             raise ValueError(f"data facts: this run was trained on {self.options.data}, not on facts")
         if on_error is not None:
             raise ValueError("on_error is for a data file: the run's own data was read as in training")
-        corpus = self.corpus()
+        corpus = self.data()
         if split not in corpus.splits or split == "train":
             raise ValueError(f"no split {split!r}; one of {', '.join(s for s in corpus.splits if s != 'train')}")
         return self.score(corpus.split(split)[:limit], chars=chars_of(corpus.language))

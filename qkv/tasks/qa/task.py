@@ -1,9 +1,8 @@
 """Question answering's data, model and the trainer's task: :func:`load_data` (generated facts or a file split by
-context), :func:`model_spec`, :func:`build_model`, :func:`train_tokenizer` and :class:`QATask`."""
+context), :func:`model_spec`, :func:`train_tokenizer`, :func:`evaluate_reader` (the metric) and :class:`QATask`."""
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import random
 from pathlib import Path
@@ -12,14 +11,14 @@ from typing import Any
 import torch.nn.functional as F
 from torch import nn
 
-from ...train.task import Task
+from ..base import ApplicationTask
 from .decode import answer_metrics, predict_examples
 from .encode import Encoded, collate_qa, encode_example, training_window
 from .options import QAOptions
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["load_data", "model_spec", "build_model", "train_tokenizer", "encode_examples", "QATask", "chinese",
+__all__ = ["load_data", "model_spec", "train_tokenizer", "encode_examples", "evaluate_reader", "QATask", "chinese",
            "chars_of"]
 
 _NAMES = {"reader": "attentive-reader", "bidaf": "bidaf-reader", "transformer": "transformer-reader"}
@@ -85,14 +84,6 @@ def model_spec(options: QAOptions, *, vocab_size: int) -> dict[str, Any]:
     return {"name": _NAMES[o.model], "config": config}
 
 
-def build_model(options: QAOptions, *, vocab_size: int) -> nn.Module:
-    """A new reader (see :func:`model_spec`)."""
-    from ...models import create
-
-    spec = model_spec(options, vocab_size=vocab_size)
-    return create(spec["name"], **spec["config"])
-
-
 def train_tokenizer(options: QAOptions, corpus):
     """The tokeniser of the training contexts and questions: ``word`` (``auto``, whatever the language: the mixed
     word tokeniser reads Latin words and numbers whole and CJK text one character at a time, so one model reads
@@ -124,25 +115,37 @@ def encode_examples(examples, tokenizer, options: QAOptions) -> list[Encoded]:
     return out
 
 
-class QATask(Task):
+def evaluate_reader(model: nn.Module, examples, encoded: list[Encoded], options: QAOptions, *,
+                    chars: bool | None, batch_size: int = 128) -> dict[str, float]:
+    """Question answering's metric, for the trainer and the predictor alike: SQuAD exact match and F1, the
+    ``questions`` and the attention mass on the answer (:func:`~qkv.tasks.qa.decode.answer_metrics`) of ``model``
+    on ``examples`` (:class:`qkv.data.facts.QAExample`, ``encoded`` by :func:`encode_examples`)."""
+    o = options
+    answers = predict_examples(model, encoded, [e.context for e in examples], o.max_answer_len,
+                               [e.question for e in examples], batch_size, max_context=o.max_context, stride=o.stride)
+    return answer_metrics(answers, [e.answers for e in examples], encoded, chars=chars)
+
+
+class QATask(ApplicationTask):
     """Span extraction: cross-entropy of the answer's start token plus that of its end token."""
 
     name = "qa"
     unit = "items"
+    options_type = QAOptions
+    load_data = staticmethod(load_data)
+    model_spec = staticmethod(model_spec)
+    assets = ("tokenizer",)
 
     def __init__(self, options: QAOptions, data=None):
-        self.options = options
-        self.corpus = data
-        self.tokenizer = None
+        super().__init__(options, data)
         self.encoded: dict[str, list[Encoded]] = {}
 
     def setup(self) -> None:
         o = self.options
-        if self.corpus is None:
-            self.corpus = load_data(o)
+        self.read_data()
         if self.tokenizer is None:
-            self.tokenizer = train_tokenizer(o, self.corpus)
-        for split, examples in self.corpus.splits.items():
+            self.tokenizer = train_tokenizer(o, self.data)
+        for split, examples in self.data.splits.items():
             self.encoded[split] = encode_examples(examples, self.tokenizer, o)
         # a long context: the window that holds the answer
         train = [w for e in self.encoded["train"] if (w := training_window(e, o.max_context, o.stride)) is not None]
@@ -157,15 +160,7 @@ class QATask(Task):
                              f"max_context={o.max_context} tokens")
         self._train = train
         logger.info("%s: %s questions; vocabulary %d", o.data,
-                    ", ".join(f"{len(v)} {k}" for k, v in self.corpus.splits.items()), self.tokenizer.vocab_size)
-
-    def save_assets(self, directory: Path) -> None:
-        self.tokenizer.save(directory / "tokenizer")
-
-    def load_assets(self, directory: Path) -> None:
-        from ...data.tokenize import load_tokenizer
-
-        self.tokenizer = load_tokenizer(directory / "tokenizer")
+                    ", ".join(f"{len(v)} {k}" for k, v in self.data.splits.items()), self.tokenizer.vocab_size)
 
     def train_examples(self):
         return self._train
@@ -176,15 +171,8 @@ class QATask(Task):
     def collate(self, examples):
         return collate_qa(examples, word_dropout=self.options.word_dropout)
 
-    def config(self) -> dict[str, Any]:
-        return {"model": model_spec(self.options, **self.sizes()), "options": dataclasses.asdict(self.options)}
-
     def sizes(self) -> dict[str, Any]:
-        """The sizes :func:`model_spec` takes, from the tokeniser (after :meth:`setup`)."""
         return {"vocab_size": self.tokenizer.vocab_size}
-
-    def build_model(self) -> nn.Module:
-        return build_model(self.options, **self.sizes())
 
     def loss(self, model, batch):
         out = model(batch["context"], batch["context_mask"], batch["question"], batch["question_mask"], batch["match"])
@@ -200,8 +188,5 @@ class QATask(Task):
         if split not in self.encoded:
             raise ValueError(f"no split {split!r}; one of {', '.join(self.encoded)}")
         n = self.options.eval_max
-        examples, encoded = self.corpus.split(split)[:n], self.encoded[split][:n]
-        o = self.options
-        answers = predict_examples(model, encoded, [e.context for e in examples], o.max_answer_len,
-                                   max_context=o.max_context, stride=o.stride)
-        return answer_metrics(answers, [e.answers for e in examples], encoded, chars=chars_of(self.corpus.language))
+        return evaluate_reader(model, self.data.split(split)[:n], self.encoded[split][:n], self.options,
+                               chars=chars_of(self.data.language))

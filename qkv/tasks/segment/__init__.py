@@ -28,9 +28,9 @@ from __future__ import annotations
 from ..base import Application
 from .options import MODELS, SegmentOptions, train_defaults
 from .predictor import Segmentation, Segmenter
-from .task import SegmentTask, build_model, load_data, model_spec, normalize, predict_logits, score
+from .task import SegmentTask, load_data, model_spec, normalize, predict_logits, score
 
-__all__ = ["APPLICATION", "SegmentOptions", "train_defaults", "MODELS", "load_data", "model_spec", "build_model",
+__all__ = ["APPLICATION", "SegmentOptions", "train_defaults", "MODELS", "load_data", "model_spec",
            "SegmentTask", "Segmenter", "Segmentation", "normalize", "predict_logits", "score"]
 
 APPLICATION = Application(

@@ -15,7 +15,7 @@ import torch
 from torch import Tensor, nn
 
 from ...data.segmentation import SegmentationData
-from ..base import PageInput, Predictor, ViewInput, load_run, upgrade_options
+from ..base import PageInput, Predictor, ViewInput, file_inputs, jsonable, refuse_settings, upgrade_options
 from .options import SegmentOptions
 from .task import SegmentTask, load_data, normalize, score
 
@@ -39,29 +39,19 @@ class Segmentation:
         return {n: float(c) / self.labels.numel() for n, c in zip(self.class_names, counts, strict=True) if c}
 
 
-def _upgrade(config: dict[str, Any], state_dict: dict) -> tuple[dict, dict]:
-    raise ValueError("segmentation runs exist only in checkpoint format 2 and later")
-
-
 class Segmenter(Predictor):
     """A trained segmentation run: ``Segmenter.load(run_dir).predict(images)``; :meth:`view` gives the ARM/FFM
     channel attention of one image for ``qkv view``."""
 
-    task = SegmentTask.name
+    task_class = SegmentTask
+    input_kind = "image file"
 
-    def __init__(self, model: nn.Module, config: Mapping[str, Any], options: SegmentOptions):
-        self.model, self.config, self.options = model.eval(), dict(config), options
+    def __init__(self, model: nn.Module, options: SegmentOptions, config: Mapping[str, Any]):
+        super().__init__(model, options, config)
         self.mean, self.std = list(config["mean"]), list(config["std"])
         self.class_names = list(config["class_names"])
         self.ignore_index = int(config["ignore_index"])
         self.channels = len(self.mean)
-        self._data: dict[str | None, SegmentationData] = {}
-
-    @classmethod
-    def load(cls, run_dir: str | os.PathLike, device: str = "auto") -> Segmenter:
-        """Read a run directory (its ``best/``, else ``checkpoint/``) or a checkpoint directory."""
-        run = load_run(run_dir, cls.task, _upgrade, SegmentOptions, device)
-        return cls(run.model, run.config, run.options)
 
     def read(self, path: str | os.PathLike) -> Tensor:
         """An image file as this model's input: ``(C, H, W)`` uint8 at its own size (grey for a grey model)."""
@@ -111,6 +101,18 @@ class Segmenter(Predictor):
                                     {k: v[0].flatten().float().cpu() for k, v in maps.items()}))
         return out
 
+    def inputs_from_strings(self, strings: Sequence[str], **given: Any) -> list[str]:
+        """Each string an image file (read at its own size by :meth:`predict`)."""
+        refuse_settings(given, self.task)
+        return file_inputs(strings, "image")
+
+    def result_row(self, result: Segmentation) -> dict[str, Any]:
+        """``output`` (the classes the image holds, most pixels first), each one's ``shares`` of the pixels, the
+        ``size`` ``[H, W]`` and the mean ``confidence``."""
+        shares = dict(sorted(result.shares().items(), key=lambda kv: -kv[1]))
+        return jsonable({"output": ", ".join(f"{n} {v:.0%}" for n, v in shares.items()), "shares": shares,
+                         "size": list(result.labels.shape), "confidence": float(result.confidence.mean())})
+
     def options_for(self, data: str | None) -> SegmentOptions:
         """The run's options reading ``data`` instead: ``None`` (its own), ``scenes`` or a folder."""
         if not data or data == self.options.data:
@@ -123,18 +125,16 @@ class Segmenter(Predictor):
             values["num_classes"] = len(self.class_names)
         return upgrade_options(SegmentOptions, values)
 
-    def data(self, data: str | None = None) -> SegmentationData:
-        """The splits of the run's data (or of ``data``), read once; their classes must be the model's."""
-        if data not in self._data:
-            options = self.options_for(data)
-            if options.data == "scenes":  # valid and test scenes do not depend on the training ones: make one
-                options = dataclasses.replace(options, n_train=1)
-            d = load_data(options)
-            if len(d.class_names) != len(self.class_names) or d.channels != self.channels:
-                raise ValueError(f"{data}: {len(d.class_names)} classes and {d.channels}-channel images, the model "
-                                 f"{len(self.class_names)} and {self.channels}")
-            self._data[data] = d
-        return self._data[data]
+    def read_data(self, data: str | None) -> SegmentationData:
+        """The splits of the run's data (or of ``data``); their classes must be the model's."""
+        options = self.options_for(data)
+        if options.data == "scenes":  # valid and test scenes do not depend on the training ones: make one
+            options = dataclasses.replace(options, n_train=1)
+        d = load_data(options)
+        if len(d.class_names) != len(self.class_names) or d.channels != self.channels:
+            raise ValueError(f"{data}: {len(d.class_names)} classes and {d.channels}-channel images, the model "
+                             f"{len(self.class_names)} and {self.channels}")
+        return d
 
     def evaluate(self, data: str | None = None, *, split: str = "test", limit: int | None = None,
                  **settings: Any) -> dict[str, float]:

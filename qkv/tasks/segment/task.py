@@ -1,9 +1,8 @@
-"""Segmentation's data, model and the trainer's task: :func:`load_data`, :func:`model_spec`, :func:`build_model`,
-:class:`SegmentTask`, and :func:`predict_logits` / :func:`score` (batched inference and the metrics)."""
+"""Segmentation's data, model, metric and the trainer's task: :func:`load_data`, :func:`model_spec`, :func:`score`
+(the metrics, for the trainer and the predictor alike), :class:`SegmentTask` and :func:`predict_logits`."""
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from collections.abc import Sequence
 from typing import Any
@@ -13,12 +12,12 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ...data.segmentation import SegmentationData, SegmentationSplit, make_segmentation_scenes, read_segmentation_folder
-from ...train.task import Task
+from ..base import ApplicationTask
 from .options import SegmentOptions
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["load_data", "model_spec", "build_model", "SegmentTask", "predict_logits", "normalize", "score"]
+__all__ = ["load_data", "model_spec", "SegmentTask", "predict_logits", "normalize", "score"]
 
 
 def load_data(options: SegmentOptions) -> SegmentationData:
@@ -41,14 +40,6 @@ def model_spec(options: SegmentOptions, *, num_classes: int, in_channels: int) -
         config.update(spatial_widths=list(o.spatial_widths), dim=o.dim, arm=o.arm, ffm=o.ffm,
                       spatial=not o.context_only, aux=o.aux_weight > 0)
     return {"name": o.model, "config": config}
-
-
-def build_model(options: SegmentOptions, *, num_classes: int, in_channels: int) -> nn.Module:
-    """A new segmentation network (see :func:`model_spec`)."""
-    from ...models import create
-
-    spec = model_spec(options, num_classes=num_classes, in_channels=in_channels)
-    return create(spec["name"], **spec["config"])
 
 
 def normalize(images: Tensor, mean: Sequence[float], std: Sequence[float]) -> Tensor:
@@ -107,7 +98,7 @@ class SegmentExamples:
         return self.split.images[i], self.split.labels[i]
 
 
-class SegmentTask(Task):
+class SegmentTask(ApplicationTask):
     """Semantic segmentation: per-pixel cross-entropy (the ignore label left out) plus, for BiSeNet,
     ``aux_weight`` times its two auxiliary heads' losses; metrics: mIoU, per-class IoU, pixel accuracy, loss.
 
@@ -116,17 +107,17 @@ class SegmentTask(Task):
 
     name = "segment"
     unit = "pixels"  #: what loss counts: the scored (not ignored) pixels
+    options_type = SegmentOptions
+    load_data = staticmethod(load_data)
+    model_spec = staticmethod(model_spec)
 
     def __init__(self, options: SegmentOptions, data: SegmentationData | None = None):
-        self.options = options
-        self.data = data
+        super().__init__(options, data)
         self.mean: list[float] | None = None
         self.std: list[float] | None = None
 
     def setup(self) -> None:
-        if self.data is None:
-            self.data = load_data(self.options)
-        x = self.data.splits["train"].images.float() / 255.0
+        x = self.read_data().splits["train"].images.float() / 255.0
         self.mean = [float(v) for v in x.mean(dim=(0, 2, 3))]
         self.std = [float(v) for v in x.std(dim=(0, 2, 3)).clamp_min(1e-6)]
 
@@ -143,17 +134,15 @@ class SegmentTask(Task):
         return normalize(images, self.mean, self.std), labels
 
     def sizes(self) -> dict[str, Any]:
-        """The sizes :func:`model_spec` takes, from the data (after :meth:`setup`)."""
         return {"num_classes": len(self.data.class_names), "in_channels": self.data.channels}
 
-    def config(self) -> dict[str, Any]:
-        return {"model": model_spec(self.options, **self.sizes()), "mean": self.mean, "std": self.std,
-                "class_names": self.data.class_names, "ignore_index": self.data.ignore_index,
-                "image_size": list(self.data.splits["train"].images.shape[-2:]),
-                "options": dataclasses.asdict(self.options)}
+    def run_config(self) -> dict[str, Any]:
+        return {"mean": self.mean, "std": self.std, "class_names": self.data.class_names,
+                "ignore_index": self.data.ignore_index,
+                "image_size": list(self.data.splits["train"].images.shape[-2:])}
 
     def build_model(self) -> nn.Module:
-        model = build_model(self.options, **self.sizes())
+        model = super().build_model()
         logger.info("%s: %s parameters", self.options.variant, f"{sum(p.numel() for p in model.parameters()):,}")
         return model
 

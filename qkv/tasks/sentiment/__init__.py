@@ -18,11 +18,11 @@ from ...data.text_classification import collate_texts
 from ..base import Application
 from .faithfulness import comprehensiveness
 from .options import MODELS, SentimentOptions, train_defaults
-from .predictor import Prediction, SentimentClassifier, SentimentPrediction
-from .task import SentimentTask, build_model, load_data, make_splits, model_spec, train_folds
+from .predictor import SentimentClassifier, SentimentPrediction
+from .task import SentimentTask, evaluate_classifier, load_data, make_splits, model_spec, train_folds
 
-__all__ = ["APPLICATION", "SentimentOptions", "load_data", "make_splits", "model_spec", "build_model",
-           "train_defaults", "SentimentTask", "train_folds", "collate_texts", "SentimentPrediction", "Prediction",
+__all__ = ["APPLICATION", "SentimentOptions", "load_data", "make_splits", "model_spec", "train_defaults",
+           "SentimentTask", "train_folds", "evaluate_classifier", "collate_texts", "SentimentPrediction",
            "SentimentClassifier", "comprehensiveness", "MODELS"]
 
 

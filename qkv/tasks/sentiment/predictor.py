@@ -4,10 +4,8 @@ word)."""
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import math
-import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,13 +13,13 @@ import torch
 from torch import nn
 
 from ...data.text_classification import collate_texts
-from ..base import PageInput, Predictor, ViewInput, load_run, need_text, upgrade_options
+from ..base import PageInput, Predictor, ViewInput, jsonable, need_text
 from .options import SentimentOptions
-from .task import SentimentTask
+from .task import SentimentTask, evaluate_classifier
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["SentimentPrediction", "SentimentClassifier", "Prediction"]
+__all__ = ["SentimentPrediction", "SentimentClassifier"]
 
 @dataclass
 class SentimentPrediction:
@@ -44,49 +42,20 @@ class SentimentPrediction:
         return f"{self.label} {self.probability:.3f}"
 
 
-def _upgrade_v1(config: dict[str, Any], state_dict: dict) -> tuple[dict, dict]:
-    """A qkv 0.1.0 sentiment run in the current format (RNN ``hidden_dim`` was per direction then)."""
-    from ...models.legacy import upgrade_state_dict
-
-    old = dict(config["options"])
-    kind = config["model"]
-    arch = dict(config["arch"])
-    renames = {"layers": "num_layers", "heads": "num_heads"}
-    if kind == "transformer":
-        renames["hidden_dim"] = "dim"
-    else:
-        old["hidden_dim"] = 2 * old["hidden_dim"]
-        arch["hidden_dim"] = 2 * arch["hidden_dim"]
-        arch["attn_dim"] = arch.get("attn_dim") or config["arch"]["hidden_dim"]
-    old["header"] = not old.pop("no_header", False)
-    options = upgrade_options(SentimentOptions, old, renames)
-    name = "transformer-classifier" if kind == "transformer" else f"{kind}-classifier"
-    spec = {"name": name, "config": {"vocab_size": config["vocab_size"], "num_classes": config["num_classes"], **arch}}
-    return ({"model": spec, "label_names": config["label_names"], "regression": config["regression"],
-             "options": dataclasses.asdict(options)}, upgrade_state_dict(name, state_dict))
-
-
 class SentimentClassifier(Predictor):
     """A trained sentiment run: ``SentimentClassifier.load(run_dir).predict(["text", ...])``."""
 
-    task = SentimentTask.name
+    task_class = SentimentTask
 
-    def __init__(self, model: nn.Module, tokenizer, config: dict[str, Any], options: SentimentOptions):
+    def __init__(self, model: nn.Module, options: SentimentOptions, config: dict[str, Any] | None = None, *,
+                 tokenizer):
         from ...data.tokenize import WordTokenizer
 
-        self.model, self.tokenizer, self.config, self.options = model.eval(), tokenizer, config, options
-        self.label_names = config.get("label_names") or []
-        self.regression = bool(config.get("regression"))
+        super().__init__(model, options, config, tokenizer=tokenizer)
+        self.label_names = self.config.get("label_names") or []
+        self.regression = bool(self.config.get("regression"))
         self.max_len = options.max_len
         self._spans = tokenizer.spans if isinstance(tokenizer, WordTokenizer) else None
-
-    @classmethod
-    def load(cls, run_dir: str | os.PathLike, device: str = "auto") -> SentimentClassifier:
-        """Read a run directory (its ``best/``, else ``checkpoint/``) or a checkpoint directory, of any release."""
-        from ...data.tokenize import load_tokenizer
-
-        run = load_run(run_dir, cls.task, _upgrade_v1, SentimentOptions, device)
-        return cls(run.model, load_tokenizer(run.checkpoint.assets / "tokenizer"), run.config, run.options)
 
     def display_tokens(self, text: str) -> list[str]:
         """The tokens of ``text`` as typed (its own characters: case and full-width forms kept), truncated."""
@@ -136,25 +105,32 @@ class SentimentClassifier(Predictor):
                                       tokens, w, cut=len(full[i]) - n))
         return out
 
+    def result_row(self, result: SentimentPrediction) -> dict[str, Any]:
+        """``output`` (the label and its probability, or the value), the ``label``, ``probability`` and every
+        class's ``probabilities`` (or the regression's ``value``), the ``tokens`` with their attention ``weights``
+        and the tokens ``cut``."""
+        row: dict[str, Any] = {"output": result.caption, "label": result.label}
+        if result.value is None:
+            row.update(probability=result.probability, probabilities=result.probabilities)
+        else:
+            row["value"] = result.value
+        return jsonable({**row, "tokens": result.tokens, "weights": result.weights, "cut": result.cut})
+
     def evaluate(self, data: str | None = None, *, split: str = "test", limit: int | None = None,
                  **settings: Any) -> dict[str, float]:
         """Accuracy and loss (or MSE and sign accuracy for a regression run) on ``split`` of the run's data, or of
         ``data`` (another file of the same format, split as the run's was)."""
         if settings:
             raise ValueError(f"sentiment runs take no {', '.join(sorted(settings))} setting")
-        options = self.options
-        if data:  # another data file: reset what only applied to the old one
-            options = upgrade_options(SentimentOptions, {**dataclasses.asdict(options), "data": data})
-        task = SentimentTask(options)
-        task.tokenizer = self.tokenizer
-        task.setup()
         if split not in ("valid", "test"):
             raise ValueError(f"no split {split!r}; one of valid, test")
-        task.encoded[split] = task.encoded[split][:limit]
-        if not task.encoded[split]:
-            raise ValueError(f"the {split} split of {options.data} is empty")
-        metrics = task.evaluate(self.model, split)
-        return {**metrics, "examples": float(len(task.encoded[split]))}
+        task = SentimentTask(self.options_for(data), self.data(data))
+        task.tokenizer = self.tokenizer
+        task.setup()
+        examples = task.encoded[split][:limit]
+        if not examples:
+            raise ValueError(f"the {split} split of {task.options.data} is empty")
+        return {**evaluate_classifier(self.model, examples, self.regression), "examples": float(len(examples))}
 
     def view(self, given: ViewInput) -> PageInput:
         """The attention of the model classifying ``given.text`` (the prediction's own forward pass, recorded)."""
@@ -173,5 +149,3 @@ class SentimentClassifier(Predictor):
                          "read")
         return PageInput(records, tokens, title=f"{text} \u2192 {label}", notes=notes)
 
-
-Prediction = SentimentPrediction  # the name before 0.3

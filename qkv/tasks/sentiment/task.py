@@ -1,5 +1,6 @@
-"""Sentiment analysis's data, model and the trainer's task: :func:`load_data`, :func:`make_splits`,
-:func:`model_spec`, :class:`SentimentTask`, and :func:`train_folds` (k-fold cross-validation)."""
+"""Sentiment analysis's data, model, metric and the trainer's task: :func:`load_data`, :func:`make_splits`,
+:func:`model_spec`, :func:`evaluate_classifier`, :class:`SentimentTask`, and :func:`train_folds` (k-fold
+cross-validation)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ...data.text_classification import collate_texts
-from ...train.task import Task
+from ..base import ApplicationTask
 from .options import SentimentOptions
 
 logger = logging.getLogger(__name__)
@@ -24,7 +25,7 @@ logger = logging.getLogger(__name__)
 BIGRAM_BUCKETS = 30_000  #: the bigram model's hashed bigram rows when ``buckets`` is not given
 BIGRAM_DIM = 64  #: the bigram model's vector size when ``embed_dim`` is not given
 
-__all__ = ["load_data", "make_splits", "model_spec", "build_model", "SentimentTask", "train_folds"]
+__all__ = ["load_data", "make_splits", "model_spec", "SentimentTask", "train_folds", "evaluate_classifier"]
 
 
 def load_data(options: SentimentOptions):
@@ -85,45 +86,50 @@ def model_spec(options: SentimentOptions, *, vocab_size: int, num_classes: int) 
     return {"name": f"{o.model}-classifier", "config": config}
 
 
-def build_model(options: SentimentOptions, *, vocab_size: int, num_classes: int, vocab: list[str] | None = None):
-    """A new classifier; with ``options.vectors``, its embedding starts from the vectors of ``vocab``'s words."""
-    from ...models import create
-    from ...models.classifiers import load_word_vectors
+def evaluate_classifier(model: nn.Module, examples: list[tuple[list[int], Any]], regression: bool,
+                        batch_size: int = 256) -> dict[str, float]:
+    """Sentiment's metric, for the trainer and the predictor alike: accuracy and loss (MSE and sign accuracy for a
+    ``regression`` run) of ``model`` on encoded ``examples`` (``(ids, label)``), batched by length."""
+    from ...metrics import classification_metrics, regression_metrics
 
-    spec = model_spec(options, vocab_size=vocab_size, num_classes=num_classes)
-    extra: dict[str, Any] = {}
-    if options.vectors:
-        if vocab is None:
-            raise ValueError("vectors need the vocabulary (vocab=)")
-        pretrained, found = load_word_vectors(options.vectors, vocab)
-        logger.info("word vectors for %d of %d tokens from %s", found, len(vocab), options.vectors)
-        extra = {"pretrained": pretrained, "freeze_embeddings": options.freeze_vectors}
-    return create(spec["name"], **spec["config"], **extra)
+    if not examples:
+        return {}
+    device = next(model.parameters()).device
+    preds, ys = [], []
+    order = sorted(range(len(examples)), key=lambda i: len(examples[i][0]))
+    for s in range(0, len(order), batch_size):
+        batch = collate_texts([examples[i] for i in order[s:s + batch_size]], regression=regression)
+        preds.append(model(batch["ids"].to(device), batch["mask"].to(device)).logits.float().cpu())
+        ys.append(batch["labels"])
+    logits, labels = torch.cat(preds), torch.cat(ys)
+    if regression:
+        return regression_metrics(logits[:, 0], labels)
+    return classification_metrics(logits, labels)
 
 
-class SentimentTask(Task):
+class SentimentTask(ApplicationTask):
     """Text classification (cross-entropy) or rating regression (MSE) with attention-pooled classifiers.
 
-    ``dataset`` (a :class:`~qkv.data.text_classification.TextDataset`) may be given to skip reading
-    ``options.data`` (e.g. once for all folds).
+    ``data`` (a :class:`~qkv.data.text_classification.TextDataset`) may be given to skip reading ``options.data``
+    (e.g. once for all folds).
     """
 
     name = "sentiment"
     unit = "items"
+    options_type = SentimentOptions
+    load_data = staticmethod(load_data)
+    model_spec = staticmethod(model_spec)
+    assets = ("tokenizer",)
 
     def __init__(self, options: SentimentOptions, data=None):
-        self.options = options
-        self.dataset = data
-        self.tokenizer = None
+        super().__init__(options, data)
         self.encoded: dict[str, list[tuple[list[int], Any]]] = {}
 
     def setup(self) -> None:
         from ...data.tokenize import WordTokenizer
 
         o = self.options
-        if self.dataset is None:
-            self.dataset = load_data(o)
-        data = self.dataset
+        data = self.read_data()
         self.splits = make_splits(data.labels, o)
         if self.tokenizer is None:
             self.tokenizer = WordTokenizer.train((data.texts[i] for i in self.splits["train"]), min_freq=o.min_freq,
@@ -135,14 +141,6 @@ class SentimentTask(Task):
             ids = self.tokenizer.encode_batch(data.texts[i] for i in idx)
             self.encoded[split] = [(x[: o.max_len], data.labels[i]) for x, i in zip(ids, idx, strict=True)]
 
-    def save_assets(self, directory: Path) -> None:
-        self.tokenizer.save(directory / "tokenizer")
-
-    def load_assets(self, directory: Path) -> None:
-        from ...data.tokenize import WordTokenizer
-
-        self.tokenizer = WordTokenizer.load(directory / "tokenizer")
-
     def train_examples(self):
         return self.encoded["train"]
 
@@ -150,31 +148,38 @@ class SentimentTask(Task):
         return [max(len(x), 1) for x, _ in self.encoded["train"]]
 
     def collate(self, examples):
-        return collate_texts(examples, regression=self.dataset.regression)
+        return collate_texts(examples, regression=self.data.regression)
 
-    def config(self) -> dict[str, Any]:
-        d = self.dataset
-        return {"model": model_spec(self.options, **self.sizes()),
-                "label_names": d.label_names, "regression": d.regression, "options": dataclasses.asdict(self.options)}
+    def run_config(self) -> dict[str, Any]:
+        return {"label_names": self.data.label_names, "regression": self.data.regression}
 
     def sizes(self) -> dict[str, Any]:
-        """The sizes :func:`model_spec` takes, from the data (after :meth:`setup`)."""
-        return {"vocab_size": self.tokenizer.vocab_size, "num_classes": self.dataset.num_classes}
+        return {"vocab_size": self.tokenizer.vocab_size, "num_classes": self.data.num_classes}
 
     def build_model(self) -> nn.Module:
-        o = self.options
-        vocab = self.tokenizer.tokens_of_ids(range(self.tokenizer.vocab_size)) if o.vectors else None
-        model = build_model(o, **self.sizes(), vocab=vocab)
-        if o.model == "bigram" and o.count_init and not self.dataset.regression and "train" in self.encoded:
+        """The classifier of :meth:`spec`; with ``vectors``, its embedding starts from the vectors of the
+        vocabulary's words; the bigram model with ``count_init`` starts from the training counts."""
+        from ...models import create
+        from ...models.classifiers import load_word_vectors
+
+        o, spec = self.options, self.spec()
+        extra: dict[str, Any] = {}
+        if o.vectors:
+            vocab = self.tokenizer.tokens_of_ids(range(self.tokenizer.vocab_size))
+            pretrained, found = load_word_vectors(o.vectors, vocab)
+            logger.info("word vectors for %d of %d tokens from %s", found, len(vocab), o.vectors)
+            extra = {"pretrained": pretrained, "freeze_embeddings": o.freeze_vectors}
+        model = create(spec["name"], **spec["config"], **extra)
+        if o.model == "bigram" and o.count_init and not self.data.regression and "train" in self.encoded:
             from .count_init import count_init
 
-            count_init(model, self.encoded["train"], self.dataset.num_classes)
+            count_init(model, self.encoded["train"], self.data.num_classes)
         return model
 
     def loss(self, model, batch):
         out = model(batch["ids"], batch["mask"])
         y = batch["labels"]
-        if self.dataset.regression:
+        if self.data.regression:
             pred = out.logits[:, 0]
             loss = F.mse_loss(pred, y, reduction="sum")
             stats = {"correct": ((pred > 0) == (y > 0)).sum()}
@@ -190,27 +195,12 @@ class SentimentTask(Task):
         return loss, len(y), stats
 
     def evaluate(self, model, split: str) -> dict[str, float]:
-        from ...metrics import classification_metrics, regression_metrics
-
         if split not in self.encoded:
             raise ValueError(f"no split {split!r}; one of {', '.join(self.encoded)}")
-        examples = self.encoded[split]
-        if not examples:
-            return {}
-        device = next(model.parameters()).device
-        preds, ys = [], []
-        order = sorted(range(len(examples)), key=lambda i: len(examples[i][0]))
-        for s in range(0, len(order), 256):
-            batch = self.to_device(self.collate([examples[i] for i in order[s:s + 256]]), device)
-            preds.append(model(batch["ids"], batch["mask"]).logits.float().cpu())
-            ys.append(batch["labels"].cpu())
-        logits, labels = torch.cat(preds), torch.cat(ys)
-        if self.dataset.regression:
-            return regression_metrics(logits[:, 0], labels)
-        return classification_metrics(logits, labels)
+        return evaluate_classifier(model, self.encoded[split], self.data.regression)
 
 
-def train_folds(options: SentimentOptions, config, dataset=None) -> dict[str, Any]:
+def train_folds(options: SentimentOptions, config, data=None) -> dict[str, Any]:
     """Train one split, or every fold when ``options.folds`` (each into ``config.out/fold-K``).
 
     Returns ``{"runs": [TrainResult...], "test_accuracy": [...], "mean": m, "std": s}`` (one run without folds);
@@ -218,8 +208,8 @@ def train_folds(options: SentimentOptions, config, dataset=None) -> dict[str, An
     """
     from ...train import train
 
-    if dataset is None:
-        dataset = load_data(options)
+    if data is None:
+        data = load_data(options)
     folds = range(options.folds) if options.folds else [None]
     runs, accs = [], []
     for f in folds:
@@ -228,7 +218,7 @@ def train_folds(options: SentimentOptions, config, dataset=None) -> dict[str, An
             o = dataclasses.replace(options, fold=f)
             cfg = config.replace(out=str(Path(config.out) / f"fold-{f}") if config.out else None)
             logger.info("fold %d of %d", f + 1, options.folds)
-        result = train(SentimentTask(o, dataset), cfg)
+        result = train(SentimentTask(o, data), cfg)
         runs.append(result)
         accs.append(result.metrics.get("test", {}).get("accuracy", math.nan))
     mean = sum(accs) / len(accs)

@@ -30,10 +30,10 @@ from ..base import Application
 from .decode import Transcript, speech_metrics, transcribe_batch
 from .options import MODELS, SpeechOptions, train_defaults
 from .predictor import Transcriber
-from .task import SpeechTask, build_model, load_data, model_spec
+from .task import SpeechTask, evaluate_transcripts, load_data, model_spec
 
-__all__ = ["APPLICATION", "SpeechOptions", "load_data", "model_spec", "build_model", "train_defaults", "SpeechTask",
-           "Transcriber", "Transcript", "transcribe_batch", "speech_metrics", "MODELS"]
+__all__ = ["APPLICATION", "SpeechOptions", "load_data", "model_spec", "train_defaults", "SpeechTask",
+           "evaluate_transcripts", "Transcriber", "Transcript", "transcribe_batch", "speech_metrics", "MODELS"]
 
 APPLICATION = Application(
     name="speech", help="train a speech recogniser: Listen, Attend and Spell (content or location-aware "

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-import dataclasses
+import logging
 import os
 from pathlib import Path
 from typing import Any
@@ -11,34 +11,20 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ..base import PageInput, Predictor, ViewInput, load_run, upgrade_options
-from .decode import Transcript, speech_metrics, transcribe_batch, utterance_features
-from .options import SpeechOptions
-from .task import SpeechTask, decoding_options, load_data, read_features
+from ..base import PageInput, Predictor, ViewInput, file_inputs, jsonable, refuse_settings
+from .decode import Transcript, transcribe_batch, utterance_features
+from .task import SpeechTask, decoding_options, evaluate_transcripts, read_features
 
 __all__ = ["Transcriber", "Transcript"]
 
-
-def _upgrade_v1(config: dict[str, Any], state_dict: dict) -> tuple[dict, dict]:
-    raise ValueError("speech runs exist only in format version 2 and later")
+logger = logging.getLogger(__name__)
 
 
 class Transcriber(Predictor):
     """A trained speech recogniser: ``Transcriber.load("runs/digits").predict(["clip.wav"])``."""
 
-    task = SpeechTask.name
-
-    def __init__(self, model: nn.Module, tokenizer, options: SpeechOptions):
-        self.model, self.tokenizer, self.options = model.eval(), tokenizer, options
-        self._data = None
-
-    @classmethod
-    def load(cls, run_dir: str | os.PathLike, device: str = "auto") -> Transcriber:
-        """Read a run directory (its ``best/``, else ``checkpoint/``) or a checkpoint directory."""
-        from ...data import load_tokenizer
-
-        run = load_run(run_dir, cls.task, _upgrade_v1, SpeechOptions, device)
-        return cls(run.model, load_tokenizer(run.checkpoint.assets / "tokenizer"), run.options)
+    task_class = SpeechTask
+    input_kind = "audio file"
 
     @property
     def has_ctc(self) -> bool:
@@ -69,38 +55,49 @@ class Transcriber(Predictor):
             r.source = str(a) if not isinstance(a, Tensor) else ""
         return results
 
+    def inputs_from_strings(self, strings: list[str], **given: Any) -> list[str]:
+        """Each string an audio file (WAV, FLAC...: read by :meth:`predict`)."""
+        refuse_settings(given, self.task)
+        return file_inputs(strings, "audio")
+
+    @staticmethod
+    def _check_limits(limits: dict[str, Any]) -> None:
+        unknown = set(limits) - {"window", "max_rate", "eos_threshold", "length_penalty"}
+        if unknown:
+            raise TypeError(f"unknown decoding options: {', '.join(sorted(unknown))}")
+
+    def result_row(self, result: Transcript) -> dict[str, Any]:
+        """``output`` (the transcript), the ``source`` file and the decoder's ``score``."""
+        return jsonable({"output": result.text, "source": result.source, "score": result.score})
+
     def transcribe(self, features: list[Tensor], *, beam: int = 1, max_len: int = 300,
                    ctc_weight: float | None = None, **limits) -> list[Transcript]:
         """:meth:`predict` on features already read (each ``(F, n_mels)``)."""
         if ctc_weight is None:
             ctc_weight = self.options.ctc_weight if self.has_ctc and hasattr(self.model, "decode_step") else 0.0
-        unknown = set(limits) - {"window", "max_rate", "eos_threshold", "length_penalty"}
-        if unknown:
-            raise TypeError(f"unknown decoding options: {', '.join(sorted(unknown))}")
+        self._check_limits(limits)
         return transcribe_batch(self.model, self.tokenizer, [f.to(self.device) for f in features], beam=beam,
                                 max_len=max_len, ctc_weight=ctc_weight, **decoding_options(self.options, **limits))
-
-    def data(self):
-        """The run's data (generated again from the cache, or read again)."""
-        if self._data is None:
-            self._data = load_data(self.options)
-        return self._data
 
     def utterances(self, data: str | None = None, split: str = "test", on_error: str = "raise"):
         """The utterances of ``split`` of the run's data, or every utterance of another manifest or LibriSpeech
         folder ``data``."""
+        return self._utterances(data, split, on_error)[0]
+
+    def _utterances(self, data: str | None, split: str, on_error: str) -> tuple[list, int]:
+        """:meth:`utterances` and how many rows of the manifest were skipped (``on_error="skip"``)."""
         from ...data.speech import read_librispeech, read_manifest
 
         if data is None:
-            return self.data().split(split)
+            return self.data().split(split), 0
         path = Path(data)
-        if path.is_dir():
-            return read_librispeech(path, on_error=on_error)[0]
-        if path.is_file():
-            return read_manifest(path, on_error=on_error)[0]
+        if path.is_dir() or path.is_file():
+            utterances, skipped = (read_librispeech if path.is_dir() else read_manifest)(path, on_error=on_error)
+            if skipped:
+                logger.warning("%s: skipped %s", path, ", ".join(f"{n} ({why})" for why, n in skipped.items()))
+            return utterances, sum(skipped.values())
         if data in ("digits", "sentences"):
-            options = upgrade_options(SpeechOptions, {**dataclasses.asdict(self.options), "data": data})
-            return load_data(options).split(split)
+            return self.data(data).split(split), 0
         raise ValueError(f"no such manifest or folder: {data}")
 
     def evaluate(self, data: str | None = None, *, split: str = "test", limit: int | None = None, beam: int = 1,
@@ -110,12 +107,17 @@ class Transcriber(Predictor):
         voices and texts; ``long``: longer than training) or on another manifest or LibriSpeech folder ``data``;
         ``on_error="skip"``: unreadable files are skipped and counted (``skipped``); ``limits`` as in
         :meth:`predict`."""
-        utterances = self.utterances(data, split, on_error)[:limit]
+        utterances, rows_skipped = self._utterances(data, split, on_error)
+        utterances = utterances[:limit]
         feats, kept, bad = read_features(utterances, self.options.n_mels, on_error)
+        bad += rows_skipped
         if not feats:
             raise ValueError(f"no utterance could be read ({bad} skipped)")
-        hyps = self.transcribe(feats, beam=beam, max_len=max_len, ctc_weight=ctc_weight, **limits)
-        figures = speech_metrics([h.text for h in hyps], [utterances[i].text for i in kept])
+        if ctc_weight is None:
+            ctc_weight = self.options.ctc_weight if self.has_ctc and hasattr(self.model, "decode_step") else 0.0
+        self._check_limits(limits)
+        figures = evaluate_transcripts(self.model, self.tokenizer, feats, [utterances[i].text for i in kept],
+                                       self.options, beam=beam, max_len=max_len, ctc_weight=ctc_weight, **limits)
         if bad:
             figures["skipped"] = float(bad)
         return figures

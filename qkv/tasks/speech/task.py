@@ -1,9 +1,8 @@
 """Speech recognition's data, model and the trainer's task: :func:`load_data`, :func:`model_spec`,
-:func:`build_model` and :class:`SpeechTask`."""
+:func:`evaluate_transcripts` (the metric) and :class:`SpeechTask`."""
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from pathlib import Path
 from typing import Any
@@ -12,14 +11,14 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ...train.task import Task
+from ..base import ApplicationTask
 from .decode import pad_features, speech_metrics, transcribe_batch, utterance_features
 from .options import SpeechOptions
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["load_data", "model_spec", "build_model", "SpeechTask", "speech_tokenizer", "read_features",
-           "join_pairs", "decoding_options"]
+__all__ = ["load_data", "model_spec", "SpeechTask", "speech_tokenizer", "read_features", "join_pairs",
+           "decoding_options", "evaluate_transcripts"]
 
 
 def speech_tokenizer():
@@ -98,14 +97,6 @@ def model_spec(options: SpeechOptions, *, vocab_size: int, n_mels: int) -> dict[
     return {"name": "speech-las", "config": config}
 
 
-def build_model(options: SpeechOptions, **sizes) -> nn.Module:
-    """A new speech recogniser (see :func:`model_spec`)."""
-    from ...models import create
-
-    spec = model_spec(options, **sizes)
-    return create(spec["name"], **spec["config"])
-
-
 class _Examples:
     def __init__(self, features: list[Tensor], ids: list[list[int]]):
         self.features, self.ids = features, ids
@@ -140,24 +131,38 @@ def decoding_options(options: SpeechOptions, **given) -> dict[str, Any]:
     return out
 
 
-class SpeechTask(Task):
+def evaluate_transcripts(model: nn.Module, tokenizer, features: list[Tensor], references: list[str],
+                         options: SpeechOptions, *, beam: int, max_len: int, ctc_weight: float = 0.0,
+                         **limits: Any) -> dict[str, float]:
+    """Speech's metric, for the trainer and the predictor alike: WER and CER (%, ``jiwer``), exact match and the
+    count of ``model`` transcribing ``features`` against ``references``; ``limits`` replace the run's decoding
+    limits (:func:`decoding_options`)."""
+    device = next(model.parameters()).device
+    hyps = transcribe_batch(model, tokenizer, [f.to(device) for f in features], beam=beam, max_len=max_len,
+                            ctc_weight=ctc_weight, **decoding_options(options, **limits))
+    return speech_metrics([h.text for h in hyps], references)
+
+
+class SpeechTask(ApplicationTask):
     """Label-smoothed cross-entropy of the attention decoder, plus (hybrid) or alone (CTC) the CTC loss; metrics:
-    character and word error rates (:func:`~qkv.tasks.speech.decode.speech_metrics`)."""
+    character and word error rates (:func:`evaluate_transcripts`)."""
 
     name = "speech"
     unit = "chars"
+    options_type = SpeechOptions
+    load_data = staticmethod(load_data)
+    model_spec = staticmethod(model_spec)
+    assets = ("tokenizer",)
 
     def __init__(self, options: SpeechOptions, data=None):
-        self.options = options
-        self.data = data
+        super().__init__(options, data)
         self.tokenizer = speech_tokenizer()
         self._train: _Examples | None = None
         self._batches = 0  # training batches collated (--concat-from)
         self._eval: dict[str, tuple[list[Tensor], list[str]]] = {}
 
     def setup(self) -> None:
-        if self.data is None:
-            self.data = load_data(self.options)
+        self.read_data()
         logger.info("data %s: %s", self.options.data, ", ".join(f"{len(u)} {s}" for s, u in self.data.splits.items()))
         train = self.data.splits["train"]
         feats, kept, _ = read_features(train, self.options.n_mels, self.options.on_error)
@@ -193,23 +198,8 @@ class SpeechTask(Task):
                 "targets": torch.tensor([t for i in ids for t in i], dtype=torch.long),
                 "target_lengths": torch.tensor([len(i) for i in ids])}
 
-    def save_assets(self, directory: Path) -> None:
-        self.tokenizer.save(directory / "tokenizer")
-
-    def load_assets(self, directory: Path) -> None:
-        from ...data import load_tokenizer
-
-        self.tokenizer = load_tokenizer(directory / "tokenizer")
-
     def sizes(self) -> dict[str, Any]:
-        """The sizes :func:`model_spec` takes."""
         return {"vocab_size": self.tokenizer.vocab_size, "n_mels": self.options.n_mels}
-
-    def config(self) -> dict[str, Any]:
-        return {"model": model_spec(self.options, **self.sizes()), "options": dataclasses.asdict(self.options)}
-
-    def build_model(self) -> nn.Module:
-        return build_model(self.options, **self.sizes())
 
     def loss(self, model, batch):
         o = self.options
@@ -245,6 +235,5 @@ class SpeechTask(Task):
         feats, refs = self.eval_split(split)
         if not feats:
             raise ValueError(f"no utterance of the {split} split could be read")
-        hyps = transcribe_batch(model, self.tokenizer, feats, beam=self.options.eval_beam,
-                                max_len=self.options.max_decode_len, **decoding_options(self.options))
-        return speech_metrics([h.text for h in hyps], refs)
+        return evaluate_transcripts(model, self.tokenizer, feats, refs, self.options, beam=self.options.eval_beam,
+                                    max_len=self.options.max_decode_len)

@@ -11,9 +11,10 @@ rate and the share of copied words; exact match for the facts.
 
 Example::
 
-    from qkv.tasks.summarize import SummarizeOptions, Summarizer, train_defaults, train_summarizer
+    from qkv.tasks.summarize import SummarizeOptions, SummarizeTask, Summarizer, train_defaults
+    from qkv.train import train
     options = SummarizeOptions(data="debian", model="pointer", coverage_from=0.75)   # coverage for the last quarter
-    train_summarizer(options, train_defaults(options).replace(max_minutes=30, out="runs/debian"))
+    train(SummarizeTask(options), train_defaults(options).replace(max_minutes=30, out="runs/debian"))
     Summarizer.load("runs/debian").predict(["GNU Emacs is the extensible self-documenting text editor."])[0].text
 """
 
@@ -23,13 +24,13 @@ from ..base import Application
 from .decode import Summary, first_words, lead, summarize_batch, summary_metrics
 from .options import MODELS, SummarizeOptions, train_defaults
 from .predictor import Summarizer
-from .task import SummarizeTask, build_model, load_data, model_spec, train_summarizer, train_tokenizer
+from .task import SummarizeTask, evaluate_summaries, load_data, model_spec, train_tokenizer
 
-__all__ = ["APPLICATION", "SummarizeOptions", "load_data", "model_spec", "build_model", "train_defaults",
-           "train_tokenizer", "SummarizeTask", "Summary", "Summarizer", "summarize_batch", "summary_metrics", "lead",
-           "first_words", "MODELS", "train_summarizer"]
+__all__ = ["APPLICATION", "SummarizeOptions", "load_data", "model_spec", "train_defaults", "train_tokenizer",
+           "SummarizeTask", "Summary", "Summarizer", "summarize_batch", "summary_metrics", "evaluate_summaries",
+           "lead", "first_words", "MODELS"]
 
 APPLICATION = Application(
     name="summarize", help="train a summariser with copy attention and coverage (Debian descriptions, facts, files)",
     options=SummarizeOptions, train_defaults=train_defaults, load_data=load_data, model_spec=model_spec,
-    task=SummarizeTask, predictor=Summarizer, train=train_summarizer)
+    task=SummarizeTask, predictor=Summarizer)

@@ -4,41 +4,22 @@ its result is :class:`~qkv.tasks.summarize.decode.Summary`."""
 from __future__ import annotations
 
 import logging
-import os
 from pathlib import Path
 from typing import Any
 
-from torch import nn
-
-from ..base import PageInput, Predictor, ViewInput, load_run, need_text
+from ..base import PageInput, Predictor, ViewInput, jsonable, need_text
 from .decode import Summary, first_words, lead, summarize_batch, summary_metrics
-from .options import SummarizeOptions
-from .task import SummarizeTask, load_data
+from .task import SummarizeTask, evaluate_summaries
 
 __all__ = ["Summarizer", "Summary"]
 
 logger = logging.getLogger(__name__)
 
 
-def _no_v1(config: dict[str, Any], state_dict: dict) -> tuple[dict, dict]:
-    raise KeyError("summarisation runs began with format version 2")
-
-
 class Summarizer(Predictor):
     """A trained summarisation run: ``Summarizer.load("runs/debian").predict([text])[0].text``."""
 
-    task = SummarizeTask.name
-
-    def __init__(self, model: nn.Module, tok, options: SummarizeOptions):
-        self.model, self.tok, self.options = model.eval(), tok, options
-
-    @classmethod
-    def load(cls, run_dir: str | os.PathLike, device: str = "auto") -> Summarizer:
-        """Read a run directory (its ``best/``, else ``checkpoint/``) or a checkpoint directory."""
-        from ...data import load_tokenizer
-
-        run = load_run(run_dir, cls.task, _no_v1, SummarizeOptions, device)
-        return cls(run.model, load_tokenizer(run.checkpoint.assets / "tokenizer"), run.options)
+    task_class = SummarizeTask
 
     def predict(self, texts: list[str], *, beam: int = 4, max_len: int | None = None, min_len: int = 0,
                 length_penalty: float = 0.0, coverage_penalty: float = 0.0, no_repeat_ngram_size: int = 3,
@@ -54,16 +35,28 @@ class Summarizer(Predictor):
         for i, t in enumerate(texts):
             if not isinstance(t, str) or not t.strip():
                 raise ValueError(f"text {i + 1} is empty: nothing to summarise")
+        max_len = self._check(beam, max_len, min_len, length_penalty, coverage_penalty, no_repeat_ngram_size)
+        return summarize_batch(self.model, self.tokenizer, list(texts), beam=beam, max_len=max_len, min_len=min_len,
+                               batch_size=batch_size, length_penalty=length_penalty,
+                               coverage_penalty=coverage_penalty, no_repeat_ngram_size=no_repeat_ngram_size,
+                               max_source=self.options.max_source)
+
+    def _check(self, beam: int, max_len: int | None, min_len: int, length_penalty: float, coverage_penalty: float,
+               no_repeat_ngram_size: int) -> int:
+        """``max_len`` (the run's ``max_decode_len`` for ``None``), once the decoding settings are checked."""
         max_len = max_len or self.options.max_decode_len
         if beam < 1 or max_len < 1 or min_len < 0 or min_len > max_len:
             raise ValueError(f"need beam >= 1, max_len >= 1 and 0 <= min_len <= max_len, got {beam}, {max_len} and "
                              f"{min_len}")
         if length_penalty < 0 or coverage_penalty < 0 or no_repeat_ngram_size < 0:
             raise ValueError("length_penalty, coverage_penalty and no_repeat_ngram_size must be >= 0")
-        return summarize_batch(self.model, self.tok, list(texts), beam=beam, max_len=max_len, min_len=min_len,
-                               batch_size=batch_size, length_penalty=length_penalty,
-                               coverage_penalty=coverage_penalty, no_repeat_ngram_size=no_repeat_ngram_size,
-                               max_source=self.options.max_source)
+        return max_len
+
+    def result_row(self, result: Summary) -> dict[str, Any]:
+        """``output`` (the summary), the beam ``score``, the words ``copied`` from outside the vocabulary, the
+        source words read (``source_words``) and ``cut``."""
+        return jsonable({"output": result.text, "score": result.score, "copied": sum(result.copied),
+                         "source_words": len(result.source_tokens), "cut": result.cut})
 
     def examples(self, data: str | None = None, split: str = "test", on_error: str | None = None) -> list:
         """The examples evaluated: ``split`` of the run's own data (``data`` None or the run's), else the whole
@@ -73,7 +66,7 @@ class Summarizer(Predictor):
         if own:
             if on_error is not None:
                 raise ValueError("on_error is for another data file: the run's own data is read as in training")
-            corpus = load_data(o)
+            corpus = self.data()
             if split == "train" or split not in corpus.splits:
                 raise ValueError(f"no split {split!r}; one of {', '.join(s for s in corpus.splits if s != 'train')}")
             return corpus.split(split)
@@ -105,10 +98,10 @@ class Summarizer(Predictor):
         if not examples:
             raise ValueError(f"{data or self.options.data}: no example to evaluate")
         sources, refs = [e.source for e in examples], [e.target for e in examples]
-        outputs = self.predict(sources, beam=beam, max_len=max_len, length_penalty=length_penalty,
-                               coverage_penalty=coverage_penalty, no_repeat_ngram_size=no_repeat_ngram_size)
-        figures = summary_metrics([s.text for s in outputs], refs, answers=self.options.data == "facts",
-                                  summaries=outputs)
+        max_len = self._check(beam, max_len, 0, length_penalty, coverage_penalty, no_repeat_ngram_size)
+        figures, _ = evaluate_summaries(self.model, self.tokenizer, examples, self.options, beam=beam,
+                                        max_len=max_len, length_penalty=length_penalty,
+                                        coverage_penalty=coverage_penalty, no_repeat_ngram_size=no_repeat_ngram_size)
         if baselines:
             for name, make in (("lead", lead), ("first8", first_words)):
                 base = summary_metrics([make(s) for s in sources], refs)
@@ -121,8 +114,9 @@ class Summarizer(Predictor):
         per output word, the end included); the notes give each word's ``p_gen`` and whether it was copied."""
         text = need_text(given.text, "summarisation")
         records: list = []
-        (s,) = summarize_batch(self.model, self.tok, [text], beam=1, max_len=max_len or self.options.max_decode_len,
-                               max_source=self.options.max_source, records=records)
+        (s,) = summarize_batch(self.model, self.tokenizer, [text], beam=1,
+                               max_len=max_len or self.options.max_decode_len, max_source=self.options.max_source,
+                               records=records)
         finished = s.attention.shape[0] > len(s.tokens)
         target = s.tokens + (["<eos>"] if finished else [])
         words = ", ".join(f"{w} {float(p):.2f}{' (copied)' if c else ''}"

@@ -1,22 +1,21 @@
-"""Summarisation's data, model and the trainer's task: :func:`load_data`, :func:`model_spec`, :func:`build_model`,
-:func:`train_tokenizer` and :class:`SummarizeTask`."""
+"""Summarisation's data, model, metric and the trainer's task: :func:`load_data`, :func:`model_spec`,
+:func:`train_tokenizer`, :func:`evaluate_summaries` and :class:`SummarizeTask`."""
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from pathlib import Path
 from typing import Any
 
 from torch import nn
 
-from ...train.task import Task
+from ..base import ApplicationTask
 from .decode import collate, encode_example, summarize_batch, summary_metrics
 from .options import SummarizeOptions
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["load_data", "model_spec", "build_model", "train_tokenizer", "SummarizeTask", "train_summarizer"]
+__all__ = ["load_data", "model_spec", "train_tokenizer", "evaluate_summaries", "SummarizeTask"]
 
 
 def load_data(options: SummarizeOptions):
@@ -63,41 +62,48 @@ def model_spec(options: SummarizeOptions, *, vocab: int) -> dict[str, Any]:
                        **({"reader_layers": o.reader_layers} if o.reader_layers else {})}}
 
 
-def build_model(options: SummarizeOptions, *, vocab: int) -> nn.Module:
-    """A new summariser (see :func:`model_spec`)."""
-    from ...models import create
+def evaluate_summaries(model: nn.Module, tokenizer, examples, options: SummarizeOptions, *, beam: int,
+                       max_len: int, **decoding: Any) -> tuple[dict[str, float], list]:
+    """Summarisation's metric, for the trainer and the predictor alike: ROUGE-1/2/L, ``repeated_trigrams``,
+    ``copied``, ``copied_oov``, ``p_gen`` and ``length`` (``exact_match`` and ``f1`` for facts) of ``model``
+    summarising ``examples`` (``decoding``: :func:`~qkv.tasks.summarize.decode.summarize_batch`'s penalties); the
+    figures and the summaries."""
+    outputs = summarize_batch(model, tokenizer, [ex.source for ex in examples], beam=beam, max_len=max_len,
+                              max_source=options.max_source, **decoding)
+    figures = summary_metrics([s.text for s in outputs], [ex.target for ex in examples],
+                              answers=options.data == "facts", summaries=outputs)
+    return figures, outputs
 
-    spec = model_spec(options, vocab=vocab)
-    return create(spec["name"], **spec["config"])
 
-
-class SummarizeTask(Task):
+class SummarizeTask(ApplicationTask):
     """Teacher-forced negative log-likelihood of the target words under the copy distribution, plus (from step
     ``coverage_from`` on) ``coverage_weight`` times the coverage loss."""
 
     name = "summarize"
     unit = "tokens"
+    options_type = SummarizeOptions
+    load_data = staticmethod(load_data)
+    model_spec = staticmethod(model_spec)
+    assets = ("tokenizer",)
 
     def __init__(self, options: SummarizeOptions, data=None):
-        self.options = options
-        self.corpus = data
-        self.tok = None
+        super().__init__(options, data)
         self._train: list | None = None
-        #: the training step from which coverage is on: ``coverage_from`` as a step, or set by
-        #: :meth:`coverage_callback` when the fraction ``coverage_from`` of the training is reached
+        #: the training step from which coverage is on: ``coverage_from`` as a step, or set by the callback of
+        #: :meth:`callbacks` when the fraction ``coverage_from`` of the training is reached
         self.coverage_step: int | None = None
         self._fraction_watched = False
         o = options
         if o.coverage and o.coverage_fraction is None:
             self.coverage_step = int(o.coverage_from)
 
-    def coverage_callback(self, config):
+    def callbacks(self, config) -> list:
         """The trainer's callback that switches coverage on once the fraction ``coverage_from`` of the training
         is done: of ``config.max_minutes`` of training time, or of the steps (``max_steps``, ``schedule_steps``,
-        else the epochs' batches), whichever comes first. ``None`` when ``coverage_from`` is not a fraction."""
+        else the epochs' batches), whichever comes first. None when ``coverage_from`` is not a fraction."""
         fraction = self.options.coverage_fraction
         if fraction is None:
-            return None
+            return []
         self._fraction_watched = True
         from ...train.schedule import num_batches
 
@@ -113,17 +119,16 @@ class SummarizeTask(Task):
                 self.coverage_step = state.global_step
                 logger.info("coverage on from step %d (%.0f%% of the training done)", state.global_step, 100 * done)
 
-        return switch
+        return [switch]
 
     def setup(self) -> None:
         o = self.options
-        if self.corpus is None:
-            self.corpus = load_data(o)
-        logger.info("data %s: %s", o.data, ", ".join(f"{n} {s}" for s, n in self.corpus.sizes().items()))
-        if self.tok is None:
-            self.tok = train_tokenizer(o, self.corpus)
-        self._train = [encode_example(self.tok, ex.source, ex.target, max_source=o.max_source,
-                                      max_target=o.max_target) for ex in self.corpus.train]
+        self.read_data()
+        logger.info("data %s: %s", o.data, ", ".join(f"{n} {s}" for s, n in self.data.sizes().items()))
+        if self.tokenizer is None:
+            self.tokenizer = train_tokenizer(o, self.data)
+        self._train = [encode_example(self.tokenizer, ex.source, ex.target, max_source=o.max_source,
+                                      max_target=o.max_target) for ex in self.data.train]
 
     def train_examples(self):
         return self._train
@@ -134,30 +139,15 @@ class SummarizeTask(Task):
     def collate(self, examples):
         return collate(examples)
 
-    def save_assets(self, directory: Path) -> None:
-        self.tok.save(directory / "tokenizer")
-
-    def load_assets(self, directory: Path) -> None:
-        from ...data import load_tokenizer
-
-        self.tok = load_tokenizer(directory / "tokenizer")
-
     def sizes(self) -> dict[str, Any]:
-        """The sizes :func:`model_spec` takes, from the tokeniser (after :meth:`setup`)."""
-        return {"vocab": self.tok.vocab_size}
-
-    def config(self) -> dict[str, Any]:
-        return {"model": model_spec(self.options, **self.sizes()), "options": dataclasses.asdict(self.options)}
-
-    def build_model(self) -> nn.Module:
-        return build_model(self.options, **self.sizes())
+        return {"vocab": self.tokenizer.vocab_size}
 
     def loss(self, model, batch):
         o = self.options
         module = getattr(model, "module", model)  # under DDP
         if o.coverage_fraction is not None and not self._fraction_watched:
             raise ValueError(f"coverage_from {o.coverage_from} is a fraction of the training: train with "
-                             "qkv.tasks.summarize.train_summarizer (or pass task.coverage_callback(config) to train)")
+                             "qkv.train.train, which registers the task's callbacks(config)")
         coverage = (o.model == "pointer" and self.coverage_step is not None
                     and int(module.trained_steps) >= self.coverage_step)
         if model.training and hasattr(module, "trained_steps"):
@@ -177,18 +167,5 @@ class SummarizeTask(Task):
 
     def evaluate(self, model, split: str) -> dict[str, float]:
         o = self.options
-        examples = self.corpus.split(split)[:o.eval_max]
-        outputs = summarize_batch(model, self.tok, [ex.source for ex in examples], beam=o.eval_beam,
-                                  max_len=o.max_decode_len, max_source=o.max_source)
-        return summary_metrics([s.text for s in outputs], [ex.target for ex in examples],
-                               answers=o.data == "facts", summaries=outputs)
-
-
-def train_summarizer(options: SummarizeOptions, config, data=None) -> list:
-    """``qkv train summarize``: one run of :class:`SummarizeTask` with its coverage switch
-    (:meth:`SummarizeTask.coverage_callback`); ``[TrainResult]``."""
-    from ...train import train
-
-    task = SummarizeTask(options, data=data)
-    callback = task.coverage_callback(config)
-    return [train(task, config, [callback] if callback else [])]
+        return evaluate_summaries(model, self.tokenizer, self.data.split(split)[:o.eval_max], o, beam=o.eval_beam,
+                                  max_len=o.max_decode_len)[0]

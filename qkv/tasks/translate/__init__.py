@@ -19,11 +19,10 @@ from ..base import Application
 from .decode import Translation, translate_batch
 from .options import MODELS, RNN_MODELS, TranslateOptions, budget_defaults, train_defaults
 from .predictor import Translator, parse_buckets
-from .task import TranslateTask, TranslationTask, build_model, load_data, model_spec
+from .task import TranslateTask, evaluate_translations, load_data, model_spec
 
-__all__ = ["APPLICATION", "TranslateOptions", "load_data", "model_spec", "build_model", "train_defaults",
-           "budget_defaults",
-           "TranslateTask", "TranslationTask", "Translation", "Translator", "translate_batch", "parse_buckets",
+__all__ = ["APPLICATION", "TranslateOptions", "load_data", "model_spec", "train_defaults", "budget_defaults",
+           "TranslateTask", "Translation", "Translator", "translate_batch", "evaluate_translations", "parse_buckets",
            "MODELS", "RNN_MODELS"]
 
 APPLICATION = Application(

@@ -1,9 +1,8 @@
-"""Translation's data, model and the trainer's task: :func:`load_data`, :func:`model_spec`, :func:`build_model`
-and :class:`TranslateTask`."""
+"""Translation's data, model, metric and the trainer's task: :func:`load_data`, :func:`model_spec`,
+:func:`evaluate_translations` and :class:`TranslateTask`."""
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from pathlib import Path
 from typing import Any
@@ -11,13 +10,13 @@ from typing import Any
 import torch.nn.functional as F
 from torch import nn
 
-from ...train.task import Task
+from ..base import ApplicationTask
 from .decode import translate_batch
 from .options import TranslateOptions
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["load_data", "model_spec", "build_model", "TranslateTask", "TranslationTask"]
+__all__ = ["load_data", "model_spec", "TranslateTask", "evaluate_translations"]
 
 
 def load_data(options: TranslateOptions):
@@ -56,40 +55,47 @@ def model_spec(options: TranslateOptions, *, src_vocab: int, tgt_vocab: int) -> 
     return {"name": o.model, "config": config}
 
 
-def build_model(options: TranslateOptions, *, src_vocab: int, tgt_vocab: int) -> nn.Module:
-    """A new translation model (see :func:`model_spec`)."""
-    from ...models import create
+def evaluate_translations(model: nn.Module, src_tokenizer, tgt_tokenizer, grouped: list[tuple[str, list[str]]], *,
+                          beam: int, max_len: int, buckets: tuple[tuple[int, int], ...] = (),
+                          length_unit: str = "tokens") -> dict[str, float]:
+    """Translation's metric, for the trainer and the predictor alike: BLEU, chrF and exact match (sacrebleu) of
+    ``model`` on ``grouped`` (each distinct source once, with all of its translations), and with ``buckets`` the
+    same by source length (``bleu@0-10``, ``sentences@0-10``... in ``length_unit``: tokens or words)."""
+    from ...metrics import bleu_by_length, translation_metrics
 
-    spec = model_spec(options, src_vocab=src_vocab, tgt_vocab=tgt_vocab)
-    return create(spec["name"], **spec["config"])
+    results = translate_batch(model, src_tokenizer, tgt_tokenizer, [s for s, _ in grouped], beam=beam,
+                              max_len=max_len)
+    hyps, refs = [r.text for r in results], [r for _, r in grouped]
+    figures = translation_metrics(hyps, refs)
+    lengths = [len(r.source_tokens) if length_unit == "tokens" else len(r.source.split()) for r in results]
+    for row in bleu_by_length(hyps, refs, lengths, buckets):
+        figures[f"bleu@{row['bucket']}"] = row["bleu"]
+        figures[f"sentences@{row['bucket']}"] = row["sentences"]
+    return figures
 
 
-class TranslateTask(Task):
+class TranslateTask(ApplicationTask):
     """Sequence-to-sequence training with label-smoothed cross-entropy over target tokens."""
 
     name = "translate"
     unit = "tokens"
-
-    def __init__(self, options: TranslateOptions, data=None):
-        self.options = options
-        self.corpus = data
-        self.src_tok = self.tgt_tok = None
-        self._train = None
+    options_type = TranslateOptions
+    load_data = staticmethod(load_data)
+    model_spec = staticmethod(model_spec)
+    assets = ("src_tokenizer", "tgt_tokenizer")
 
     def setup(self) -> None:
         from ...data import EncodedPairs, train_tokenizer
 
-        if self.corpus is None:
-            self.corpus = load_data(self.options)
-        c = self.corpus
+        c = self.read_data()
         logger.info("data %s: %d train, %d valid, %d test pairs", self.options.data, len(c.train), len(c.valid),
                     len(c.test))
-        if self.src_tok is None:
+        if self.src_tokenizer is None:
             kind = self.options.tokenizer_kind
             kw = {"vocab_size": self.options.vocab_size} if kind in ("bpe", "unigram") else {}
-            self.src_tok = train_tokenizer(kind, (s for s, _ in c.train), **kw)
-            self.tgt_tok = train_tokenizer(kind, (t for _, t in c.train), **kw)
-        self._train = EncodedPairs(c.train, self.src_tok, self.tgt_tok, max_src_len=256, max_tgt_len=256)
+            self.src_tokenizer = train_tokenizer(kind, (s for s, _ in c.train), **kw)
+            self.tgt_tokenizer = train_tokenizer(kind, (t for _, t in c.train), **kw)
+        self._train = EncodedPairs(c.train, self.src_tokenizer, self.tgt_tokenizer, max_src_len=256, max_tgt_len=256)
 
     def train_examples(self):
         return self._train
@@ -102,26 +108,8 @@ class TranslateTask(Task):
 
         return PairCollator()(examples)
 
-    def save_assets(self, directory: Path) -> None:
-        self.src_tok.save(directory / "src_tokenizer")
-        self.tgt_tok.save(directory / "tgt_tokenizer")
-
-    def load_assets(self, directory: Path) -> None:
-        from ...data import load_tokenizer
-
-        self.src_tok = load_tokenizer(directory / "src_tokenizer")
-        self.tgt_tok = load_tokenizer(directory / "tgt_tokenizer")
-
-    def config(self) -> dict[str, Any]:
-        return {"model": model_spec(self.options, **self.sizes()),
-                "options": dataclasses.asdict(self.options)}
-
     def sizes(self) -> dict[str, Any]:
-        """The sizes :func:`model_spec` takes, from the data (after :meth:`setup`)."""
-        return {"src_vocab": self.src_tok.vocab_size, "tgt_vocab": self.tgt_tok.vocab_size}
-
-    def build_model(self) -> nn.Module:
-        return build_model(self.options, **self.sizes())
+        return {"src_vocab": self.src_tokenizer.vocab_size, "tgt_vocab": self.tgt_tokenizer.vocab_size}
 
     def loss(self, model, batch):
         logits = model(batch.src, batch.src_mask, batch.tgt_in)
@@ -132,16 +120,10 @@ class TranslateTask(Task):
         return loss, batch.tgt_mask.sum(), {"token_acc": correct}
 
     def evaluate(self, model, split: str) -> dict[str, float]:
-        from ...metrics import translation_metrics
-
         if split not in ("valid", "test"):
             raise ValueError(f"no split {split!r} (valid, test)")
         # each distinct source once, scored against all of its translations (Tatoeba gives many sources several):
         # the figures `qkv evaluate` and benchmarks/translate.py give for the same run and beam
-        grouped = self.corpus.references(split)[: self.options.eval_max]
-        hyps = translate_batch(model, self.src_tok, self.tgt_tok, [s for s, _ in grouped],
-                               beam=self.options.eval_beam, max_len=self.options.max_decode_len)
-        return translation_metrics([h.text for h in hyps], [refs for _, refs in grouped])
-
-
-TranslationTask = TranslateTask  # the name before 0.3
+        return evaluate_translations(model, self.src_tokenizer, self.tgt_tokenizer,
+                                     self.data.references(split)[: self.options.eval_max],
+                                     beam=self.options.eval_beam, max_len=self.options.max_decode_len)

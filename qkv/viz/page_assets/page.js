@@ -1,4 +1,5 @@
-// qkv attention page: everything inline, nothing fetched. Data: the JSON in #qkv-data (weights: uint8, base64).
+// qkv attention page: everything inline, nothing fetched. Data: the JSON in #qkv-data (weights: uint8, base64;
+// large records: each row's top k as key indices and uint8 weights, and a downsampled overview).
 (function () {
   "use strict";
   const DATA = JSON.parse(document.getElementById("qkv-data").textContent);
@@ -25,7 +26,17 @@
     for (let i = 0; i < s.length; i++) a[i] = s.charCodeAt(i);
     return a;
   };
-  const recs = DATA.records.map((r) => Object.assign({}, r, { w: decode(r.data) }));
+  const recs = DATA.records.map((r) => {
+    const o = Object.assign({}, r);
+    if (r.data) o.w = decode(r.data);
+    if (r.sparse) {
+      const b = decode(r.sparse.idx);
+      o.sp = { k: r.sparse.k, val: decode(r.sparse.val),
+               idx: r.sparse.wide ? new Uint32Array(b.buffer) : new Uint16Array(b.buffer) };
+    }
+    if (r.overview) o.ov = Object.assign({}, r.overview, { px: decode(r.overview.data) });
+    return o;
+  });
   const KIND = { self: "self-attention", cross: "cross-attention", pooling: "attention pooling",
                  channel: "channel attention", spatial: "spatial attention", rollout: "attention rollout" };
 
@@ -70,6 +81,21 @@
     }
     return out;
   }
+  function rowOf(r, i, h) {  // Float32Array (tk): row i of head h ("mean": of the heads), dense or sparse
+    const out = new Float32Array(r.tk), heads = h === "mean" || h === "" || h === undefined ? null : [+h];
+    const list = heads || Array.from({ length: r.heads }, (_, k) => k), f = 1 / 255 / list.length;
+    for (const k of list) {
+      if (r.sp) {
+        const base = (k * r.tq + i) * r.sp.k;
+        for (let j = 0; j < r.sp.k; j++) out[r.sp.idx[base + j]] += r.sp.val[base + j] * f;
+      } else {
+        const base = (k * r.tq + i) * r.tk;
+        for (let j = 0; j < r.tk; j++) out[j] += r.w[base + j] * f;
+      }
+    }
+    return out;
+  }
+  const big = (r) => r.sp || r.tq * r.tk > 40000;
   const visible = (s) => s.trim() === "" ? s.replace(/ /g, "\u2423").replace(/\s/g, "\u21b5") || "\u2205" : s;
   function labels(name, n, prefix) {
     const list = name ? DATA.tokens[name] : null;
@@ -86,6 +112,11 @@
     const v = [];
     if (r.kind === "pooling") v.push("text");
     if (DATA.image && r.grid) v.push("image");
+    if (big(r)) {
+      v.push("overview");
+      if (r.ktok) v.push("text");
+      return v;
+    }
     if (r.kind !== "spatial") v.push("lines");
     v.push("matrix");
     if (r.kind !== "pooling" && r.ktok) v.push("text");
@@ -169,11 +200,12 @@
     el("image", { href: img.src, x: 10, y: 10, width: w, height: h, preserveAspectRatio: "none",
                   style: "image-rendering: pixelated" }, svg);
     const i = Math.min(+selQuery.value || 0, r.tq - 1), gh = r.grid[0], gw = r.grid[1];
+    m = rowOf(r, i, selHead.value);
     let top = 0;
-    for (let j = 0; j < r.tk; j++) top = Math.max(top, m[i * r.tk + j]);
+    for (let j = 0; j < r.tk; j++) top = Math.max(top, m[j]);
     const g = el("g", {}, svg);
     for (let y = 0; y < gh; y++) for (let x = 0; x < gw; x++) {
-      const a = m[i * r.tk + y * gw + x] / (top || 1);
+      const a = m[y * gw + x] / (top || 1);
       el("rect", { x: 10 + x * w / gw, y: 10 + y * h / gh, width: w / gw, height: h / gh, class: "cell",
                    fill: "#ff3b00", "fill-opacity": (0.75 * a).toFixed(3), "data-k": y * gw + x }, g);
     }
@@ -191,17 +223,17 @@
     for (const s of k) { if (x + width(s) > w - 10) { lines++; x = 10; } x += width(s); }
     clear(w, rows * (lines * line + 30) + 10);
     for (let rr = 0; rr < rows; rr++) {
-      const i = Math.min(i0 + rr, r.tq - 1), base = 10 + rr * (lines * line + 30);
+      const i = Math.min(i0 + rr, r.tq - 1), base = 10 + rr * (lines * line + 30), row = rowOf(r, i, selHead.value);
       text(svg, 10, base + 8, (r.kind === "pooling" ? "query " + i : "query: " + qLabels(r)[i]), { class: "tok" });
       let top = 0;
-      for (let j = 0; j < r.tk; j++) top = Math.max(top, m[i * r.tk + j]);
+      for (let j = 0; j < r.tk; j++) top = Math.max(top, row[j]);
       x = 10; let y = base + 26;
       k.forEach((s, j) => {
         if (x + width(s) > w - 10) { x = 10; y += line; }
-        const a = m[i * r.tk + j] / (top || 1);
+        const a = row[j] / (top || 1);
         const c = el("rect", { x: x, y: y - 10, width: width(s) - 4, height: 20, rx: 3, class: "cell",
                                fill: "#ff8c00", "fill-opacity": a.toFixed(3), "data-k": j }, svg);
-        el("title", {}, c).textContent = s + ": " + m[i * r.tk + j].toFixed(3);
+        el("title", {}, c).textContent = s + ": " + row[j].toFixed(3);
         text(svg, x + 3, y, s, { class: "tok", "data-i": j });
         x += width(s);
       });
@@ -224,7 +256,73 @@
       }
     }
   }
-  const DRAW = { lines: drawLines, matrix: drawMatrix, image: drawImage, text: drawText, bars: drawBars };
+  // a downsampled picture (h x w) of a record's head or mean: stored for sparse records, computed for dense ones
+  function overviewOf(r, head, side) {
+    const list = head === "mean" || head === "" || head === undefined ? Array.from({ length: r.heads }, (_, k) => k)
+      : [+head];
+    if (r.ov) {
+      const h = r.ov.h, w = r.ov.w, out = new Float32Array(h * w);
+      for (const k of list) for (let i = 0; i < h * w; i++) out[i] += r.ov.px[k * h * w + i] * r.ov.max[k] / 255;
+      return { h: h, w: w, px: out };
+    }
+    const h = Math.min(r.tq, side), w = Math.min(r.tk, side), out = new Float32Array(h * w);
+    for (const k of list) for (let i = 0; i < r.tq; i++) for (let j = 0; j < r.tk; j++) {
+      out[Math.floor(i * h / r.tq) * w + Math.floor(j * w / r.tk)] += r.w[(k * r.tq + i) * r.tk + j];
+    }
+    return { h: h, w: w, px: out };
+  }
+  function picture(o, size, mark) {  // a PNG data URL of an overview, scaled to its largest value
+    const c = document.createElement("canvas");
+    c.width = o.w; c.height = o.h;
+    const ctx = c.getContext("2d"), img = ctx.createImageData(o.w, o.h);
+    let top = 0;
+    for (let i = 0; i < o.px.length; i++) top = Math.max(top, o.px[i]);
+    for (let i = 0; i < o.px.length; i++) {
+      const a = o.px[i] / (top || 1);
+      img.data[4 * i] = 255 - a * 224; img.data[4 * i + 1] = 255 - a * 160; img.data[4 * i + 2] = 255 - a * 64;
+      img.data[4 * i + 3] = 255;
+    }
+    ctx.putImageData(img, 0, 0);
+    if (mark !== undefined && mark !== null) { ctx.fillStyle = "rgba(220,30,30,0.6)"; ctx.fillRect(0, mark, o.w, 1); }
+    return c.toDataURL("image/png");
+  }
+  let zoomAt = null;
+  function drawOverview(r) {
+    const o = overviewOf(r, selHead.value, 256), side = 512, top = 30, left = 10;
+    const zoom = zoomAt && zoomAt.rec === r ? zoomAt : null, Z = 48;
+    clear(side + 40 + (zoom ? 16 * 0 + 560 : 0), side + 60);
+    text(svg, left, 14, "overview: " + r.tq + " \u00d7 " + r.tk + (r.tq > o.h || r.tk > o.w ?
+      " in blocks of " + Math.ceil(r.tq / o.h) + " \u00d7 " + Math.ceil(r.tk / o.w) : "") +
+      " (darker: more attention; click for the exact weights)");
+    const im = el("image", { href: picture(o), x: left, y: top, width: side, height: side, preserveAspectRatio: "none",
+                             style: "image-rendering: pixelated", id: "overview", class: "tok" }, svg);
+    im.addEventListener("click", (ev) => {
+      const box = im.getBoundingClientRect();
+      const i = Math.floor((ev.clientY - box.top) / box.height * r.tq), j = Math.floor((ev.clientX - box.left) / box.width * r.tk);
+      zoomAt = { rec: r, i: Math.max(0, Math.min(r.tq - Z, i - Z / 2)), j: Math.max(0, Math.min(r.tk - Z, j - Z / 2)) };
+      draw();
+    });
+    if (!zoom) return;
+    const q = qLabels(r), k = kLabels(r), cell = 10, x0 = side + 110, y0 = top + 60;
+    text(svg, x0 - 100, top + 10, "exact weights: queries " + zoom.i + "\u2013" + (zoom.i + Z - 1) + ", keys " + zoom.j +
+      "\u2013" + (zoom.j + Z - 1), { id: "zoom-title" });
+    const rows = Math.min(Z, r.tq - zoom.i), cols = Math.min(Z, r.tk - zoom.j);
+    const g = el("g", { id: "zoom" }, svg);
+    for (let a = 0; a < rows; a++) {
+      const row = rowOf(r, zoom.i + a, selHead.value);
+      text(g, x0 - 4, y0 + (a + 0.5) * cell, short(q[zoom.i + a]), { "text-anchor": "end", style: "font-size: 8px" });
+      for (let b = 0; b < cols; b++) {
+        const v = row[zoom.j + b];
+        const c = el("rect", { x: x0 + b * cell, y: y0 + a * cell, width: cell, height: cell, class: "cell",
+                               fill: "#1f5fbf", "fill-opacity": Math.min(1, v * 2).toFixed(3) }, g);
+        el("title", {}, c).textContent = q[zoom.i + a] + " \u2192 " + k[zoom.j + b] + ": " + v.toFixed(3);
+      }
+    }
+    svg.setAttribute("width", x0 + cols * cell + 20); svg.setAttribute("height", Math.max(side + 60, y0 + rows * cell + 20));
+    svg.setAttribute("viewBox", "0 0 " + svg.getAttribute("width") + " " + svg.getAttribute("height"));
+  }
+  const DRAW = { lines: drawLines, matrix: drawMatrix, image: drawImage, text: drawText, bars: drawBars,
+                 overview: drawOverview };
 
   function fill(select, values, labelsOf, keep) {
     const before = select.value;
@@ -251,7 +349,7 @@
     info.textContent = r.name + " \u00b7 " + r.module + " \u00b7 " + (KIND[r.kind] || r.kind) + layer + " \u00b7 " +
       r.heads + (r.heads > 1 ? " heads" : " head") + " \u00b7 " + r.tq + " \u00d7 " + r.tk +
       (r.calls > 1 ? " \u00b7 " + r.calls + " calls joined" : "") + (r.causal ? " \u00b7 causal" : "");
-    DRAW[selView.value](r, matrix(r));
+    DRAW[selView.value](r, big(r) ? null : matrix(r));
   }
 
   // ---- saving the current view (Blob URLs: nothing leaves the page)
@@ -280,4 +378,12 @@
   selView.addEventListener("change", draw);
   selQuery.addEventListener("change", draw);
   onRecord();
+  const show = (id, head) => {  // the main view on record id, head (a number or "mean")
+    selRec.value = String(id); onRecord();
+    selHead.value = String(head); draw();
+    svg.scrollIntoView({ block: "nearest" });
+  };
+  if (window.QKV_PARTS) window.QKV_PARTS({ DATA: DATA, recs: recs, rowOf: rowOf, overviewOf: overviewOf,
+                                          picture: picture, html: html, labels: labels, show: show,
+                                          anchor: controls });
 })();

@@ -22,11 +22,11 @@ from qkv.data.idx import FASHION_MNIST_ROOT, write_idx  # noqa: E402
 from qkv.data.images import ImageData, load_image_splits, normalize, random_shift_flip, read_image  # noqa: E402
 from qkv.models import create, resnet18  # noqa: E402
 from qkv.tasks import ViewInput, application, application_of, load_predictor  # noqa: E402
+from qkv.tasks.base import model_from_spec
 from qkv.tasks.images import (  # noqa: E402
     ImageClassifier,
     ImageOptions,
     ImageTask,
-    build_model,
     load_data,
     model_spec,
     train_defaults,
@@ -202,7 +202,7 @@ def test_build_model_is_the_spec(options):
         assert cfg["widths"] == list(options.widths) and cfg["dropout"] == options.dropout and "stem" not in cfg
     else:
         assert cfg["stem"] == options.stem and "widths" not in cfg
-    model = build_model(options, num_classes=7)
+    model = model_from_spec(model_spec(options, num_classes=7))
     assert same_architecture(model, create(spec["name"], **cfg))
     assert same_architecture(model, from_spec({"model": spec}))
 

@@ -152,7 +152,7 @@ def test_squad_file_and_chinese_characters(tmp_path):
     reader = Reader.load(out)
     (a,) = reader.predict([("王明于1901年提出。", "谁提出的?")])
     assert a.answer and a.answer in "王明于1901年提出。"
-    assert reader.evaluate()["questions"] == len(reader.corpus().split("test"))  # its own file, split as trained
+    assert reader.evaluate()["questions"] == len(reader.data().split("test"))  # its own file, split as trained
     with pytest.raises(ValueError, match="trained on .*zh.json, not on facts"):
         reader.evaluate("facts")
 

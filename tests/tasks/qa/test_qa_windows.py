@@ -49,7 +49,7 @@ def long_context(n_words: int, planted: dict[int, str]) -> str:
 
 
 def reader(tok, peaks, **options):
-    return Reader(PeakReader({tok.encode(w)[0]: v for w, v in peaks.items()}), tok, QAOptions(**options))
+    return Reader(PeakReader({tok.encode(w)[0]: v for w, v in peaks.items()}), QAOptions(**options), tokenizer=tok)
 
 
 def test_windows_cover_the_context_and_end_at_its_end():
@@ -204,6 +204,6 @@ def test_char_runs_keep_their_tokeniser(tmp_path):
     chars = train_tokenizer(QAOptions(lang="zh", tokenizer="char"), corpus)
     chars.save(tmp_path / "tok")
     old = load_tokenizer(tmp_path / "tok")
-    r = Reader(PeakReader({old.encode("9")[0]: 10.0}), old, QAOptions(lang="zh", tokenizer="char"))
+    r = Reader(PeakReader({old.encode("9")[0]: 10.0}), QAOptions(lang="zh", tokenizer="char"), tokenizer=old)
     (a,) = r.predict([(ZH, "质能方程是什么时候提出的?")])
     assert a.tokens == list(ZH) and a.answer == "9" and a.start == ZH.index("9")

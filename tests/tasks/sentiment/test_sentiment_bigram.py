@@ -12,7 +12,8 @@ import torch
 from qkv.cli import main
 from qkv.models import BigramAttentionClassifier, RNNClassifier, create
 from qkv.models.classifiers import bigram_ids
-from qkv.tasks.sentiment import SentimentClassifier, SentimentOptions, build_model, model_spec
+from qkv.tasks.base import model_from_spec
+from qkv.tasks.sentiment import SentimentClassifier, SentimentOptions, model_spec
 from qkv.tasks.sentiment.count_init import count_init
 from qkv.tasks.sentiment.task import BIGRAM_BUCKETS
 from tests.helpers import write_reviews
@@ -139,7 +140,7 @@ def test_bad_options_are_one_line_errors(kwargs, match):
 def test_the_spec_builds_the_model(options, buckets):
     spec = model_spec(options, vocab_size=40, num_classes=2)
     assert json.loads(json.dumps(spec)) == spec and spec["name"] == f"{options.model}-classifier"
-    model, again = build_model(options, vocab_size=40, num_classes=2), create(spec["name"], **spec["config"])
+    model, again = model_from_spec(spec), create(spec["name"], **spec["config"])
     assert {k: v.shape for k, v in model.state_dict().items()} == {k: v.shape for k, v in again.state_dict().items()}
     assert model.buckets == buckets and (model.bigrams is None) == (buckets == 0)
 

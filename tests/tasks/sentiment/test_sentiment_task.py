@@ -13,11 +13,11 @@ import torch
 
 from qkv.cli import main
 from qkv.models import create
+from qkv.tasks.base import model_from_spec
 from qkv.tasks.sentiment import (
     SentimentClassifier,
     SentimentOptions,
     SentimentTask,
-    build_model,
     load_data,
     model_spec,
     train_defaults,
@@ -237,7 +237,7 @@ def test_build_model_is_the_spec(options):
     spec = model_spec(options, vocab_size=50, num_classes=3)
     assert spec["name"] == f"{options.model}-classifier" and json.loads(json.dumps(spec)) == spec  # JSON only
     assert spec["config"]["vocab_size"] == 50 and spec["config"]["num_classes"] == 3
-    model = build_model(options, vocab_size=50, num_classes=3)
+    model = model_from_spec(model_spec(options, vocab_size=50, num_classes=3))
     again = create(spec["name"], **spec["config"])
     assert type(model) is type(again)
     assert {k: v.shape for k, v in model.state_dict().items()} == {k: v.shape for k, v in again.state_dict().items()}
@@ -269,9 +269,9 @@ def test_csv_data_multiclass_and_hops(tmp_path):
     run = tmp_path / "run"
     result = train(task, TrainConfig(epochs=3, batch_size=16, lr=1e-2, monitor="accuracy", progress=False,
                                      out=str(run)))
-    assert task.dataset.skipped == 1 and task.dataset.label_names == ["1", "3", "5"]
+    assert task.data.skipped == 1 and task.data.label_names == ["1", "3", "5"]
     assert result.metrics["test"]["accuracy"] > 0.8
-    clf = SentimentClassifier(result.model, task.tokenizer, task.config(), opts)
+    clf = SentimentClassifier(result.model, opts, task.config(), tokenizer=task.tokenizer)
     (p,) = clf.predict(["a wonderful story"])
     assert p.label == "5" and set(p.probabilities) == {"1", "3", "5"}
     assert len(p.weights) == 3 and sum(p.weights) == pytest.approx(1.0, abs=1e-5)  # hops averaged
@@ -382,8 +382,8 @@ def test_display_tokens_are_the_text_as_typed(tmp_path):
 
     tok = WordTokenizer.train(["质能方程由爱因斯坦提出 a GREAT movie"], min_freq=1)
     options = SentimentOptions(data="x", embed_dim=8, hidden_dim=8)
-    model = build_model(options, vocab_size=tok.vocab_size, num_classes=2)
-    clf = SentimentClassifier(model, tok, {"label_names": ["negative", "positive"]}, options)
+    model = model_from_spec(model_spec(options, vocab_size=tok.vocab_size, num_classes=2))
+    clf = SentimentClassifier(model, options, {"label_names": ["negative", "positive"]}, tokenizer=tok)
     (p,) = clf.predict(["质能方程 由爱因斯坦提出，ａ GREAT movie"])
     assert p.tokens == ["质", "能", "方", "程", "由", "爱", "因", "斯", "坦", "提", "出", "，", "ａ", "GREAT", "movie"]
     assert len(p.weights) == len(p.tokens) and abs(sum(p.weights) - 1) < 1e-5

@@ -74,7 +74,7 @@ def test_a_tiny_pointer_learns_to_copy_words_outside_its_vocabulary(copy_run):
     summarizer = Summarizer.load(out)
     rng = random.Random(99)
     names = [_name(rng) for _ in range(8)]
-    assert not any(summarizer.tok.encode(n) != [3] for n in names)  # all outside the vocabulary
+    assert not any(summarizer.tokenizer.encode(n) != [3] for n in names)  # all outside the vocabulary
     results = summarizer.predict([_copy_text(rng, n) for n in names], beam=2, max_len=3)
     assert sum(r.text == n for r, n in zip(results, names, strict=True)) >= 7
     r = results[0]
@@ -92,8 +92,9 @@ def test_the_summary_is_the_models_own_decoding(copy_run):
     summarizer = Summarizer.load(out)
     text = "fast tool called zuqoxa on disk"
     (r,) = summarizer.predict([text], beam=1, max_len=3)
-    b = collate([encode_example(summarizer.tok, text)])
-    ids = [summarizer.tok.vocab_size + b.src_ext[0].tolist().index(summarizer.tok.vocab_size)] if r.copied[0] else []
+    b = collate([encode_example(summarizer.tokenizer, text)])
+    vocab = summarizer.tokenizer.vocab_size
+    ids = [vocab + b.src_ext[0].tolist().index(vocab)] if r.copied[0] else []
     tgt_in = torch.tensor([[1, *ids]])
     with torch.no_grad():
         ref = summarizer.model(b.src, b.src_mask, tgt_in, b.src_ext, b.n_ext)
@@ -165,7 +166,7 @@ def test_coverage_from_switches_coverage_on_at_that_step(tmp_path):
 def test_coverage_from_a_fraction_switches_coverage_on_for_the_last_part(tmp_path):
     import json
 
-    from qkv.tasks.summarize import SummarizeTask, train_defaults, train_summarizer
+    from qkv.tasks.summarize import SummarizeTask, train_defaults
     from qkv.train import train
 
     data = write_copy_data(tmp_path / "c.jsonl", n=120)
@@ -182,12 +183,12 @@ def test_coverage_from_a_fraction_switches_coverage_on_for_the_last_part(tmp_pat
     config = train_defaults(options).replace(max_steps=3, max_minutes=1e-6, progress=False, eval_split=None,
                                              final_splits=(), monitor=None)
     task = SummarizeTask(options)
-    train(task, config, [task.coverage_callback(config)])
+    train(task, config)  # the trainer registers the task's own callbacks
     assert task.coverage_step == 1
-    (result,) = train_summarizer(options, config.replace(max_minutes=None))
+    result = train(SummarizeTask(options), config.replace(max_minutes=None))
     assert int(result.model.trained_steps) == 3
-    with pytest.raises(ValueError, match="fraction of the training"):  # without the callback it would never start
-        train(SummarizeTask(options), config)
+    with pytest.raises(ValueError, match="fraction of the training"):  # outside the trainer nothing would start it
+        SummarizeTask(options).loss(result.model, None)
     with pytest.raises(ValueError, match="a whole number"):
         SummarizeOptions(coverage_from=2.5)
     with pytest.raises(ValueError, match="needs score additive"):

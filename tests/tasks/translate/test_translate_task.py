@@ -1,6 +1,7 @@
 """The translation task end to end through the CLI, on tiny data: train, translate, evaluate, resume."""
 
 import json
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -8,7 +9,7 @@ import torch
 from qkv.cli import main
 from qkv.metrics import translation_metrics
 from qkv.models import create
-from qkv.tasks.translate import TranslateOptions, Translator, build_model, load_data, model_spec
+from qkv.tasks.translate import TranslateOptions, TranslateTask, Translator, load_data, model_spec
 from qkv.tasks.translate import parse_buckets as _buckets
 from qkv.train import resolve_checkpoint
 
@@ -86,8 +87,8 @@ def test_translate_command_with_plot_and_files(dates_runs, tmp_path, capsys):
 def test_translator_api_matches_the_model(dates_runs):
     translator = Translator.load(dates_runs["bahdanau"])
     [r] = translator.predict(["7 mars 2019"], beam=1, max_len=12)
-    ids = translator.src_tok.encode("7 mars 2019")
-    assert r.source_tokens == translator.src_tok.tokens_of_ids(ids)
+    ids = translator.src_tokenizer.encode("7 mars 2019")
+    assert r.source_tokens == translator.src_tokenizer.tokens_of_ids(ids)
     assert r.attention.shape == (len(r.tokens) + 1, len(ids)) or r.attention.shape == (len(r.tokens), len(ids))
     torch.testing.assert_close(r.attention.sum(-1), torch.ones(r.attention.shape[0]))
     # greedy decoding by hand with the model gives the same tokens
@@ -101,12 +102,14 @@ def test_translator_api_matches_the_model(dates_runs):
             if int(y) == 2:
                 break
             out.append(int(y))
-    assert translator.tgt_tok.decode(out) == r.text
+    assert translator.tgt_tokenizer.decode(out) == r.text
 
 
 def test_build_model_is_the_spec():
     options = TranslateOptions(model="transformer", dim=32, num_heads=2, num_layers=2)
-    model = build_model(options, src_vocab=30, tgt_vocab=40)
+    task = TranslateTask(options)
+    task.src_tokenizer, task.tgt_tokenizer = SimpleNamespace(vocab_size=30), SimpleNamespace(vocab_size=40)
+    model = task.build_model()
     spec = model_spec(options, src_vocab=30, tgt_vocab=40)
     assert spec["name"] == "transformer" and spec["config"]["ffn_dim"] == 128
     again = create(spec["name"], **spec["config"])
@@ -231,7 +234,7 @@ def test_a_source_past_the_limit_is_cut_with_a_word(dates_runs, caplog):
 
     tr = Translator.load(dates_runs["bahdanau"], "cpu")
     long = "7 mars 2019 " * 40  # characters are the tokens of the dates task
-    n = len(tr.src_tok.encode(long))
+    n = len(tr.src_tokenizer.encode(long))
     assert n > MAX_SOURCE_TOKENS
     with caplog.at_level("WARNING"):
         short_result, long_result = tr.predict(["7 mars 2019", long], beam=1, max_len=5)
