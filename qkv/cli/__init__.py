@@ -25,7 +25,7 @@ from .options import ArgumentParser, add_options, options_from_args
 __all__ = ["main", "build_parser", "COMMAND_MODULES", "GlobalOptions"]
 
 COMMAND_MODULES = ("explain", "apps", "translate", "sentiment", "images", "caption", "qa", "segment", "summarize",
-                   "speech", "view")
+                   "speech", "view", "export")
 
 
 @dataclass

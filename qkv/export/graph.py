@@ -13,6 +13,7 @@ Limits that apply (and are named in the errors and in ``docs/export.md``):
 
 from __future__ import annotations
 
+import inspect
 import logging
 from collections.abc import Sequence
 from pathlib import Path
@@ -44,31 +45,45 @@ def require_onnx():
     return onnx, onnxruntime
 
 
-def _dynamic_shapes(args: Sequence[torch.Tensor], dynamic: Sequence[dict[int, str]]):
+Axis = str | tuple[str, int | None, int | None]
+
+
+def _dynamic_shapes(args: Sequence[torch.Tensor], dynamic: Sequence[dict[int, Axis]]):
     dims: dict[str, torch.export.Dim] = {}
 
-    def dim(name: str):
+    def dim(axis: Axis):
+        name, low, high = (axis, None, None) if isinstance(axis, str) else axis
         if name not in dims:
-            dims[name] = torch.export.Dim(name, min=1)
+            bounds = {"min": low or 1, **({} if high is None else {"max": high})}
+            dims[name] = torch.export.Dim(name, **bounds)
         return dims[name]
 
     return tuple({axis: dim(name) for axis, name in axes.items()} if axes else None
                  for _, axes in zip(args, dynamic, strict=True))
 
 
-def export_program(module: nn.Module, args: Sequence[torch.Tensor], dynamic: Sequence[dict[int, str]]):
-    """``torch.export.export(module, args)`` with the axes named in ``dynamic`` (one ``{axis: name}`` per input;
-    one name is one size) dynamic; an :class:`ExportError` with the exporter's first line otherwise."""
+def export_program(module: nn.Module, args: Sequence[torch.Tensor], dynamic: Sequence[dict[int, Axis]]):
+    """``torch.export.export(module, args)`` with the axes named in ``dynamic`` dynamic: one ``{axis: name}`` per
+    input, one name one size; ``(name, least, most)`` bounds it (None: unbounded), e.g. by a table of positions or
+    by the smallest image a network of strided layers keeps more than one pixel of. An :class:`ExportError`
+    with the exporter's first line otherwise."""
     module = module.eval()
-    try:
-        return torch.export.export(module, tuple(args), dynamic_shapes=_dynamic_shapes(args, dynamic))
+    shapes = _dynamic_shapes(args, dynamic)
+    params = list(inspect.signature(module.forward).parameters.values())
+    kinds = [p.kind for p in params]
+    if inspect.Parameter.VAR_POSITIONAL in kinds:  # forward(a, b, *rest): one entry for all of rest
+        n = kinds.index(inspect.Parameter.VAR_POSITIONAL)
+        shapes = (*shapes[:n], tuple(shapes[n:]))
+    try:  # inference graphs: no grad mode to switch inside (a no_grad block would become a subgraph)
+        with torch.no_grad():
+            return torch.export.export(module, tuple(args), dynamic_shapes=shapes)
     except Exception as e:  # noqa: BLE001 - any tracing failure: one line naming the module
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise ExportError(f"{type(module).__name__} cannot be exported by torch.export: {first}") from e
 
 
 def to_onnx(module: nn.Module, args: Sequence[torch.Tensor], path: str | Path, *, input_names: Sequence[str],
-            output_names: Sequence[str], dynamic: Sequence[dict[int, str]]) -> Path:
+            output_names: Sequence[str], dynamic: Sequence[dict[int, Axis]]) -> Path:
     """Write ``module`` called on ``args`` to ``path`` as ONNX (dynamic axes as in :func:`export_program`), with
     its inputs and outputs named, and check it with ``onnx.checker``."""
     onnx, _ = require_onnx()

@@ -45,7 +45,8 @@ LAYERS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "models": (("qkv.models", "qkv.explain"), ("layers", "data", "util")),
     "train": (("qkv.train",), ("models",)),
     "tasks": (("qkv.tasks", "qkv.integrations"), ("train", "viz")),
-    "cli": (("qkv.cli", "qkv.__main__"), ("tasks", "api")),
+    "export": (("qkv.export",), ("tasks", "api")),
+    "cli": (("qkv.cli", "qkv.__main__"), ("tasks", "api", "export")),
 }
 
 
