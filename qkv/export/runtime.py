@@ -49,8 +49,10 @@ class Translator:
         manifest = json.loads((d / "export.json").read_text(encoding="utf-8"))
         graphs = manifest["graphs"]
         providers = providers or ["CPUExecutionProvider"]
-        self.encoder = ort.InferenceSession(str(d / graphs["encoder"]["file"]), providers=providers)
-        self.step = ort.InferenceSession(str(d / graphs["decoder_step"]["file"]), providers=providers)
+        options = ort.SessionOptions()
+        options.log_severity_level = 3  # errors only
+        self.encoder = ort.InferenceSession(str(d / graphs["encoder"]["file"]), options, providers=providers)
+        self.step = ort.InferenceSession(str(d / graphs["decoder_step"]["file"]), options, providers=providers)
         self.info = graphs["decoder_step"]
         self.step_outputs = list(self.info["outputs"])
         self.fed = {i.name for i in self.step.get_inputs()}

@@ -161,3 +161,31 @@ def test_a_model_with_a_python_score_is_refused(tiny_run, tmp_path, monkeypatch,
     assert "Python function as its score" in err and "\n" not in err
     with pytest.raises(ExportError, match="Python function"):
         export_run(tiny_run("sentiment"), tmp_path / "out")
+
+
+def test_the_serving_example_of_the_docs_runs_without_torch(tiny_run, exported, tmp_path, monkeypatch):
+    """The ten lines of ``docs/export.md`` (numpy and onnxruntime only) on an exported run give the predictor's
+    label and the graph's weights."""
+    import contextlib
+    import io
+    import re
+    import sys
+
+    from tests import ROOT
+
+    text = (ROOT / "docs" / "export.md").read_text(encoding="utf-8")
+    code = next(b for b in re.findall(r"```python\n(.*?)```", text, re.S) if "onnxruntime" in b)
+    assert len(code.strip().splitlines()) <= 10 and "torch" not in code.replace("onnxruntime", "")
+    predictor = load_predictor(tiny_run("sentiment"), device="cpu")
+    (want,) = predictor.predict(["a quiet , moving film"])
+    shutil.copytree(exported("sentiment"), tmp_path / "exported")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setitem(sys.modules, "torch", None)  # importing torch in the example would fail
+    printed = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(printed):
+            exec(compile(code, "docs/export.md", "exec"), {})
+    finally:
+        monkeypatch.undo()
+    label, *weights = printed.getvalue().split(maxsplit=1)
+    assert label == want.label and weights
