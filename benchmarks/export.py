@@ -57,12 +57,12 @@ def models(gen):
 
     return {
         "sentiment (Transformer, 64 tokens)": (
-            SentimentGraph(create("transformer-classifier", {"vocab_size": vocab, "num_classes": 2})), tokens),
+            SentimentGraph(create("transformer-classifier", vocab_size=vocab, num_classes=2)), tokens),
         "images (small CNN + non-local, 28x28)": (
-            ImageGraph(create("small-cnn", {"num_classes": 10, "attn": "non_local"}), [0.5], [0.25]),
+            ImageGraph(create("small-cnn", num_classes=10, attn="non_local"), [0.5], [0.25]),
             lambda b: (torch.rand(b, 1, 28, 28, generator=gen),)),
         "segmentation (BiSeNet, 64x64)": (
-            SegmentGraph(create("bisenet", {"num_classes": 7}), [0.5] * 3, [0.25] * 3),
+            SegmentGraph(create("bisenet", num_classes=7), [0.5] * 3, [0.25] * 3),
             lambda b: (torch.rand(b, 3, 64, 64, generator=gen),)),
         "MultiHeadAttention (GQA, causal, 128 positions, weights)": (
             Causal(), lambda b: (torch.randn(b, 128, 256, generator=gen),)),
@@ -111,9 +111,9 @@ def main() -> None:
                 inputs = make(b)
                 feed = {n: t.numpy() for n, t in zip(module.inputs, inputs, strict=True) if n in fed}
                 with torch.no_grad():
-                    t_torch = median_time(lambda inputs=inputs: module(*inputs), repeat)
+                    t_torch = median_time(lambda m=module, inputs=inputs: m(*inputs), repeat)
                     want = module(*inputs)
-                t_ort = median_time(lambda feed=feed: session.run(None, feed), repeat)
+                t_ort = median_time(lambda s=session, feed=feed: s.run(None, feed), repeat)
                 got = session.run(None, feed)
                 want = (want,) if isinstance(want, torch.Tensor) else tuple(want)
                 diff = max(float((torch.from_numpy(g) - w).abs().max()) for g, w in zip(got, want, strict=True))

@@ -11,7 +11,7 @@ import torch
 
 from .classify import SEGMENT_MIN_SIZE, ImageGraph, SegmentGraph, SentimentGraph
 
-__all__ = ["sentiment", "images", "segment", "translate"]
+__all__ = ["sentiment", "images", "segment", "translate", "caption"]
 
 Graphs = dict[str, tuple[torch.nn.Module, tuple[torch.Tensor, ...], dict[str, Any]]]
 
@@ -45,3 +45,9 @@ def translate(predictor) -> Graphs:
     from .seq2seq import translate_graphs
 
     return translate_graphs(predictor)
+
+
+def caption(predictor) -> Graphs:
+    from .seq2seq import caption_graphs
+
+    return caption_graphs(predictor)

@@ -35,7 +35,7 @@ logger = logging.getLogger(__name__)
 __all__ = ["export_run", "check_exportable", "EXPORTED", "MANIFEST"]
 
 #: the applications :func:`export_run` exports
-EXPORTED = ("sentiment", "images", "segment", "translate")
+EXPORTED = ("sentiment", "images", "segment", "translate", "caption")
 #: the file in ``out`` that lists the graphs, their inputs and outputs
 MANIFEST = "export.json"
 

@@ -1,4 +1,5 @@
-"""Decoding over ONNX Runtime with numpy only (no PyTorch): greedy and beam search on an exported translator.
+"""Decoding over ONNX Runtime with numpy only (no PyTorch): greedy and beam search on an exported translator or
+captioner.
 
 The search is qkv's own (:func:`qkv.models.decoding.search`): ``K`` hypotheses per input pruned by their summed
 log-probabilities, a finished hypothesis kept with a frozen score and length, the winner ranked by Wu et al.'s
@@ -20,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["Translator", "Decoded", "log_softmax"]
+__all__ = ["Translator", "Captioner", "Decoded", "log_softmax"]
 
 
 def log_softmax(x: np.ndarray) -> np.ndarray:
@@ -65,18 +66,28 @@ class Translator:
                length_penalty: float = 0.6) -> list[Decoded]:
         """Translate source token id lists (right-padded into one batch) by beam search (greedy with
         ``beam=1``)."""
-        if beam < 1 or max_len < 1:
-            raise ValueError(f"beam and max_len must be >= 1, got {beam} and {max_len}")
         if not sources or any(len(s) == 0 for s in sources):
             raise ValueError("every source needs at least one token")
-        b, k, width = len(sources), beam, max(len(s) for s in sources)
+        b, width = len(sources), max(len(s) for s in sources)
         src = np.full((b, width), self.info["pad_id"], dtype=np.int64)
         src_mask = np.zeros((b, width), dtype=bool)
         for i, s in enumerate(sources):
             src[i, :len(s)], src_mask[i, :len(s)] = s, True
         (memory,) = self.encoder.run(None, {"src": src, "src_mask": src_mask})
+        found = self.search(memory, src_mask, beam=beam, max_len=max_len, length_penalty=length_penalty)
+        return [Decoded(d.tokens, d.score, d.attention[:, :len(s)]) for d, s in zip(found, sources, strict=True)]
+
+    def search(self, memory: np.ndarray, src_mask: np.ndarray | None, *, beam: int = 1, max_len: int = 100,
+               length_penalty: float = 0.6) -> list[Decoded]:
+        """Beam search from the encoder's ``memory (B, S, E)`` (and ``src_mask (B, S)``, for a graph that takes
+        one); attention rows ``(n, S)``."""
+        if beam < 1 or max_len < 1:
+            raise ValueError(f"beam and max_len must be >= 1, got {beam} and {max_len}")
+        b, k, width = memory.shape[0], beam, memory.shape[1]
+        max_len = min(max_len, self.info["max_len"])
         expand = np.repeat(np.arange(b), k)
-        memory, mask = memory[expand], src_mask[expand]
+        memory = memory[expand]
+        mask = None if src_mask is None else src_mask[expand]
         past = self._empty_past(b * k, memory.dtype)
         eos = self.info["eos_id"]
         scores = np.full((b, k), -np.inf, dtype=np.float32)
@@ -88,7 +99,9 @@ class Translator:
         y = np.full(b * k, self.info["bos_id"], dtype=np.int64)
         names = [n for n in self.info["inputs"] if n.startswith("past_")]
         for _ in range(max_len):
-            feed = {"tokens": y, "memory": memory, "src_mask": mask, **dict(zip(names, past, strict=True))}
+            feed = {"tokens": y, "memory": memory, **dict(zip(names, past, strict=True))}
+            if mask is not None:
+                feed["src_mask"] = mask
             out = self.step.run(None, {n: v for n, v in feed.items() if n in self.fed})
             logits, attn, new_past = out[0], out[1], out[2:2 + len(past)]
             logp = log_softmax(logits).reshape(b, k, -1)
@@ -102,7 +115,7 @@ class Translator:
             origin, token = flat // vocab, flat % vocab
             pick = (np.arange(b)[:, None] * k + origin).reshape(-1)
             past = [p[pick] for p in new_past]
-            memory, mask = memory[pick], mask[pick]
+            memory, mask = memory[pick], None if mask is None else mask[pick]
             was_finished = np.take_along_axis(finished, origin, 1)
             tokens = np.concatenate([np.take_along_axis(tokens, origin[..., None], 1), token[..., None]], -1)
             row = attn.astype(np.float32).reshape(b, k, -1)
@@ -121,5 +134,14 @@ class Translator:
             n = int(lengths[i, j])
             toks = tokens[i, j, :n].tolist()
             words = toks[:-1] if finished[i, j] else toks
-            results.append(Decoded(words, float(scores[i, j]), attns[i, j, :n, :len(sources[i])]))
+            results.append(Decoded(words, float(scores[i, j]), attns[i, j, :n]))
         return results
+
+
+class Captioner(Translator):
+    """An exported captioner: ``Captioner(directory).decode(pixels (B, C, S, S) in [0, 1], beam=3)``."""
+
+    def decode(self, pixels: np.ndarray, *, beam: int = 1, max_len: int = 40,
+               length_penalty: float = 0.0) -> list[Decoded]:
+        (memory,) = self.encoder.run(None, {"pixels": np.asarray(pixels, dtype=np.float32)})
+        return self.search(memory, None, beam=beam, max_len=max_len, length_penalty=length_penalty)
