@@ -34,11 +34,12 @@ class _Pixels(nn.Module):
     def __init__(self, model: nn.Module, mean: Sequence[float], std: Sequence[float]):
         super().__init__()
         self.model = model
-        self.register_buffer("mean", torch.tensor(list(mean), dtype=torch.float32).view(1, -1, 1, 1))
-        self.register_buffer("std", torch.tensor(list(std), dtype=torch.float32).view(1, -1, 1, 1))
+        # (named apart from the exporter's node names: an ONNX graph names each value once)
+        self.register_buffer("pixel_mean", torch.tensor(list(mean), dtype=torch.float32).view(1, -1, 1, 1))
+        self.register_buffer("pixel_std", torch.tensor(list(std), dtype=torch.float32).view(1, -1, 1, 1))
 
     def normalized(self, pixels: Tensor) -> Tensor:
-        return (pixels - self.mean) / self.std
+        return (pixels - self.pixel_mean) / self.pixel_std
 
 
 class ImageGraph(_Pixels):

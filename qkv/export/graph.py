@@ -97,7 +97,11 @@ def to_onnx(module: nn.Module, args: Sequence[torch.Tensor], path: str | Path, *
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise ExportError(f"{type(module).__name__} cannot be exported to ONNX opset {OPSET}: {first}") from e
     onnx_program.save(str(path), external_data=False)
-    check_onnx(path)
+    try:
+        check_onnx(path)
+    except onnx.checker.ValidationError as e:
+        first = str(e).strip().splitlines()[0]
+        raise ExportError(f"{path}: the exported graph of {type(module).__name__} fails onnx.checker: {first}") from e
     logger.info("wrote %s", path)
     return path
 

@@ -4,13 +4,13 @@ them, servable by ONNX Runtime without PyTorch.
 What each application becomes (``export.json`` in ``out`` lists the graphs, their inputs and outputs):
 
 - sentiment, images, segmentation: one graph, ``model.onnx``;
-- translation: ``encoder.onnx`` and ``decoder_step.onnx`` (one decoding step, the keys and values of every
-  layer's self-attention as inputs and outputs), driven by :mod:`qkv.export.runtime` (greedy and beam search, numpy
-  only), which gives qkv's own translations.
+- translation and captioning (Transformer models): ``encoder.onnx`` and ``decoder_step.onnx`` (one decoding step,
+  the keys and values of every layer's self-attention as inputs and outputs), driven by :mod:`qkv.export.runtime`
+  (greedy and beam search, numpy only), which gives qkv's own translations and captions.
 
-Not exported (an :class:`~qkv.export.graph.ExportError` says so): captioning, summarisation, speech recognition and
-question answering, and any model holding a user's Python function (a score, normaliser or modifier) whose code
-the run does not carry.
+Not exported (an :class:`~qkv.export.graph.ExportError` says so): summarisation, speech recognition and question
+answering runs, translation and captioning models other than the Transformer, and any model holding a user's
+Python function (a score, normaliser or modifier) whose code the run does not carry.
 """
 
 from __future__ import annotations

@@ -47,7 +47,7 @@ def _session(directory, graph="model"):
 def test_sentiment_graph_gives_the_predictor_logits_and_every_attention(tiny_run, exported, one_thread):
     out = exported("sentiment", with_weights=True)
     session, info = _session(out)
-    assert (out / "tokenizer").is_dir() and json.loads((out / "config.json").read_text())["model"]
+    assert (out / "tokenizer").is_dir() and json.loads((out / "config.json").read_text())["config"]["model"]
     predictor = load_predictor(tiny_run("sentiment"), device="cpu")
     from qkv.data.text_classification import collate_texts
 
@@ -117,6 +117,24 @@ def test_translation_through_onnx_runtime_equals_qkv(tiny_run, exported, one_thr
             assert predictor.tgt_tokenizer.decode(g.tokens) == w.text
             assert g.score == pytest.approx(w.score, abs=1e-3)
             np.testing.assert_allclose(g.attention, w.attention.numpy(), atol=1e-4)
+
+
+def test_captions_through_onnx_runtime_equal_qkv(tiny_run, exported, one_thread, gen):
+    from qkv.export.runtime import Captioner
+
+    out = exported("caption")
+    predictor = load_predictor(tiny_run("caption"), device="cpu")
+    size, channels = predictor.image_size, predictor.channels
+    images = torch.randint(0, 256, (3, channels, size, size), generator=gen, dtype=torch.uint8)
+    captioner = Captioner(out)
+    for beam in (1, 3):
+        want = predictor.predict(images, beam=beam, max_len=8)
+        got = captioner.decode((images.float() / 255).numpy(), beam=beam, max_len=8)
+        for w, g in zip(want, got, strict=True):
+            assert predictor.tokenizer.decode(g.tokens) == w.text
+            assert g.score == pytest.approx(w.score, abs=1e-3)
+            n = len(w.words)
+            np.testing.assert_allclose(g.attention[:n].reshape(w.attention.shape), w.attention.numpy(), atol=1e-4)
 
 
 # ------------------------------------------------------------------------------------------------- bad input
