@@ -62,11 +62,17 @@ def _dynamic_shapes(args: Sequence[torch.Tensor], dynamic: Sequence[dict[int, Ax
                  for _, axes in zip(args, dynamic, strict=True))
 
 
-def export_program(module: nn.Module, args: Sequence[torch.Tensor], dynamic: Sequence[dict[int, Axis]]):
+def export_program(module: nn.Module, args: Sequence[torch.Tensor], dynamic: Sequence[dict[int, Axis]], *,
+                   runtime_checks: bool = False):
     """``torch.export.export(module, args)`` with the axes named in ``dynamic`` dynamic: one ``{axis: name}`` per
     input, one name one size; ``(name, least, most)`` bounds it (None: unbounded), e.g. by a table of positions or
     by the smallest image a network of strided layers keeps more than one pixel of. An :class:`ExportError`
-    with the exporter's first line otherwise."""
+    with the exporter's first line otherwise.
+
+    ``runtime_checks``: conditions on the sizes that PyTorch's symbolic shapes cannot prove while tracing become
+    checks in the program (``prefer_deferred_runtime_asserts_over_guards``) instead of errors. Needed where they
+    hold for every size but are not proven (a stride comparison in grouped-query attention over a key/value cache);
+    the ONNX graph does not carry the checks, so test such a graph on the sizes it will see."""
     module = module.eval()
     shapes = _dynamic_shapes(args, dynamic)
     params = list(inspect.signature(module.forward).parameters.values())
@@ -76,19 +82,20 @@ def export_program(module: nn.Module, args: Sequence[torch.Tensor], dynamic: Seq
         shapes = (*shapes[:n], tuple(shapes[n:]))
     try:  # inference graphs: no grad mode to switch inside (a no_grad block would become a subgraph)
         with torch.no_grad():
-            return torch.export.export(module, tuple(args), dynamic_shapes=shapes)
+            return torch.export.export(module, tuple(args), dynamic_shapes=shapes,
+                                       prefer_deferred_runtime_asserts_over_guards=runtime_checks)
     except Exception as e:  # noqa: BLE001 - any tracing failure: one line naming the module
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise ExportError(f"{type(module).__name__} cannot be exported by torch.export: {first}") from e
 
 
 def to_onnx(module: nn.Module, args: Sequence[torch.Tensor], path: str | Path, *, input_names: Sequence[str],
-            output_names: Sequence[str], dynamic: Sequence[dict[int, Axis]]) -> Path:
+            output_names: Sequence[str], dynamic: Sequence[dict[int, Axis]], runtime_checks: bool = False) -> Path:
     """Write ``module`` called on ``args`` to ``path`` as ONNX (dynamic axes as in :func:`export_program`), with
     its inputs and outputs named, and check it with ``onnx.checker``."""
     onnx, _ = require_onnx()
     path = Path(path)
-    program = export_program(module, args, dynamic)
+    program = export_program(module, args, dynamic, runtime_checks=runtime_checks)
     try:
         onnx_program = torch.onnx.export(program, tuple(args), dynamo=True, opset_version=OPSET,
                                          input_names=list(input_names), output_names=list(output_names),

@@ -33,23 +33,24 @@ def compiles(module, args, others=(), atol=1e-5):
             _close(compiled(*a), module(*a), atol, "torch.compile")
 
 
-def exports(module, args, others, dynamic, atol=1e-5):
+def exports(module, args, others, dynamic, atol=1e-5, **options):
     """The ``torch.export`` program made on ``args`` gives the eager outputs on ``others``."""
-    program = export_program(module, args, dynamic).module()
+    program = export_program(module, args, dynamic, **options).module()
     with torch.no_grad():
         for a in others:
             _close(program(*a), module(*a), atol, "torch.export")
     return program
 
 
-def runs_in_onnx(module, args, others, dynamic, path, atol=1e-4):
+def runs_in_onnx(module, args, others, dynamic, path, atol=1e-4, **options):
     """The ONNX graph made on ``args`` gives in ONNX Runtime the eager outputs on ``others``."""
     import onnxruntime as ort
 
     names = [f"in{i}" for i in range(len(args))]
     with torch.no_grad():
         n_out = len(_flat(module(*args)))
-    to_onnx(module, args, path, input_names=names, output_names=[f"out{i}" for i in range(n_out)], dynamic=dynamic)
+    to_onnx(module, args, path, input_names=names, output_names=[f"out{i}" for i in range(n_out)], dynamic=dynamic,
+            **options)
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     fed = {i.name for i in session.get_inputs()}
     with torch.no_grad():

@@ -75,13 +75,13 @@ def _cases(gen, make, sizes=((2, 5, 7), (3, 4, 9), (2, 6, 3))):
     return example, others
 
 
-def _check(module, example, others, axes, tmp_path, atol=1e-5):
+def _check(module, example, others, axes, tmp_path, atol=1e-5, **options):
     module.eval()
     compiles(module, example, others, atol=atol)
-    exports(module, example, others, axes, atol=atol)
+    exports(module, example, others, axes, atol=atol, **options)
     pytest.importorskip("onnxruntime")
     pytest.importorskip("onnxscript")
-    runs_in_onnx(module, example, others, axes, tmp_path / "model.onnx", atol=max(atol, 1e-4))
+    runs_in_onnx(module, example, others, axes, tmp_path / "model.onnx", atol=max(atol, 1e-4), **options)
 
 
 def test_every_score_compiles_and_exports(gen, tmp_path):
@@ -166,20 +166,20 @@ def test_kv_cache_step_compiles_and_exports(gen, tmp_path):
             step.mha(torch.randn(b, t, 32, generator=gen), is_causal=True, cache=cache)
         return torch.randn(b, 1, 32, generator=gen), cache.key, cache.value
 
-    example, *others = (make(gen, *s) for s in ((2, 5), (3, 8), (2, 2)))
-    # the step against the same layer run on the whole sequence at once
+    example, *others = (make(gen, *s) for s in ((2, 5), (3, 8), (2, 1), (1, 3)))
     axes = ({0: "B"}, {0: "B", 2: "T"}, {0: "B", 2: "T"})
-    _check(step, example, others, axes, tmp_path)
+    # grouped heads over a cache: a stride comparison PyTorch's symbolic shapes cannot prove (true for every T)
+    _check(step, example, others, axes, tmp_path, runtime_checks=True)
 
 
 class Vision(nn.Module):
     """Every vision block of :func:`vision.create` on one feature map (with its attention maps)."""
 
-    def __init__(self, channels=8):
+    def __init__(self, channels=16):
         super().__init__()
         self.blocks = nn.ModuleList(vision.create(name, channels) for name in vision.list_blocks()
                                     if name not in ("ffm",))
-        self.ffm = vision.create("ffm", 2 * channels, channels)
+        self.ffm = vision.create("ffm", 2 * channels, out_channels=channels)
 
     def forward(self, x):
         outs = [block(x, return_attention=True) for block in self.blocks]
@@ -189,5 +189,5 @@ class Vision(nn.Module):
 
 def test_vision_blocks_compile_and_export(gen, tmp_path):
     model = Vision().eval()
-    example, *others = ((torch.randn(b, 8, h, w, generator=gen),) for b, h, w in ((2, 6, 5), (3, 4, 7), (2, 9, 3)))
+    example, *others = ((torch.randn(b, 16, h, w, generator=gen),) for b, h, w in ((2, 6, 5), (3, 4, 7), (2, 9, 3)))
     _check(model, example, others, ({0: "B", 2: "H", 3: "W"},), tmp_path)
