@@ -9,7 +9,7 @@ DEMO ?= runs/demo
 DEMO_MINUTES ?= 4.5
 FASHION := /usr/share/datasets/fashion-mnist
 
-.PHONY: demo test install data bench-data lint bench clean
+.PHONY: demo test install data bench-data lint bench docs clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -58,8 +58,15 @@ bench-data: data
 	@command -v pocketsphinx >/dev/null || { apt-get install -y -q pocketsphinx pocketsphinx-en-us sox >/dev/null 2>&1 || \
 	  echo "note: could not install pocketsphinx; benchmarks/speech.py leaves its column empty"; }
 
+# The documentation site into site/ (offline: open site/index.html, or serve the folder); the concept pages'
+# pictures and the command reference are made from the code while it is built.
+docs: $(STAMP)
+	$(PY) -c "import mkdocs, material, mkdocstrings_handlers.python, jupytext" 2>/dev/null || \
+	  $(PY) -m pip install --quiet -e ".[docs]"
+	$(VENV)/bin/mkdocs build --clean --site-dir site
+
 bench: $(STAMP)
 	$(PY) benchmarks/attention.py --write BENCHMARKS.md
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis site

@@ -1,5 +1,5 @@
 """One benchmark, every application: train each with its defaults for its time budget, 3 seeds, and print the mean
-and spread of its metrics beside the goal (issue 27).
+and spread of its metrics beside the goal set for it.
 
 Every row is the command a user would type (`qkv --threads 1 train NAME ... --max-minutes M --seed S`), then the
 final evaluation the trainer wrote to the run's ``metrics.jsonl`` (sentiment: ``kfold.json`` of its 10 folds). The

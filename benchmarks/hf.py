@@ -17,6 +17,16 @@ runs the two implementations of each pair alternately (so that load from other p
 Time: the fastest of ``--reps`` forward passes (default 9 at T <= 512, 5 above; after one warm-up pass on 16
 tokens for each implementation): on a shared machine other processes only ever add time, and a median of a few
 passes still moved by 2x between runs.
+Generation (``--generate N``): a random Llama-style decoder (``--gen-layers`` layers, default 4; hidden 256, 4
+heads with 2 key/value heads) generates N tokens greedily from a random prompt of T tokens (``--seq``, default 256,
+1024 and 4096) with the KV cache, each way in a fresh process (the peak is that process's first full run; the time
+the fastest of ``--reps``, default 2):
+
+- ``eager``: ``generate(output_attentions=True, return_dict_in_generate=True)``, every step's weights returned;
+- ``qkv, all``: :func:`qkv.integrations.generation.record_generation`, every layer and head recorded;
+- ``qkv, 1 layer``: the same with ``layers=[0]`` (the other layers on the fused path);
+- ``qkv, none``: the backend generating with nothing recorded (the floor).
+
 Peak memory: the growth of the process's resident set (RSS, sampled every millisecond from /proc) above its level
 before the pass, the largest over the reps (the returned weights included: 2.25 GiB at T = 2048; the pair without
 attentions runs first, so that the freed memory of the other cannot hide its peak); on a GPU, the
@@ -99,6 +109,64 @@ def measure(name: str, seq: int, reps: int, device: str) -> dict:
     return out
 
 
+GEN_WAYS = ("eager", "qkv, all", "qkv, 1 layer", "qkv, none")
+
+
+def measure_generation(way: str, seq: int, new: int, layers: int, reps: int) -> dict:
+    """In this process: ``{"s": fastest seconds, "peak": bytes}`` of one way of generating (see the docstring)."""
+    import transformers as tf
+
+    from qkv.integrations.generation import record_generation
+    from qkv.integrations.transformers import register
+
+    register()
+    cfg = tf.LlamaConfig(hidden_size=256, num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
+                         intermediate_size=512, max_position_embeddings=seq + new + 8, vocab_size=8000,
+                         bos_token_id=1, eos_token_id=2, pad_token_id=0)
+    torch.manual_seed(0)
+    model = tf.AutoModelForCausalLM.from_config(cfg, attn_implementation="eager" if way == "eager" else "qkv").eval()
+    ids = torch.randint(5, 8000, (1, seq))
+
+    def run(x):
+        if way == "eager":
+            out = model.generate(input_ids=x, max_new_tokens=new, min_new_tokens=new, do_sample=False,
+                                 output_attentions=True, return_dict_in_generate=True, pad_token_id=0)
+            assert out.attentions is not None
+            return out
+        if way == "qkv, none":
+            return model.generate(input_ids=x, max_new_tokens=new, min_new_tokens=new, do_sample=False,
+                                  pad_token_id=0)
+        rec = record_generation(model, x, max_new_tokens=new, layers=[0] if way == "qkv, 1 layer" else None,
+                                min_new_tokens=new)
+        assert rec.records
+        return rec
+
+    with torch.no_grad():
+        run(ids[:, :16])
+        times, peak = [], 0
+        for _ in range(reps):
+            with RssPeak() as rss:
+                t0 = time.perf_counter()
+                r = run(ids)
+                times.append(time.perf_counter() - t0)
+            peak = peak or rss.bytes  # the first full run: memory freed by glibc stays in the process after it
+            del r
+    return {"s": min(times), "peak": peak}
+
+
+def generation_table(results: dict, seqs: list[int]) -> list[str]:
+    lines = ["| T (prompt) | way | time | speed vs eager | peak memory | peak vs eager |", "|---|---|---|---|---|---|"]
+    for seq in seqs:
+        e = results[(seq, "eager")]
+        for way in GEN_WAYS:
+            r = results.get((seq, way))
+            if r is None:
+                continue
+            lines.append(f"| {seq} | {way} | {r['s']:.2f} s | {e['s'] / r['s']:.2f}x | {gib(r['peak'])} | "
+                         f"{r['peak'] / max(e['peak'], 1):.2f} |")
+    return lines
+
+
 def gib(n: float) -> str:
     return f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.0f} MiB"
 
@@ -125,10 +193,15 @@ def main():
     ap.add_argument("--seq", type=int, action="append", help="lengths (default 512 and 2048)")
     ap.add_argument("--model", choices=MODELS, action="append", help="models (default both)")
     ap.add_argument("--reps", type=int, default=None, help="passes of each (default 9 at T <= 512, else 5)")
+    ap.add_argument("--generate", type=int, default=None, metavar="N",
+                    help="measure generation of N tokens recording the attention (see the docstring)")
+    ap.add_argument("--gen-layers", type=int, default=4, help="layers of the generating model")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
+    if args.generate:
+        return generation_main(args)
     if args.child:
         name, seq = args.child.rsplit("-", 1)
         print(json.dumps(measure(name, int(seq), args.reps or (9 if int(seq) <= 512 else 5), args.device)))
@@ -149,6 +222,29 @@ def main():
     print(f"{machine(torch.device(args.device))}, transformers {transformers.__version__}, batch 1, float32, "
           f"fastest of {reps} passes\n")
     print("\n".join(table(results, seqs)))
+
+
+def generation_main(args) -> None:
+    if args.child:
+        seq, way = args.child.split(":", 1)
+        print(json.dumps(measure_generation(way, int(seq), args.generate, args.gen_layers, args.reps or 2)))
+        return
+    seqs = args.seq or [256, 1024, 4096]
+    results = {}
+    for seq in seqs:
+        for way in GEN_WAYS:
+            cmd = [sys.executable, __file__, "--generate", str(args.generate), "--gen-layers", str(args.gen_layers),
+                   "--child", f"{seq}:{way}"] + (["--threads", str(args.threads)] if args.threads else []) + (
+                ["--reps", str(args.reps)] if args.reps else [])
+            done = subprocess.run(cmd, capture_output=True, text=True, check=True)
+            results[(seq, way)] = json.loads(done.stdout.strip().splitlines()[-1])
+            print(f"T={seq} {way}: {results[(seq, way)]}", file=sys.stderr)
+    import transformers
+
+    print(f"{machine(torch.device('cpu'))}, transformers {transformers.__version__}, Llama-style {args.gen_layers} "
+          f"layers, hidden 256, 4 heads (2 key/value), {args.generate} tokens generated greedily, batch 1, float32, "
+          f"fastest of {args.reps or 2}\n")
+    print("\n".join(generation_table(results, seqs)))
 
 
 if __name__ == "__main__":

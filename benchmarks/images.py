@@ -18,7 +18,7 @@ median over training steps (evaluations excluded), on ``--threads`` threads. Fre
 (:func:`qkv.memory.keep_freed_memory`, as the ``qkv`` command does) unless ``--release-memory``.
 
 Data: Debian's ``dataset-fashion-mnist`` (``/usr/share/datasets/fashion-mnist``) or ``--data-root``.
-Reference: Xiao et al. (2017) list 2-layer CNNs at 91-93% test accuracy; the issue's target is >= 93% for the
+Reference: Xiao et al. (2017) list 2-layer CNNs at 91-93% test accuracy; the target is >= 93% for the
 best variant within 10 minutes of CPU training.
 """
 

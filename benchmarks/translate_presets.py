@@ -1,4 +1,4 @@
-"""The recorded search behind translation's presets (issue 27): which model, vocabulary and learning rate give the
+"""The recorded search behind translation's presets: which model, vocabulary and learning rate give the
 most BLEU on a Tatoeba file in a learner's budget.
 
 Each candidate is the command a user would type, ``qkv --threads 1 train translate --data FILE --model transformer

@@ -5,8 +5,9 @@ themselves) made while a model runs inside :func:`capture_attention` is recorded
 module of ``model`` whose ``forward`` made it (a :class:`~qkv.MultiHeadAttention`, a non-local block, a Hugging Face
 attention module, any module of the user's that calls the function), and so is every channel or spatial map of the
 vision blocks (SE, ECA, CBAM, SK, BiSeNet's ARM and FFM). The model's outputs are exactly those it gives without
-capturing: a call that did not ask for its weights is run unchanged, and the weights are computed beside it
-(without gradient, without dropout). Outside a capture the only cost is one test of a global variable per call.
+capturing, to float rounding: each attention runs once, asking for its weights (a call that did not ask for them
+takes the weights path instead of the fused one; its dropout, if any, is drawn the same way). The recorded weights
+are those before dropout, detached. Outside a capture the only cost is one test of a global variable per call.
 
 How it is wired: the core reports to :mod:`qkv.hooks`, and a capture subscribes a recorder there; forward hooks on
 ``model``'s modules tell the recorder which module is running. The kind of a record comes from the nearest enclosing
@@ -139,13 +140,13 @@ class _Recorder:
     # ------------------------------------------------------------------------------------- hooks.Observer
     def on_call(self, fn: Callable[..., Any], query: Tensor, key: Tensor, value: Tensor,
                 kwargs: dict[str, Any]) -> Any:
-        """Run ``fn(query, key, value, **kwargs)`` (:func:`qkv.attention`) unchanged and record its weights."""
-        result = fn(query, key, value, **kwargs)
+        """Run ``fn(query, key, value, **kwargs)`` (:func:`qkv.attention`) once, asking for its weights, record them
+        and return what the call asked for."""
         if kwargs.get("return_weights"):
+            result = fn(query, key, value, **kwargs)
             weights = result[1]
         else:
-            with torch.no_grad():
-                _, weights = fn(query, key, value, **{**kwargs, "return_weights": True, "dropout": 0.0})
+            result, weights = fn(query, key, value, **{**kwargs, "return_weights": True})
         self._append(weights, query is key, bool(kwargs.get("is_causal")))
         return result
 

@@ -1,31 +1,104 @@
-"""Kernels compiled by ``torch.compile`` (inductor), with one switch and one fallback for all of them.
+"""Kernels compiled by ``torch.compile`` (inductor): when they are compiled, where their cache lives, one switch
+and one fallback for all of them.
 
 qkv compiles two kinds of kernels: FlexAttention for score and mask modifiers (:mod:`qkv.flex`) and the fused
-tile of the additive and MLP scores (:mod:`qkv.scores`). Each is compiled on first use and cached by
-``torch.compile`` (one compilation per signature). When compiling fails (no C++ compiler, an unsupported device or
-dtype) the eager code runs instead, and the reason is logged once; ``QKV_NO_COMPILE=1`` turns compilation off.
-Inside a caller's ``torch.compile`` the plain functions are returned: the caller's compilation covers them.
+tile of the additive and MLP scores (:mod:`qkv.tiling`). A compilation costs seconds (tens of seconds on a small
+CPU the first time on a machine), so qkv compiles only where it pays:
+
+- ``auto`` (the default): a kernel's first calls run the eager code, whose time is added up per *signature*
+  (the kernel, its device and dtype, and the shapes where the kernel is compiled for fixed shapes). Once the eager
+  time spent on one signature would have paid for the compilation (``eager seconds * saving >= expected compile
+  seconds``, the "ski rental" rule: never more than twice the best choice made in hindsight) and at least
+  :data:`MIN_CALLS` calls were made, it is compiled and used from then on. A single call, a test, a short script
+  never compile; a training loop or a server compiles after its first calls. The expected compile time is what
+  this machine took before (recorded beside the cache), else :attr:`Kernel.cold_seconds`.
+- ``1``: compile on first use (what ``torch.compile`` users expect);
+- ``0``: never compile; the eager code runs.
+
+Set it with ``QKV_COMPILE=0|1|auto`` in the environment or :func:`set_compile` in Python (which wins).
+``QKV_NO_COMPILE=1`` is an older spelling of ``QKV_COMPILE=0`` (``QKV_NO_COMPILE=0`` leaves compilation allowed).
+
+Inductor's cache is kept across processes in ``~/.cache/qkv/inductor`` (``$XDG_CACHE_HOME/qkv/inductor``, or
+``$QKV_CACHE_DIR/inductor``) unless ``TORCHINDUCTOR_CACHE_DIR`` names another folder (inductor's own default is
+a temporary folder, emptied at reboot): a second process loads a kernel in a few
+seconds instead of compiling it. :func:`cache_dir` says where it is, :func:`clear_cache` empties it. Each
+compilation is said once through :mod:`logging` (``compiling the additive kernel (once per machine) ...``).
+
+When compiling fails (no C++ compiler, an unsupported device or dtype) the eager code runs instead and the reason
+is logged once. Inside a caller's ``torch.compile`` the plain functions are used: the caller's compilation covers
+them.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
-from collections.abc import Callable
+import shutil
+import threading
+import time
+from collections.abc import Callable, Hashable
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["available", "kernel", "failed", "reason"]
+__all__ = ["Kernel", "available", "mode", "set_compile", "cache_dir", "clear_cache", "failed", "reason",
+           "MIN_CALLS"]
 
-_kernels: dict[Callable, Callable] = {}
+#: calls of one signature that run eager before ``auto`` may compile it
+MIN_CALLS = 3
+_MODES = {"0": "0", "1": "1", "auto": "auto", "false": "0", "true": "1", "off": "0", "on": "1", "no": "0",
+          "yes": "1"}
+
+#: the clock the ``auto`` rule reads (replaced by a fake one in tests)
+clock: Callable[[], float] = time.perf_counter
+
+_override: str | None = None
 _broken: str | None = None
+_lock = threading.Lock()
+
+
+def _parse(value, what: str) -> str:
+    key = str(int(value) if isinstance(value, bool) else value).strip().lower()
+    if key not in _MODES:
+        raise ValueError(f"{what} must be 0, 1 or auto, got {value!r}")
+    return _MODES[key]
+
+
+def set_compile(value: bool | str | None) -> None:
+    """Compile qkv's kernels: ``True``/``"1"`` on first use, ``False``/``"0"`` never, ``"auto"`` once they pay;
+    ``None`` goes back to the environment (``QKV_COMPILE``, default ``auto``)."""
+    global _override
+    _override = None if value is None else _parse(value, "set_compile")
+
+
+def mode() -> str:
+    """``"0"``, ``"1"`` or ``"auto"``: :func:`set_compile`'s, else ``QKV_COMPILE``'s, else ``QKV_NO_COMPILE``'s
+    (``1`` means ``0``; ``0`` or empty means ``auto``), else ``auto``."""
+    if _override is not None:
+        return _override
+    env = os.environ.get("QKV_COMPILE", "").strip()
+    if env:
+        return _parse(env, "QKV_COMPILE")
+    old = os.environ.get("QKV_NO_COMPILE", "").strip()
+    if old:
+        try:
+            no = _parse(old, "QKV_NO_COMPILE")
+        except ValueError:
+            raise ValueError(f"QKV_NO_COMPILE must be 0 or 1, got {old!r} (or use QKV_COMPILE=0|1|auto)") from None
+        if no == "auto":
+            raise ValueError(f"QKV_NO_COMPILE must be 0 or 1, got {old!r} (or use QKV_COMPILE=0|1|auto)")
+        return "0" if no == "1" else "auto"
+    return "auto"
 
 
 def available(device: torch.device | str = "cpu") -> bool:
-    """Whether compiled kernels may be used on ``device`` (not after a failure, not with ``QKV_NO_COMPILE``)."""
-    if _broken is not None or os.environ.get("QKV_NO_COMPILE"):
+    """Whether compiled kernels may be used on ``device`` (not after a failure, not when switched off)."""
+    if _broken is not None or mode() == "0":
         return False
     return torch.device(device).type in ("cpu", "cuda")
 
@@ -35,13 +108,167 @@ def reason() -> str | None:
     return _broken
 
 
-def kernel(fn: Callable, **options) -> Callable:
-    """``torch.compile(fn, **options)``, made once; ``fn`` itself when already inside a compilation."""
-    if torch.compiler.is_compiling():
-        return fn
-    if fn not in _kernels:
-        _kernels[fn] = torch.compile(fn, **options)
-    return _kernels[fn]
+# ----------------------------------------------------------------------------------------------- the cache
+
+
+def _base() -> Path:
+    if os.environ.get("QKV_CACHE_DIR"):
+        return Path(os.environ["QKV_CACHE_DIR"]).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg).expanduser() if xdg else Path.home() / ".cache") / "qkv"
+
+
+def cache_dir() -> Path:
+    """Where inductor keeps the compiled kernels across processes: ``TORCHINDUCTOR_CACHE_DIR`` when set, else
+    ``inductor`` under qkv's cache folder (set as ``TORCHINDUCTOR_CACHE_DIR`` before qkv's first compilation)."""
+    env = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    return Path(env) if env else _base() / "inductor"
+
+
+def _use_cache_dir() -> None:
+    """Point inductor at qkv's cache folder, unless the user chose one (inductor itself writes its default, a
+    temporary folder, into ``TORCHINDUCTOR_CACHE_DIR`` once it has run: that one is replaced)."""
+    env = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    if env:
+        try:
+            from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+        except ImportError:
+            return
+        if os.path.abspath(env) != os.path.abspath(default_cache_dir()):
+            return
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(_base() / "inductor")
+
+
+def clear_cache() -> Path:
+    """Delete the compiled kernels (inductor's cache folder and qkv's record of compile times); returns the
+    folder. The next process compiles again."""
+    path = cache_dir()
+    shutil.rmtree(path, ignore_errors=True)
+    (_base() / "compile-times.json").unlink(missing_ok=True)
+    return path
+
+
+def _record_file() -> Path:
+    return _base() / "compile-times.json"
+
+
+def _read_record() -> dict:
+    try:
+        return json.loads(_record_file().read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _write_record(key: str, seconds: float) -> None:
+    record = _read_record()
+    entry = record.setdefault(key, {})
+    entry["first" if "first" not in entry else "again"] = round(seconds, 2)
+    try:
+        _record_file().parent.mkdir(parents=True, exist_ok=True)
+        _record_file().write_text(json.dumps(record, indent=1, sort_keys=True))
+    except OSError as e:  # a read-only home: the next process estimates again
+        logger.debug("qkv: could not record the compile time in %s: %s", _record_file(), e)
+
+
+# ------------------------------------------------------------------------------------------ one kernel
+
+
+@dataclass
+class _Count:
+    calls: int = 0
+    eager_seconds: float = 0.0
+    compiled: bool = False
+
+
+@dataclass
+class Kernel:
+    """One compiled kernel and the rule that decides when to compile it.
+
+    Args:
+        name: what the log calls it (``"the additive kernel"``).
+        fn: the function ``torch.compile`` compiles.
+        cold_seconds: the expected first compilation on a machine, until this machine has measured its own.
+        saving: the fraction of the eager time the compiled kernel saves (the ``auto`` rule's rate).
+        options: keyword arguments of ``torch.compile``.
+    """
+
+    name: str
+    fn: Callable
+    cold_seconds: float
+    saving: float = 0.5
+    options: dict = field(default_factory=dict)
+    counts: dict = field(default_factory=dict, repr=False)
+    _compiled: Callable | None = field(default=None, repr=False)
+
+    def _key(self, device: torch.device) -> str:
+        return f"{self.name}|{device.type}|torch {torch.__version__}"
+
+    def expected_seconds(self, device: torch.device | str) -> float:
+        """What compiling is expected to cost here: this machine's last time (a cache load after the first), else
+        :attr:`cold_seconds`."""
+        entry = _read_record().get(self._key(torch.device(device)), {})
+        return float(entry.get("again", entry.get("first", self.cold_seconds)))
+
+    def use(self, signature: Hashable, device: torch.device | str) -> bool:
+        """Whether this call should run the compiled kernel (compiling it now if it must); when not, the caller runs
+        the eager code inside :meth:`eager` so that its time counts."""
+        if not available(device):
+            return False
+        if torch.compiler.is_compiling():
+            return True  # the caller's compilation covers the plain function
+        count = self.counts.setdefault(signature, _Count())
+        if count.compiled or mode() == "1":
+            return True
+        if count.calls < MIN_CALLS:
+            return False
+        return count.eager_seconds * self.saving >= self.expected_seconds(device)
+
+    @contextmanager
+    def eager(self, signature: Hashable, device: torch.device | str):
+        """Time the eager code run for ``signature`` (on CUDA, synchronised while the rule is still counting)."""
+        count = self.counts.setdefault(signature, _Count())
+        if count.compiled or torch.compiler.is_compiling() or mode() != "auto":
+            yield
+            return
+        cuda = torch.device(device).type == "cuda"
+        if cuda:
+            torch.cuda.synchronize(device)
+        start = clock()
+        yield
+        if cuda:
+            torch.cuda.synchronize(device)
+        count.calls += 1
+        count.eager_seconds += clock() - start
+
+    def __call__(self, signature: Hashable, *args, **kwargs):
+        """Run the compiled kernel (compiled on the first call, which is timed, logged and recorded); inside a
+        caller's compilation, the plain function."""
+        if torch.compiler.is_compiling():
+            return self.fn(*args, **kwargs)
+        count = self.counts.setdefault(signature, _Count())
+        if count.compiled:
+            return self._compiled(*args, **kwargs)
+        with _lock:
+            device = next((a.device for a in args if isinstance(a, torch.Tensor)), torch.device("cpu"))
+            first = self._key(device) not in _read_record()
+            _use_cache_dir()
+            if first:
+                logger.warning("qkv: compiling %s (once per machine, about %.0f s; cached in %s; QKV_COMPILE=0 "
+                               "turns compilation off)", self.name, self.expected_seconds(device), cache_dir())
+            else:
+                logger.info("qkv: compiling %s (from the cache in %s)", self.name, cache_dir())
+            if self._compiled is None:
+                self._compiled = _compile(self.fn, **self.options)
+            start = clock()
+            out = self._compiled(*args, **kwargs)
+            _write_record(self._key(device), clock() - start)
+            count.compiled = True
+        return out
+
+
+def _compile(fn: Callable, **options) -> Callable:
+    """``torch.compile`` (replaced by a fake one in tests)."""
+    return torch.compile(fn, **options)
 
 
 def failed(error: BaseException, what: str) -> None:

@@ -2,16 +2,17 @@
 
 :func:`qkv.attention` comes here when it is given ``score_mod`` or ``mask_mod``. Two paths compute the same thing:
 
-* **fused**: :func:`torch.nn.attention.flex_attention`, compiled once per signature by ``torch.compile`` (kept in
-  a cache), with block masks cached per mask modifier and shape. It builds no ``(Tq, Tk)`` tensor. Taken for the
-  dot family (``dot``, ``scaled_dot``, ``cosine``) with softmax, no dropout, no weights asked for, a mask that is
-  none or key padding ``(B, 1, 1, Tk)``, at least :data:`FUSED_MIN_SIZE` score entries per head, and gradients only
-  where FlexAttention has a backward (not on the CPU).
+* **fused**: :func:`torch.nn.attention.flex_attention`, compiled per signature by ``torch.compile`` once that
+  pays (:mod:`qkv.compiled`: after the first calls of a signature ran the reference path, or at once with
+  ``QKV_COMPILE=1``), with block masks cached per mask modifier and shape. It builds no ``(Tq, Tk)`` tensor.
+  Taken for the dot family (``dot``, ``scaled_dot``, ``cosine``) with softmax, no dropout, no weights asked for,
+  a mask that is none or key padding ``(B, 1, 1, Tk)``, at least :data:`FUSED_MIN_SIZE` score entries per head,
+  and gradients only where FlexAttention has a backward (not on the CPU).
 * **reference**: the scores ``(..., Tq, Tk)`` built, the modifiers evaluated on broadcast index tensors, masked
   softmax, weighted sum. Every score, every normaliser, dropout, weights and gradients.
 
 When ``torch.compile`` cannot build the kernel (no C++ compiler, an unsupported device) the reference path is used
-and the reason is logged once (:mod:`qkv.compiled`; ``QKV_NO_COMPILE=1`` turns it off). Fully masked rows give zero
+and the reason is logged once (:mod:`qkv.compiled`; ``QKV_COMPILE=0`` turns it off). Fully masked rows give zero
 weights and a zero output on both paths.
 
 A user's modifier is checked once, on the reference path's index tensors (a few positions of each axis), before
@@ -58,10 +59,28 @@ def fused_available(device: torch.device | str = "cpu") -> bool:
     return compiled.available(device)
 
 
-def _flex() -> Callable:
+def _flex_attention(q, k, v, score_mod=None, block_mask=None, scale=None):
     from torch.nn.attention.flex_attention import flex_attention
 
-    return compiled.kernel(flex_attention, dynamic=False)
+    return flex_attention(q, k, v, score_mod=score_mod, block_mask=block_mask, scale=scale)
+
+
+#: FlexAttention compiled for fixed shapes (one compilation per shape and modifier)
+FLEX = compiled.Kernel("the FlexAttention kernel", _flex_attention, cold_seconds=15.0, saving=0.7,
+                       options={"dynamic": False})
+
+
+def _flex() -> compiled.Kernel:
+    return FLEX
+
+
+def _signature(q4: Tensor, v4: Tensor, b: int, h: int, score_mod, mask_mod, padding, is_causal) -> tuple:
+    """What a compilation of FlexAttention is made for: shapes, dtype, device and the modifiers' code."""
+    def code(m):
+        return None if m is None else getattr(m, "__code__", type(m))
+
+    return (b, h, q4.shape[-2], q4.shape[-1], v4.shape[-2], v4.shape[-1], q4.dtype, q4.device.type,
+            code(score_mod), code(mask_mod), padding is not None, is_causal)
 
 
 def _block_mask(mask_mod: MaskMod | None, b: int, h: int, tq: int, tk: int, device: torch.device,
@@ -143,14 +162,26 @@ def attention_with_mods(query: Tensor, key: Tensor, value: Tensor, *, sc, score_
              and query.dtype in ((torch.float32,) if cpu else (torch.float32, torch.bfloat16, torch.float16))
              and not (cpu and needs_grad(query, key, value, score_mod, mask_mod))
              and not any(m in _eager_only for m in _user_mods(score_mod, mask_mod)) and fused_available(query.device))
-    if fused:
+    signature = _signature(q4, v4, b, h, score_mod, mask_mod, padding, is_causal) if fused else None
+    if fused and FLEX.use(signature, query.device):
         _check_mods(score_mod, smod, mask_mod, mmod, b, h, tq, tk, query)
         result = _fused(pair, v4, b, h, tq, tk, smod, mmod, padding, sc, query, key, scale, (score_mod, mask_mod,
-                                                                                            q_offset, is_causal))
+                                                                                            q_offset, is_causal),
+                        signature)
         if result is not None:
             return _from_4d(result, ndim)
+        fused = False
+    if fused:  # not compiled (yet): the reference path, timed for the rule that decides when to compile
+        with FLEX.eager(signature, query.device):
+            return _reference(query, key, value, sc, pair, smod, mmod, score_mod, mask_mod, allowed, bias,
+                              normalizer, dropout, scale, key_prepared, return_weights, tq, tk, ndim, v4)
+    return _reference(query, key, value, sc, pair, smod, mmod, score_mod, mask_mod, allowed, bias, normalizer,
+                      dropout, scale, key_prepared, return_weights, tq, tk, ndim, v4)
 
-    # reference: explicit scores, modifiers on broadcast indices
+
+def _reference(query, key, value, sc, pair, smod, mmod, score_mod, mask_mod, allowed, bias, normalizer, dropout,
+               scale, key_prepared, return_weights, tq, tk, ndim, v4):
+    """Explicit scores, the modifiers on broadcast indices, masked normalisation, weighted sum."""
     scores = scaled_scores(sc, query, key, scale, key_prepared)
     s4 = base = _as_4d(scores)
     bi, hi, qi, ki = _indices(s4.shape[0], s4.shape[1], tq, tk, scores.device)
@@ -272,7 +303,7 @@ def _fused_failed(error: BaseException, score_mod, mask_mod) -> None:
                    type(error).__name__, first)
 
 
-def _fused(pair, v4, b, h, tq, tk, smod, mmod, padding, sc, query, key, scale, mods):
+def _fused(pair, v4, b, h, tq, tk, smod, mmod, padding, sc, query, key, scale, mods, signature):
     """FlexAttention's fused kernel, or None when it failed (said once). ``mods``: ``(score_mod, mask_mod, q_offset,
     is_causal)`` as given, which key the cached block masks."""
     cache_key = mods
@@ -280,7 +311,7 @@ def _fused(pair, v4, b, h, tq, tk, smod, mmod, padding, sc, query, key, scale, m
     # contiguous (B, H, T, D): inductor's CPU template reads the layout of its inputs (a view fails inside a
     # caller's torch.compile)
     q, k, v = (t.expand(b, h, *t.shape[-2:]).contiguous() for t in (q, k, v4))
-    factor = sc.default_scale(query, key) if scale is None else scale
+    factor = sc.factor(query, key, scale)
     if padding is not None:
         pad = padding.contiguous()
 
@@ -293,7 +324,7 @@ def _fused(pair, v4, b, h, tq, tk, smod, mmod, padding, sc, query, key, scale, m
     try:
         block_mask = _block_mask(mmod, b, h, tq, tk, q.device, cache_key)
         with compiled.recompiles():
-            return _flex()(q, k, v, score_mod=smod, block_mask=block_mask, scale=factor)
+            return _flex()(signature, q, k, v, score_mod=smod, block_mask=block_mask, scale=factor)
     except Exception as e:  # noqa: BLE001 - any failure to compile or run: the reference path, said once
         _fused_failed(e, mods[0], mods[1])
         return None

@@ -196,7 +196,7 @@ def attention(
     if fast and use_sdpa and not return_weights and is_causal and mask is None and keys_within:
         pair = sc.dot_form(query, key, key_prepared=key_prepared)
         if pair is not None:
-            factor = sc.default_scale(query, key) if scale is None else scale
+            factor = sc.factor(query, key, scale)
             return sdpa_causal(pair[0], pair[1], value, dropout, factor)
     if is_causal:
         causal = causal_mask(tq, tk, device=query.device)
@@ -207,7 +207,7 @@ def attention(
     if fast:
         pair = sc.dot_form(query, key, key_prepared=key_prepared)
         if pair is not None:
-            factor = sc.default_scale(query, key) if scale is None else scale
+            factor = sc.factor(query, key, scale)
             if not return_weights and use_sdpa:
                 return sdpa(pair[0], pair[1], value, allowed, bias, dropout, factor)
             return dot_weights(pair[0], pair[1], value, allowed, bias, normalizer, dropout, factor, return_weights,
@@ -215,7 +215,7 @@ def attention(
         # (traced, the pairwise scores are one tile: a loop over tiles of symbolic sizes would pin the sizes)
         if (isinstance(sc, PairwiseScore) and not return_weights and not traced
                 and not needs_grad(sc, query, key, value)):
-            return online_softmax(sc, query, key, value, allowed, bias, 1.0 if scale is None else scale,
+            return online_softmax(sc, query, key, value, allowed, bias, sc.factor(query, key, scale),
                                   key_prepared)
     return reference(sc, query, key, value, allowed, bias, normalizer, dropout, scale, key_prepared, return_weights)
 

@@ -84,13 +84,17 @@ def alibi_slopes(num_heads: int) -> Tensor:
 def alibi(num_heads: int, *, symmetric: bool = False) -> ScoreMod:
     """ALiBi: ``score - m_h (q_idx - kv_idx)`` (a key ``d`` positions back costs ``m_h d``); with ``symmetric``,
     ``score - m_h |q_idx - kv_idx|`` for bidirectional attention."""
-    slopes = alibi_slopes(num_heads)
+    alibi_slopes(num_heads)  # checks num_heads
+    low = 2 ** math.floor(math.log2(num_heads))
 
     def alibi_mod(score, b, h, q_idx, kv_idx):
         dist = q_idx - kv_idx
         if symmetric:
             dist = dist.abs()
-        return score - slopes.to(score.device)[h] * dist
+        # alibi_slopes(num_heads)[h], computed from h (no table to move to the device inside a compiled kernel):
+        # 2^(-8 (h + 1) / low) for the first `low` heads, then 2^(-4 (2 (h - low) + 1) / low)
+        exponent = torch.where(h < low, 8.0 * (h + 1), 4.0 * (2 * (h - low) + 1)) / low
+        return score - torch.exp2(-exponent) * dist
 
     alibi_mod.num_heads = num_heads
     return alibi_mod

@@ -33,7 +33,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 __all__ = ["option", "check_options", "option_fields", "field_type", "applies_to", "flag_name", "OptionSpec", "why_not",
-           "default_of", "base_type"]
+           "default_of", "base_type", "is_set"]
 
 _MISSING = dataclasses.MISSING
 
@@ -49,8 +49,10 @@ class OptionSpec:
     low_open: bool = False  # True: the value must be > low (not >=)
     applies: Mapping[str, tuple[Any, ...]] | None = None  # {"model": ("transformer",)}: only for these values
     excludes: Mapping[str, tuple[Any, ...]] | None = None  # {"data": ("dates",)}: not for these values
+    requires: tuple[str, ...] = ()  # ("evaluate",): only when these other options are set (not None/False/empty)
     cli: bool = True  # False: not a command-line flag (set by code, e.g. the fold of a k-fold loop)
     flag: str | None = None  # the flag's name when not the field's name with dashes
+    aliases: tuple[str, ...] = ()  # other names of the flag (older names that still work)
     short: str | None = None  # a one-letter alias, e.g. "-v"
     metavar: str | None = None
     positional: bool = False  # a positional argument instead of a --flag
@@ -62,8 +64,9 @@ class OptionSpec:
 def option(default: Any = _MISSING, *, help: str, default_factory: Callable[[], Any] | Any = _MISSING,
            choices: Sequence[Any] | None = None, low: float | None = None, high: float | None = None,
            low_open: bool = False, applies: Mapping[str, Sequence[Any]] | None = None,
-           excludes: Mapping[str, Sequence[Any]] | None = None, cli: bool = True,
-           flag: str | None = None, short: str | None = None, metavar: str | None = None, positional: bool = False,
+           excludes: Mapping[str, Sequence[Any]] | None = None, requires: Sequence[str] = (), cli: bool = True,
+           flag: str | None = None, aliases: Sequence[str] = (), short: str | None = None,
+           metavar: str | None = None, positional: bool = False,
            nargs: str | int | None = None, parse: Callable[[str], Any] | None = None,
            repeat: bool = False) -> Any:
     """A dataclass field with what its command-line flag and its validation need (see the module docstring).
@@ -76,14 +79,19 @@ def option(default: Any = _MISSING, *, help: str, default_factory: Callable[[], 
         applies: ``{other_field: allowed values}``: the option only means something when ``other_field`` has
             one of these values; set to anything but its default otherwise, it is an error.
         excludes: ``{other_field: values}``: the option means nothing when ``other_field`` has one of these.
-        cli: whether it is a command-line flag.  flag, metavar: its name and placeholder.
+        requires: other fields that must be set (not ``None``, ``False`` or empty) for the option to mean
+            anything, e.g. ``("evaluate",)``; a class without such a field does not check it (a shared option
+            used both alone and inside a mode).
+        cli: whether it is a command-line flag.  flag, metavar: its name and placeholder.  aliases: other names
+            of the flag.
         positional, nargs: a positional argument.  parse: ``str -> value`` for the command line.
         repeat: a flag that may be repeated (values collected into a list and given to ``parse``).
     """
     spec = OptionSpec(help=help, choices=tuple(choices) if choices is not None else None, low=low, high=high,
                       low_open=low_open, applies={k: tuple(v) for k, v in applies.items()} if applies else None,
                       excludes={k: tuple(v) for k, v in excludes.items()} if excludes else None,
-                      cli=cli, flag=flag, short=short, metavar=metavar, positional=positional, nargs=nargs, parse=parse,
+                      requires=tuple(requires), cli=cli, flag=flag, aliases=tuple(aliases), short=short,
+                      metavar=metavar, positional=positional, nargs=nargs, parse=parse,
                       repeat=repeat)
     kw: dict[str, Any] = {"metadata": {"qkv": spec}}
     if default_factory is not _MISSING:
@@ -130,10 +138,19 @@ def default_of(f: dataclasses.Field) -> Any:
     return _MISSING
 
 
+def is_set(value: Any) -> bool:
+    """Whether an option's value says it was set: not ``None``, ``False`` or empty."""
+    return not (value is None or value is False or (isinstance(value, str | tuple | list | dict) and not value))
+
+
 def why_not(spec: OptionSpec, name: str, value_of: Callable[[str], Any],
             show: Callable[[str], str] = str) -> str | None:
-    """Why option ``name`` does not apply given the other options' values (``value_of(other)``), or None if it
-    does; ``show`` writes an option's name (a field name, or a flag on the command line)."""
+    """Why option ``name`` does not apply given the other options' values (``value_of(other)``, ``MISSING``
+    for an option the class does not have), or None if it does; ``show`` writes an option's name (a field name,
+    or a flag on the command line)."""
+    needed = [other for other in spec.requires if value_of(other) is not _MISSING]
+    if needed and not all(is_set(value_of(other)) for other in needed):
+        return f"{show(name)} goes with {' '.join(map(show, needed))} (without it, it would be ignored)"
     for other, allowed in (spec.applies or {}).items():
         if value_of(other) not in allowed:
             return (f"{show(name)} does not apply to {show(other)} {value_of(other)} (only to {show(other)} "
@@ -147,7 +164,7 @@ def why_not(spec: OptionSpec, name: str, value_of: Callable[[str], Any],
 def applies_to(obj, name: str) -> tuple[bool, str]:
     """Whether option ``name`` means something for ``obj``'s other settings, and if not, why (one phrase)."""
     spec = next(s for f, s in option_fields(obj) if f.name == name)
-    why = why_not(spec, name, lambda other: getattr(obj, other))
+    why = why_not(spec, name, lambda other: getattr(obj, other, _MISSING))
     return why is None, why or ""
 
 
@@ -198,7 +215,7 @@ def check_options(obj) -> None:
     for f, spec in fields:
         check_value(obj, f, spec)
     for f, spec in fields:
-        if (spec.applies or spec.excludes) and getattr(obj, f.name) != default_of(f):
+        if (spec.applies or spec.excludes or spec.requires) and getattr(obj, f.name) != default_of(f):
             ok, why = applies_to(obj, f.name)
             if not ok:
                 raise ValueError(why)

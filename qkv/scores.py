@@ -9,8 +9,9 @@ Two families, which decide the fast path the core can take:
   hands them to :func:`torch.nn.functional.scaled_dot_product_attention`.
 - **Pairwise family** (``Additive``, ``MLP``): a small network applied to every ``(q, k)`` pair. The
   textbook formula materialises a ``(..., Tq, Tk, hidden)`` tensor; here it is computed in tiles whose
-  size is bounded by ``max_elements``, checkpointed in training and fused by the compiler where it can
-  (:mod:`qkv.tiling`: this module defines the scores, that one how they are computed under a memory bound).
+  size is bounded by ``max_elements``, checkpointed in training and fused by the compiler where it pays
+  (:mod:`qkv.tiling`: this module defines the scores and calls that one, which computes tiles of plain tensors
+  under a memory bound and knows nothing of the scores).
 
 Parameter-free scores have names (``dot``, ``scaled_dot``, ``cosine``); parametric ones are modules
 built with their sizes, e.g. ``Additive(query_dim, key_dim, hidden_dim)``. Any callable
@@ -78,6 +79,11 @@ class Score(nn.Module):
     def default_scale(self, query: Tensor, key: Tensor) -> float:
         """Factor applied to the raw scores when the caller gives no ``scale``."""
         return 1.0
+
+    def factor(self, query: Tensor, key: Tensor, scale: float | None = None) -> float:
+        """The factor on the raw scores: ``scale`` when given, else :meth:`default_scale` (the one place every
+        path of :func:`qkv.attention` takes it from)."""
+        return self.default_scale(query, key) if scale is None else float(scale)
 
     def forward(self, query: Tensor, key: Tensor, *, key_prepared: bool = False) -> Tensor:
         q, k = self.dot_form(query, key, key_prepared=key_prepared)
@@ -207,8 +213,9 @@ class PairwiseScore(Score):
         return self.pair(h)
 
     def tile_sizes(self, query: Tensor, key: Tensor) -> tuple[int, int]:
-        """``(cq, ck)``: query and key rows per tile under ``max_elements`` (:func:`qkv.tiling.tile_sizes`)."""
-        return tiling.tile_sizes(self, query, key)
+        """``(cq, ck)``: query and key rows per eager tile under ``max_elements`` (:func:`qkv.tiling.tile_sizes`)."""
+        lead = math.prod(torch.broadcast_shapes(query.shape[:-2], key.shape[:-2]))
+        return tiling.tile_sizes(query.shape[-2], key.shape[-2], lead, self.hidden_dim, self.max_elements)
 
     def fused_form(self) -> tuple[Tensor, Tensor | None, str] | None:
         """``(w, b, act)`` when ``pair(h) = sum_h w_h act(h) + b`` (one elementwise layer, then a dot product):
@@ -219,10 +226,13 @@ class PairwiseScore(Score):
               ) -> Iterator[tuple[slice, slice, Tensor]]:
         """Yield ``(query_rows, key_rows, scores)`` tile by tile, never holding more than one tile
         (:func:`qkv.tiling.tiles`)."""
-        return tiling.tiles(self, query, key, key_prepared=key_prepared)
+        qp, kp = self.query_proj(query), key if key_prepared else self.key_proj(key)
+        return tiling.tiles(qp, kp, self.pair, self.fused_form(), self.max_elements, f"{type(self).__name__} score")
 
     def forward(self, query, key, *, key_prepared=False):
-        return tiling.tiled_scores(self, query, key, key_prepared=key_prepared)
+        qp, kp = self.query_proj(query), key if key_prepared else self.key_proj(key)
+        return tiling.tiled_scores(qp, kp, self.pair, self.fused_form(), self.max_elements,
+                                   f"{type(self).__name__} score")
 
 
 class Additive(PairwiseScore):
@@ -307,11 +317,20 @@ SCORES: dict[str, Callable[[], Score]] = {"dot": Dot, "scaled_dot": ScaledDot, "
 _PARAMETRIC = {"general": General, "additive": Additive, "mlp": MLP}
 
 
+#: one shared instance of each score that holds nothing (building a module costs more than a small attention call)
+_SHARED: dict[str, Score] = {}
+
+
 def get_score(score: str | Score | Callable[[Tensor, Tensor], Tensor]) -> Score:
-    """Resolve a parameter-free score name, a :class:`Score` module or a callable into a :class:`Score`."""
+    """Resolve a parameter-free score name, a :class:`Score` module or a callable into a :class:`Score` (``dot``
+    and ``scaled_dot``, which hold nothing, are one shared instance each; :func:`create_score` builds new ones)."""
     if isinstance(score, Score):
         return score
     if isinstance(score, str):
+        if score in ("dot", "scaled_dot"):
+            if score not in _SHARED:
+                _SHARED[score] = SCORES[score]()
+            return _SHARED[score]
         if score in SCORES:
             return SCORES[score]()
         if score in _PARAMETRIC:

@@ -1,20 +1,24 @@
-"""How the pairwise scores (:class:`qkv.scores.PairwiseScore`: additive, MLP) are computed under a memory bound.
+"""Pairwise scores (additive, MLP) under a memory bound: the tiles of ``pair(qp_i + kp_j)``.
 
-The textbook formula of a pairwise score materialises the ``(..., Tq, Tk, hidden)`` pre-activations. Here they are
-computed in tiles of at most ``max_elements`` elements; when gradients are needed each tile is recomputed in the
-backward pass instead of stored (activation checkpointing), so memory stays bounded in training too. Where
-``torch.compile`` works, a large tile of a score whose rest is one elementwise layer and a dot product
-(``sum_h w_h act(qp_h + kp_h) + b``: ``Additive``, a one-layer ``MLP``) is one fused kernel that never holds the
-``(cq, ck, hidden)`` tile, forward or backward (:data:`FUSED_MIN_ELEMENTS`; :mod:`qkv.compiled`).
+A pairwise score is ``pair(W_q q_i + W_k k_j + b)``: a small network ``pair`` on the hidden pre-activations of every
+``(query, key)`` pair. The textbook formula materialises the ``(..., Tq, Tk, hidden)`` pre-activations. Here they
+are computed in tiles of at most ``max_elements`` elements; when gradients are needed each tile is recomputed in the
+backward pass instead of stored (activation checkpointing), so memory stays bounded in training too.
 
-The functions take the score module (its ``query_proj``, ``key_proj``, ``hidden_dim``, ``max_elements``,
-``pair`` and ``fused_form``); :class:`~qkv.scores.PairwiseScore`'s methods of the same names call them.
+Where the rest of the network is one elementwise layer and a dot product (``sum_h w_h act(qp_h + kp_h) + b``: the
+*fused form* of ``Additive`` and of a one-layer ``MLP``) and compiling pays (:mod:`qkv.compiled`), a tile is one
+fused kernel that never holds the ``(cq, ck, hidden)`` tile, forward or backward; its tiles are then bounded by
+``max_elements`` scores (not pre-activations), so there are few of them. ``tanh`` and ``sigmoid`` are computed
+there through ``exp(2 qp) * exp(2 kp) = exp(2 (qp + kp))``: one multiply and one division per pair and hidden unit
+instead of a transcendental function (:func:`_factored`).
+
+This module knows tensors and functions only; :class:`qkv.scores.PairwiseScore` projects its inputs and calls it.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import torch
 import torch.nn.functional as F
@@ -23,17 +27,40 @@ from torch.utils.checkpoint import checkpoint
 
 from . import compiled
 
-__all__ = ["DEFAULT_MAX_ELEMENTS", "FUSED_MIN_ELEMENTS", "ACTIVATIONS", "tile_sizes", "tiles", "tiled_scores"]
+__all__ = ["DEFAULT_MAX_ELEMENTS", "FUSED_MIN_ELEMENTS", "ACTIVATIONS", "tile_sizes", "tiles", "tiled_scores",
+           "FUSED"]
 
 #: default tile bound of the pairwise scores: 2**24 elements of the ``(..., Tq, Tk, hidden)`` tensor per tile
 #: (64 MiB in float32)
 DEFAULT_MAX_ELEMENTS = 1 << 24
-#: pairwise tiles of at least this many ``(query, key, hidden)`` elements use the compiled fused kernel (smaller
-#: ones are cheaper eager than the first compilation)
+#: pairwise tiles of at least this many ``(query, key, hidden)`` elements may use the compiled fused kernel (smaller
+#: ones are cheaper eager than any compilation)
 FUSED_MIN_ELEMENTS = 1 << 20
 
 #: elementwise activations the fused kernel knows, by module class name
 ACTIVATIONS = {"Tanh": torch.tanh, "ReLU": torch.relu, "GELU": F.gelu, "SiLU": F.silu, "Sigmoid": torch.sigmoid}
+
+#: the form of a fused pairwise score: ``(w (hidden,), b (scalar) or None, activation name)``
+FusedForm = tuple[Tensor, Tensor | None, str]
+
+#: the factored kernel is used while every pre-activation lies within +-20 (exp(2 * 20) squared stays finite in
+#: float32); beyond, the plain one
+FACTOR_LIMIT = 20.0
+
+
+def _factored(act: str, qp: Tensor, kp: Tensor) -> tuple[Tensor, Tensor] | None:
+    """``(eq, ek)`` with ``act(qp_i + kp_j)`` a cheap function of ``eq_i * ek_j``, or None where that does not hold
+    exactly: ``tanh(x) = 1 - 2 / (1 + exp(2x))`` and ``sigmoid(x) = 1 / (1 + exp(-x))``, with ``exp(2 (a + b)) =
+    exp(2a) exp(2b)``. Only on the CPU in float32/float64 (a GPU computes ``tanh`` as fast), and only while every
+    ``|qp|``, ``|kp|`` is within :data:`FACTOR_LIMIT` (so that no product overflows)."""
+    if (act not in ("Tanh", "Sigmoid") or qp.device.type != "cpu" or qp.dtype not in (torch.float32, torch.float64)
+            or torch.compiler.is_compiling()):
+        return None
+    with torch.no_grad():
+        if max(qp.abs().amax().item() if qp.numel() else 0.0, kp.abs().amax().item() if kp.numel() else 0.0) > \
+                FACTOR_LIMIT:
+            return None
+    return (torch.exp(2 * qp), torch.exp(2 * kp)) if act == "Tanh" else (torch.exp(-qp), torch.exp(-kp))
 
 
 def _pair_kernel(qp: Tensor, kp: Tensor, w: Tensor, b: Tensor | None, act: str) -> Tensor:
@@ -43,74 +70,110 @@ def _pair_kernel(qp: Tensor, kp: Tensor, w: Tensor, b: Tensor | None, act: str) 
     return s if b is None else s + b
 
 
-def tile_sizes(score, query: Tensor, key: Tensor) -> tuple[int, int]:
-    """``(cq, ck)``: query and key rows per tile under ``score.max_elements`` (at least 1 each, even for empty
-    axes)."""
-    tq, tk = query.shape[-2], key.shape[-2]
-    lead = math.prod(torch.broadcast_shapes(query.shape[:-2], key.shape[:-2]))
-    per_pair = max(1, lead * score.hidden_dim)
-    ck = max(1, min(tk, score.max_elements // (per_pair * max(tq, 1))))
-    cq = max(1, min(tq, score.max_elements // (per_pair * ck)))
+def _exp_kernel(eq: Tensor, ek: Tensor, w: Tensor, b: Tensor | None, act: str) -> Tensor:
+    """:func:`_pair_kernel` from the factors of :func:`_factored`: ``sum_h w_h / (1 + eq_ih ek_jh)`` and a constant."""
+    r = (w / (1 + eq[..., :, None, :] * ek[..., None, :, :])).sum(-1)
+    s = w.sum() - 2 * r if act == "Tanh" else r
+    return s if b is None else s + b
+
+
+PAIR = compiled.Kernel("the pairwise (MLP) kernel", _pair_kernel, cold_seconds=30.0, saving=0.5,
+                       options={"dynamic": True})
+EXP = compiled.Kernel("the additive kernel", _exp_kernel, cold_seconds=30.0, saving=0.6, options={"dynamic": True})
+#: the compiled kernels of the fused form, by whether the activation factors through exp
+FUSED = {False: PAIR, True: EXP}
+
+
+def tile_sizes(tq: int, tk: int, lead: int, hidden: int, max_elements: int) -> tuple[int, int]:
+    """``(cq, ck)``: query and key rows per tile so that ``lead * cq * ck * hidden <= max_elements`` (at least 1
+    each, even for empty axes)."""
+    per_pair = max(1, lead * hidden)
+    ck = max(1, min(tk, max_elements // (per_pair * max(tq, 1))))
+    cq = max(1, min(tq, max_elements // (per_pair * ck)))
     return cq, ck
 
 
-def _tile(score, qp: Tensor, kp: Tensor) -> Tensor:
-    return score.pair(qp[..., :, None, :] + kp[..., None, :, :])
+def _signature(form: FusedForm, qp: Tensor) -> tuple:
+    return (form[2], form[1] is None, qp.device.type, qp.dtype, torch.is_grad_enabled() and qp.requires_grad)
 
 
-def _fused_form(score, qp: Tensor, elements: int):
-    """The score's fused form, when a tile this large should use the compiled kernel."""
-    if elements < FUSED_MIN_ELEMENTS or not compiled.available(qp.device) or qp.dtype == torch.float16:
+def _fusable(form: FusedForm | None, qp: Tensor, elements: int) -> bool:
+    """Whether the fused kernel may run: on the CPU (on a GPU, inductor's reduction over the hidden units ran 4x
+    slower than the eager tiles, which are memory-bound there: see BENCHMARKS.md), or inside a caller's
+    compilation, for tiles large enough."""
+    device_ok = qp.device.type == "cpu" or torch.compiler.is_compiling()
+    return (form is not None and device_ok and elements >= FUSED_MIN_ELEMENTS and qp.dtype != torch.float16
+            and compiled.available(qp.device))
+
+
+def tiles(qp: Tensor, kp: Tensor, pair: Callable[[Tensor], Tensor], form: FusedForm | None, max_elements: int,
+          name: str = "pairwise score") -> Iterator[tuple[slice, slice, Tensor]]:
+    """Yield ``(query_rows, key_rows, scores)`` of ``pair(qp_i + kp_j)`` tile by tile, never holding more than one
+    tile: ``qp (..., Tq, H)``, ``kp (..., Tk, H)`` (the projected queries and keys); ``pair`` maps a fresh tile
+    ``(..., cq, ck, H)`` (which it may overwrite) to ``(..., cq, ck)``; ``form`` its fused form or None."""
+    tq, tk, hidden = qp.shape[-2], kp.shape[-2], qp.shape[-1]
+    lead = math.prod(torch.broadcast_shapes(qp.shape[:-2], kp.shape[:-2]))
+    cq, ck = tile_sizes(tq, tk, lead, hidden, max_elements)
+    fused = _fusable(form, qp, lead * min(cq, tq) * min(ck, tk) * hidden)
+    kernel = signature = None
+    if fused:
+        factors = _factored(form[2], qp, kp)
+        kernel, signature = FUSED[factors is not None], _signature(form, qp)
+        fused = kernel.use(signature, qp.device)
+    if fused:  # the kernel holds (cq, ck) scores only: tiles of max_elements scores
+        cq, ck = tile_sizes(tq, tk, lead, 1, max_elements)
+        a, b = factors if factors is not None else (qp, kp)
+        try:
+            with compiled.recompiles():
+                for i in range(0, tq, cq):
+                    qi = slice(i, min(i + cq, tq))
+                    for j in range(0, tk, ck):
+                        kj = slice(j, min(j + ck, tk))
+                        yield qi, kj, kernel(signature, a[..., qi, :], b[..., kj, :], form[0], form[1], form[2])
+            return
+        except Exception as e:  # noqa: BLE001 - no compiler, unsupported dtype...: the eager tiles
+            if qi.start != 0 or kj.start != 0:
+                raise  # a failure after tiles were given out is not a compiler's
+            compiled.failed(e, f"the {name}")
+    remat = torch.is_grad_enabled() and (cq < tq or ck < tk)
+    ctx = kernel.eager(signature, qp.device) if kernel is not None else _nothing()
+    with ctx:
+        for i in range(0, tq, cq):
+            qi = slice(i, min(i + cq, tq))
+            for j in range(0, tk, ck):
+                kj = slice(j, min(j + ck, tk))
+                if remat:
+                    s = checkpoint(_tile, pair, qp[..., qi, :], kp[..., kj, :], use_reentrant=False)
+                else:
+                    s = _tile(pair, qp[..., qi, :], kp[..., kj, :])
+                yield qi, kj, s
+
+
+class _nothing:
+    def __enter__(self):
         return None
-    return score.fused_form()
+
+    def __exit__(self, *exc):
+        return False
 
 
-def _fused_tile(score, form, qp: Tensor, kp: Tensor) -> Tensor | None:
-    """One tile by the compiled kernel (its backward recomputes the activation: no checkpoint needed), or None when
-    compiling failed (then the eager tiles run, and it is logged once)."""
-    w, b, act = form
-    try:
-        with compiled.recompiles():
-            return compiled.kernel(_pair_kernel, dynamic=True)(qp, kp, w, b, act)
-    except Exception as e:  # noqa: BLE001 - no compiler, unsupported dtype...: the eager tiles
-        compiled.failed(e, f"the {type(score).__name__} score")
-        return None
+def _tile(pair: Callable[[Tensor], Tensor], qp: Tensor, kp: Tensor) -> Tensor:
+    return pair(qp[..., :, None, :] + kp[..., None, :, :])
 
 
-def tiles(score, query: Tensor, key: Tensor, *, key_prepared: bool = False) -> Iterator[tuple[slice, slice, Tensor]]:
-    """Yield ``(query_rows, key_rows, scores)`` tile by tile, never holding more than one tile."""
-    qp, kp = score.query_proj(query), key if key_prepared else score.key_proj(key)
-    cq, ck = tile_sizes(score, query, key)
-    tq, tk = qp.shape[-2], kp.shape[-2]
-    lead = math.prod(torch.broadcast_shapes(query.shape[:-2], key.shape[:-2]))
-    fused = _fused_form(score, qp, lead * min(cq, tq) * min(ck, tk) * score.hidden_dim)
-    remat = torch.is_grad_enabled() and (cq < tq or ck < tk) and fused is None
-    for i in range(0, tq, cq):
-        qi = slice(i, min(i + cq, tq))
-        for j in range(0, tk, ck):
-            kj = slice(j, min(j + ck, tk))
-            s = None
-            if fused is not None:
-                s = _fused_tile(score, fused, qp[..., qi, :], kp[..., kj, :])
-                fused = fused if s is not None else None
-            if s is None and remat:
-                s = checkpoint(_tile, score, qp[..., qi, :], kp[..., kj, :], use_reentrant=False)
-            elif s is None:
-                s = _tile(score, qp[..., qi, :], kp[..., kj, :])
-            yield qi, kj, s
-
-
-def tiled_scores(score, query: Tensor, key: Tensor, *, key_prepared: bool = False) -> Tensor:
+def tiled_scores(qp: Tensor, kp: Tensor, pair: Callable[[Tensor], Tensor], form: FusedForm | None,
+                 max_elements: int, name: str = "pairwise score") -> Tensor:
     """The raw scores ``(..., Tq, Tk)``: one eager tile when it fits and is too small to fuse, else tile by tile."""
     if torch.compiler.is_compiling():  # traced by torch.compile or torch.export: one tile (its sizes are symbolic)
-        return _tile(score, score.query_proj(query), key if key_prepared else score.key_proj(key))
-    tq, tk = query.shape[-2], key.shape[-2]
-    cq, ck = tile_sizes(score, query, key)
+        return _tile(pair, qp, kp)
+    tq, tk, hidden = qp.shape[-2], kp.shape[-2], qp.shape[-1]
+    lead = math.prod(torch.broadcast_shapes(qp.shape[:-2], kp.shape[:-2]))
+    cq, ck = tile_sizes(tq, tk, lead, hidden, max_elements)
     one = (cq >= tq and ck >= tk) or tq == 0 or tk == 0  # one tile (an empty one holds no elements)
-    if one and (tq * tk * score.hidden_dim < FUSED_MIN_ELEMENTS or score.fused_form() is None):
-        return _tile(score, score.query_proj(query), key if key_prepared else score.key_proj(key))
+    if one and (lead * tq * tk * hidden < FUSED_MIN_ELEMENTS or form is None):
+        return _tile(pair, qp, kp)
     rows, row = [], []
-    for _, kj, s in tiles(score, query, key, key_prepared=key_prepared):
+    for _, kj, s in tiles(qp, kp, pair, form, max_elements, name):
         row.append(s)
         if kj.stop == tk:
             rows.append(torch.cat(row, dim=-1))

@@ -75,6 +75,8 @@ TINY_RUNS: dict[str, list[str]] = {
                "2", "--hidden-dim", "8", "--num-layers", "3", "--embed-dim", "8", "--decoder-dim", "16", "--attn-dim",
                "8", "--n-mels", "16", "--ctc-weight", "0.3", "--max-steps", "2", "--batch-size", "8", "--eval-max",
                "3", "--max-decode-len", "12", "--no-progress", "--cache", "{root}/speech-cache"],
+    "lm": ["train", "lm", "--data", "{reviews}", "--column", "2", "--context", "64", "--dim", "16", "--num-heads", "2",
+           "--num-layers", "2", "--max-steps", "2", "--batch-size", "8", "--eval-tokens", "200", "--no-progress"],
 }
 
 

@@ -1,9 +1,12 @@
 """The ``qkv`` command line: thin subcommands whose flags are generated from options dataclasses.
 
-One module per command group (:mod:`.explain`, :mod:`.translate`, :mod:`.sentiment`, :mod:`.images`,
-:mod:`.caption`, :mod:`.qa`, :mod:`.view`), each with
-``register(commands, train_commands)``. Every failure a user can cause ends in one line on stderr,
-``qkv: error: ...``, with exit code 2 (130 after Ctrl-C); ``-v`` adds the traceback.
+One module per command, named after it (:mod:`.explain`, :mod:`.train` for ``qkv train NAME`` of every
+application, :mod:`.predict`, :mod:`.evaluate`, :mod:`.view`, :mod:`.faithfulness`, and the friendly verbs
+:mod:`.translate`, :mod:`.classify`, :mod:`.show_attention`, :mod:`.caption`, :mod:`.answer`, :mod:`.segment`,
+:mod:`.summarize`, :mod:`.transcribe`), each with ``register(commands, train_commands)``. The flags every command
+shares are defined once (:mod:`.shared`); every predicting command goes :mod:`.predict`'s way and every evaluation
+:func:`.evaluate.evaluation`'s. Every failure a user can cause ends in one line on stderr, ``qkv: error: ...``, with
+exit code 2 (130 after Ctrl-C); ``-v`` adds the traceback. An error never advises a flag the command does not have.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import gzip
 import json
 import logging
 import os
+import re
 import sys
 import traceback
 import zlib
@@ -24,8 +28,9 @@ from .options import ArgumentParser, add_options, options_from_args
 
 __all__ = ["main", "build_parser", "COMMAND_MODULES", "GlobalOptions"]
 
-COMMAND_MODULES = ("explain", "apps", "translate", "sentiment", "images", "caption", "qa", "segment", "summarize",
-                   "speech", "view", "export")
+COMMAND_MODULES = ("explain", "train", "predict", "evaluate", "view", "translate", "classify", "show_attention",
+                   "caption", "answer", "segment", "summarize", "transcribe", "generate", "faithfulness",
+                   "export")
 
 
 @dataclass
@@ -65,11 +70,38 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     return tuple(errors)
 
 
-def _one_line(e: BaseException) -> str:
+def _one_line(e: BaseException, flags: frozenset[str] | None = None) -> str:
     text = str(e).strip() or type(e).__name__
     if isinstance(e, OSError) and e.filename and str(e.filename) not in text:
         text = f"{text} ({e.filename})"
-    return " ".join(text.split())
+    return own_flags(" ".join(text.split()), flags)
+
+
+_FLAG = re.compile(r"(?<![\w-])--[a-z][a-z0-9-]*")
+
+
+def own_flags(text: str, flags: frozenset[str] | None) -> str:
+    """``text`` with every ``--flag`` that the command does not have (``flags``: its option strings) written as the
+    option's name (``--source-column`` -> ``source_column``): a library's advice never names a flag the user
+    cannot give to this command."""
+    if flags is None:
+        return text
+    return _FLAG.sub(lambda m: m.group(0) if m.group(0) in flags else m.group(0)[2:].replace("-", "_"), text)
+
+
+def command_flags(parser, args) -> frozenset[str]:
+    """The option strings of the command ``args`` ran (its parser's and the global ones)."""
+    import argparse
+
+    flags = {s for a in parser._actions for s in a.option_strings}
+    sub = parser
+    for dest in ("command", "task"):
+        action = next((a for a in sub._actions if isinstance(a, argparse._SubParsersAction)), None)
+        if action is None or getattr(args, dest, None) not in action.choices:
+            break
+        sub = action.choices[getattr(args, dest)]
+        flags |= {s for a in sub._actions for s in a.option_strings}
+    return frozenset(flags)
 
 
 def _interrupted(args, e: BaseException | None = None) -> str:
@@ -109,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     except _user_errors() as e:
         if options.verbose:
             traceback.print_exc()
-        print(f"qkv: error: {_one_line(e)}", file=sys.stderr)
+        print(f"qkv: error: {_one_line(e, command_flags(parser, args))}", file=sys.stderr)
         return 2
 
 

@@ -1,23 +1,23 @@
-"""``qkv caption``: caption images with a trained run, draw where each word looked, or evaluate it."""
+"""``qkv caption``: caption images with a trained run (:mod:`.predict`'s way), draw where each word looked, or
+evaluate it (``--evaluate``: :func:`qkv.cli.evaluate.evaluation`, as ``qkv evaluate``)."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 from ..options import option
-from ..tasks import caption as task
-from ..viz.files import write_atomic
-from .common import add_command, safe, unique_names
+from .common import add_command, input_files, safe, unique_names, write_json
+from .evaluate import evaluation
 from .options import options_from_args
+from .predict import finish, load, read_inputs
+from .shared import DeviceOption, FileOption, JsonOption, LimitOption, PlotOption, RunArgument, plot_folder
 
 
 @dataclass
-class CaptionCommand:
-    run: str = option(positional=True, help="run directory or checkpoint directory of `qkv train caption`")
+class CaptionCommand(JsonOption, LimitOption, PlotOption, DeviceOption, FileOption, RunArgument):
     images: list[str] = option(default_factory=list, positional=True, nargs="*", metavar="IMAGE",
                                help="image files (PNG, JPEG...); give them before the options")
     index: list[int] | None = option(None, repeat=True, parse=lambda xs: [int(x) for x in xs], metavar="N",
@@ -28,20 +28,24 @@ class CaptionCommand:
     hard_test: str | None = option(None, choices=("expectation", "argmax"),
                                    help="hard attention: the expected context or the most likely location "
                                         "(default: as trained)")
-    plot: str | None = option(None, metavar="DIR", help="write a picture per image: the image and, for every "
-                              "word, its attention map upsampled and overlaid")
     evaluate: bool = option(False, help="caption the whole split and print BLEU-1..4, exact match and grounding")
-    data: str | None = option(None, help="--evaluate on another captions file (default: the run's data)")
-    on_error: str = option("raise", choices=("raise", "skip"), help="with --evaluate --data: captions naming missing "
-                           "or unreadable images: stop, or skip and count them")
-    max_images: int | None = option(None, low=1, help="--evaluate at most this many images")
-    json: str | None = option(None, help="write the --evaluate figures as JSON")
-    device: str = option("auto", help="auto (CUDA if available), cpu, cuda or cuda:N")
+    data: str | None = option(None, requires=("evaluate",),
+                              help="--evaluate on another captions file (default: the run's data)")
+    on_error: str = option("raise", choices=("raise", "skip"), requires=("evaluate", "data"),
+                           help="with --evaluate --data: captions naming missing or unreadable images: stop, or skip "
+                                "and count them")
+
+    FLAG_HELP = {"plot": "a folder: a picture per image, the image and, for every word, its attention map "
+                         "upsampled and overlaid",
+                 "limit": "--evaluate at most this many images",
+                 "json": "write the captions as JSON rows, or with --evaluate the figures (NaN written null)",
+                 "file": "a file of image file names, one per line"}
+    FLAG_ALIASES = {"limit": ("--max-images",)}
 
 
-def _evaluate(captioner: task.Captioner, o: CaptionCommand) -> None:
-    m = captioner.evaluate(o.data, split=o.split, limit=o.max_images, beam=o.beam, max_len=o.max_len,
-                           hard_test=o.hard_test, on_error=o.on_error)
+def _evaluate(captioner, o: CaptionCommand) -> None:
+    m = evaluation(captioner, o.data, split=o.split, limit=o.limit, beam=o.beam, max_len=o.max_len,
+                   hard_test=o.hard_test, on_error=o.on_error)
     print(f"split {o.split}, beam {o.beam}, {int(m['images'])} images")
     print("| BLEU-1 | BLEU-2 | BLEU-3 | BLEU-4 | exact match |" + (" grounding | > 0.5 |" if "grounding" in m else ""))
     print("|---|---|---|---|---|" + ("---|---|" if "grounding" in m else ""))
@@ -55,30 +59,29 @@ def _evaluate(captioner: task.Captioner, o: CaptionCommand) -> None:
         print(f"held-out item/position combinations: {m['exact_match_unseen']:.4f}; "
               f"layout (positions and relations, items masked): {m['layout_match']:.4f}")
     if o.json:
-        print(f"wrote {write_atomic(o.json, json.dumps(m, indent=2) + chr(10), option='--json')}")
+        write_json(o.json, m)
 
 
 def caption(args) -> int:
     from ..viz.captions import caption_attention
 
     o = options_from_args(args, CaptionCommand)
-    if o.plot and Path(o.plot).exists() and not Path(o.plot).is_dir():
-        raise ValueError(f"--plot {o.plot} is a file: give a folder for the pictures (one PNG per image)")
-    if not (o.images or o.index or o.evaluate):
+    if o.evaluate and (o.images or o.file or o.index or o.plot):
+        raise ValueError("--evaluate captions the whole split: leave out the image files, --file, --index and --plot")
+    if o.split != "test" and not (o.index or o.evaluate):
+        raise ValueError("--split goes with --index or --evaluate (without them, it would be ignored)")
+    if not (o.images or o.file or o.index or o.evaluate):
         raise ValueError("give image files, --index N (an image of the test split) or --evaluate")
-    if o.data and not o.evaluate:
-        raise ValueError("--data goes with --evaluate")
-    if o.on_error != "raise" and not o.data:
-        raise ValueError("--on-error goes with --evaluate --data FILE")
-    captioner = task.Captioner.load(o.run, o.device)
+    files = input_files(read_inputs(o.images, o.file, "image files"), "image file") if o.images or o.file else []
+    plots = plot_folder(o.plot) if o.plot else None
+    captioner = load(o.run, o.device, "caption")
     if o.hard_test and not hasattr(captioner.model, "test_attention"):
         raise ValueError("--hard-test applies to hard attention runs only")
     if o.evaluate:
         _evaluate(captioner, o)
-    if not (o.images or o.index):
         return 0
-    pictures = [captioner.read(path) for path in o.images]
-    names = [Path(path).stem for path in o.images]
+    pictures = [captioner.read(path) for path in files]
+    names = [Path(path).stem for path in files]
     refs: list[list[str] | None] = [None] * len(pictures)
     boxes: list[list | None] = [None] * len(pictures)
     if o.index:
@@ -93,11 +96,11 @@ def caption(args) -> int:
         print(f"{safe(name)}\t{safe(r.text)}")
         if ref is not None:
             print(f"  references: {' | '.join(ref)}")
-    if o.plot:
+    if plots:
         for i, (name, r, box) in enumerate(zip(unique_names(names), results, boxes, strict=True)):
-            path = caption_attention(pictures[i], r.words, r.attention, boxes=box,
-                                     path=Path(o.plot) / f"{name}.png")
+            path = caption_attention(pictures[i], r.words, r.attention, boxes=box, path=plots / f"{name}.png")
             print(f"wrote {safe(str(path))}")
+    finish(captioner, files + [f"{o.split}{n}" for n in o.index or []], results, o.json)
     return 0
 
 

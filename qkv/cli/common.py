@@ -1,16 +1,18 @@
-"""What the commands share: printing results, terminal-safe text, colours and output paths."""
+"""What the commands share: reading inputs, printing results, writing JSON, terminal-safe text, colours and output
+paths."""
 
 from __future__ import annotations
 
+import json
+import math
 import os
 import re
 import sys
 from pathlib import Path
 from typing import Any
 
-__all__ = ["add_command", "add_train_command", "read_train_options", "print_result", "safe", "use_color",
-           "numbered_paths", "unique_names", "command_line", "is_main", "read_lines",
-           "input_texts"]
+__all__ = ["add_command", "print_result", "safe", "use_color", "numbered_paths", "unique_names", "command_line",
+           "is_main", "read_lines", "input_texts", "input_files", "finite", "write_json", "warn"]
 
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
 
@@ -72,28 +74,85 @@ def unique_names(names: list[str]) -> list[str]:
 
 
 def input_texts(texts: list[str], file: str | None, what: str) -> list[str]:
-    """The texts given as arguments, then the lines of ``--file``; none at all is an error."""
+    """The inputs given as arguments, then the lines of ``--file`` (:func:`read_lines`); none at all is an error."""
     out = list(texts) + (read_lines(file) if file else [])
     if not out:
         raise ValueError(f"give {what}, or --file")
     return out
 
 
-def read_lines(path: str) -> list[str]:
-    """The non-empty lines of a UTF-8 text file; a decoding error names the file and line."""
+def read_lines(path: str, flag: str = "--file") -> list[str]:
+    """Every line of a UTF-8 text file, one input each (the newline that ends the file is not a line): a blank line
+    is an error naming ``file:line`` (dropping it would shift every output after it against its input), as is a
+    line that is not UTF-8; a folder is "is a directory"."""
+    p = Path(path)
+    if p.is_dir():
+        raise ValueError(f"{path} is a directory, not a text file ({flag})")
     try:
-        raw = Path(path).read_bytes()
-    except IsADirectoryError:
-        raise ValueError(f"{path} is a directory, not a text file (--file)") from None
+        raw = p.read_bytes()
+    except FileNotFoundError:
+        raise ValueError(f"{path}: no such file ({flag})") from None
+    parts = raw.split(b"\n")
+    if parts and parts[-1] in (b"", b"\r"):
+        parts.pop()
     lines = []
-    for n, line in enumerate(raw.split(b"\n"), 1):
+    for n, line in enumerate(parts, 1):
         try:
             text = line.decode("utf-8").strip()
         except UnicodeDecodeError as e:
-            raise ValueError(f"{path}:{n}: not UTF-8 text ({e.reason} at byte {e.start}) (--file)") from None
-        if text:
-            lines.append(text)
+            raise ValueError(f"{path}:{n}: not UTF-8 text ({e.reason} at byte {e.start}) ({flag})") from None
+        if not text:
+            raise ValueError(f"{path}:{n}: a blank line ({flag} takes one input a line, so that outputs line up "
+                             "with lines): remove it or write something there")
+        lines.append(text)
+    if not lines:
+        raise ValueError(f"{path}: no line to read ({flag})")
     return lines
+
+
+def input_files(paths: list[str], what: str = "file") -> list[str]:
+    """``paths``, each an existing file: a folder is "is a directory", a missing one "no such file"."""
+    for path in paths:
+        p = Path(path)
+        if p.is_dir():
+            raise ValueError(f"{path} is a directory, not an {what}" if what[0] in "aeiou" else
+                             f"{path} is a directory, not a {what}")
+        if not p.exists():
+            raise ValueError(f"no {what} {path}: no such file")
+    return paths
+
+
+def finite(value: Any) -> tuple[Any, list[str]]:
+    """``value`` (numbers, strings, lists and dicts) with every NaN or infinite float made ``None``, and the keys
+    (``a.b[2]``) where that happened."""
+    changed: list[str] = []
+
+    def walk(v: Any, where: str) -> Any:
+        if isinstance(v, float) and not math.isfinite(v):
+            changed.append(where or "(the value)")
+            return None
+        if isinstance(v, dict):
+            return {k: walk(x, f"{where}.{k}" if where else str(k)) for k, x in v.items()}
+        if isinstance(v, list | tuple):
+            return [walk(x, f"{where}[{i}]") for i, x in enumerate(v)]
+        return v
+
+    return walk(value, ""), changed
+
+
+def write_json(path: str, value: Any, flag: str = "--json") -> Path:
+    """``value`` written to ``path`` as JSON (atomically), a NaN or infinite number as ``null`` (JSON has neither),
+    said on stderr; the path written is printed."""
+    from ..viz.files import write_atomic
+
+    clean, changed = finite(value)
+    written = write_atomic(path, json.dumps(clean, indent=2, ensure_ascii=False, allow_nan=False) + "\n",
+                           option=flag)
+    if changed:
+        shown = ", ".join(changed[:5]) + (f" and {len(changed) - 5} more" if len(changed) > 5 else "")
+        print(f"qkv: note: {written}: not a number, written as null: {shown}", file=sys.stderr)
+    print(f"wrote {written}")
+    return written
 
 
 def add_command(commands, name: str, help: str, options_cls: type, func) -> None:
@@ -105,59 +164,6 @@ def add_command(commands, name: str, help: str, options_cls: type, func) -> None
     p.set_defaults(func=func)
 
 
-def add_train_command(train_commands, name: str, help: str, options_cls: type, train_defaults, func):
-    """``qkv train NAME``: the application's options, then the trainer's (with the application's defaults)."""
-    from ..train import TrainConfig
-    from .options import add_options
-
-    p = train_commands.add_parser(name, help=help)
-    add_options(p, options_cls, title="data and model")
-    add_options(p, TrainConfig, defaults=train_defaults(options_cls()), title="training")
-    p.set_defaults(func=func)
-
-
-def _stored_options(config) -> dict | None:
-    """The options a run directory's checkpoint was written with (``None``: no readable checkpoint there); only its
-    ``config.json`` is read (no weights)."""
-    import json
-
-    try:
-        return json.loads((Path(config.out) / "checkpoint" / "config.json").read_text())["config"]["options"]
-    except (OSError, TypeError, ValueError, KeyError):
-        return None
-
-
-def read_train_options(args, options_cls: type, train_defaults, budget_defaults=None):
-    """``(options, TrainConfig)`` of a ``qkv train NAME`` command line (the command stored with the run).
-
-    ``budget_defaults(options, config) -> {field: value}`` (an application's, optional) sizes the defaults to the
-    run's budget (``config.max_minutes``, ``config.max_steps``; called with a bare ``TrainConfig()`` it names every
-    field it may set); the flags given win over it, a resumed run keeps the values it was started with, and what it
-    changed is printed."""
-    import dataclasses
-
-    from ..train import TrainConfig
-    from .options import given, options_from_args
-
-    def config_of(options):
-        return options_from_args(args, TrainConfig, defaults=train_defaults(options), extra={"command": command_line()})
-
-    options = options_from_args(args, options_cls)
-    config = config_of(options)
-    if budget_defaults is None:
-        return options, config
-    chosen = given(args, options_cls)
-    preset = budget_defaults(options, config)
-    stored = _stored_options(config) if config.resume else None
-    if stored is not None:  # a resumed run keeps the sizes it was started with, whatever budget it goes on with
-        preset = {k: stored[k] for k in budget_defaults(options, TrainConfig()) if k in stored}
-    preset = {k: v for k, v in preset.items() if k not in chosen and getattr(options, k) != v}
-    if not preset:
-        return options, config
-    budget = ("no budget" if config.max_minutes is None and config.max_steps is None else
-              f"a {config.max_minutes:g}-minute budget" if config.max_minutes is not None else
-              f"a budget of {config.max_steps} steps")
-    print(f"defaults for {budget}: {', '.join(f'{k}={v}' for k, v in preset.items())} (flags given win)",
-          flush=True)
-    options = options_from_args(args, options_cls, defaults=dataclasses.replace(options, **preset))
-    return options, config_of(options)
+def warn(message: str) -> None:
+    """A note for the user on stderr (something cut or skipped): the result is printed all the same."""
+    print(f"qkv: warning: {message}", file=sys.stderr)

@@ -9,18 +9,19 @@ import torch
 
 from ..options import option
 from ..scores import score_names
-from ..viz.files import picture_path
 from .common import add_command
 from .options import options_from_args
+from .shared import PlotOption, plot_file
 
 
 @dataclass
-class ExplainCommand:
+class ExplainCommand(PlotOption):
     score: str = option("dot", help=f"one of {', '.join(score_names())}, or package.module:function for your own "
                         "(q, k) -> scores (default: dot, shown without and with the 1/sqrt(d_k) scaling)")
     scale: float | None = option(None, help="one scale factor instead of the two default runs")
     normalize: str = option("softmax", choices=("softmax", "sparsemax"), help="normaliser")
-    plot: str | None = option(None, metavar="PNG", help="save a heatmap of the (last) weights")
+
+    FLAG_HELP = {"plot": "save a heatmap of the (last) weights (PNG, SVG, PDF, JPEG)"}
 
 
 def resolve_score(name: str):
@@ -49,7 +50,7 @@ def run(args) -> int:
     from ..explain import walkthrough
 
     o = options_from_args(args, ExplainCommand)
-    plot = picture_path(o.plot, option="--plot") if o.plot else None  # settled first: printed == written
+    plot = plot_file(o.plot) if o.plot else None  # settled first: printed == written
     score = resolve_score(o.score)
     runs = [("without scaling", 1.0), ("with 1/sqrt(d_k) scaling", 3 ** -0.5)] if o.scale is None \
         else [(f"scale = {o.scale}", o.scale)]

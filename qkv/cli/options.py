@@ -3,7 +3,13 @@
 :func:`add_options` adds one flag per field (type, default, help and choices from the field); the flag's ``dest``
 is the field's name, and a flag not given on the command line leaves no attribute behind, so that
 :func:`options_from_args` knows what the user set. An option given for a model it does not apply to is an error,
-even when its value equals the default.
+even when its value equals the default; so is an option given without the option it ``requires`` (``--json``
+of a command's ``--evaluate`` mode, say), so that no option given is ever ignored.
+
+A command's dataclass inherits the options every command shares from small mixins (:mod:`.shared`: the run,
+``--device``, ``--file``, ``--json``, ``--plot``, the example limit), defined and checked once; a command may say
+what a shared flag means for it with ``FLAG_HELP = {field: help}`` and keep older names of it with
+``FLAG_ALIASES = {field: ("--old-name",)}``.
 """
 
 from __future__ import annotations
@@ -57,7 +63,10 @@ def add_options(parser: argparse.ArgumentParser, cls: type, *, defaults: Any = N
     shown = defaults if defaults is not None else None
     group = parser.add_argument_group(title) if title else parser
     taken = {a.dest for a in parser._actions}
-    for f, spec in option_fields(cls):
+    helps, aliases = getattr(cls, "FLAG_HELP", {}), getattr(cls, "FLAG_ALIASES", {})
+    inherited = {f.name for base in cls.__mro__[1:] if dataclasses.is_dataclass(base) for f in dataclasses.fields(base)}
+    ordered = sorted(option_fields(cls), key=lambda fs: 0 if fs[1].positional else 2 if fs[0].name in inherited else 1)
+    for f, spec in ordered:  # positionals in order, then the command's own flags, then the shared ones
         if not spec.cli or f.name in exclude:
             continue
         if f.name in taken:
@@ -65,7 +74,7 @@ def add_options(parser: argparse.ArgumentParser, cls: type, *, defaults: Any = N
         tp, optional = base_type(field_type(cls, f.name))
         default = getattr(shown, f.name) if shown is not None else (
             f.default if f.default is not dataclasses.MISSING else None)
-        help_text = spec.help
+        help_text = helps.get(f.name, spec.help)
         if default not in (None, "", False) and not spec.positional:
             help_text += f" (default: {','.join(map(str, default)) if isinstance(default, tuple) else default})"
         kw: dict[str, Any] = {"help": help_text, "default": argparse.SUPPRESS}
@@ -101,7 +110,8 @@ def add_options(parser: argparse.ArgumentParser, cls: type, *, defaults: Any = N
             kw["type"] = typing.get_args(tp)[0]
         else:
             raise RuntimeError(f"cannot make a flag for {cls.__name__}.{f.name} of type {tp}")
-        group.add_argument(*([spec.short] if spec.short else []), name, dest=f.name, **kw)
+        names = [*([spec.short] if spec.short else []), name, *spec.aliases, *aliases.get(f.name, ())]
+        group.add_argument(*names, dest=f.name, **kw)
     _registry(parser).append(cls)
 
 
@@ -153,6 +163,8 @@ def options_from_args(args: argparse.Namespace, cls: type, *, defaults: Any = No
     fields = {f.name: f for f in dataclasses.fields(cls)}
 
     def value_of(other: str) -> Any:
+        if other not in fields:
+            return dataclasses.MISSING
         return merged[other] if other in merged else default_of(fields[other])
 
     for name in chosen:
@@ -165,4 +177,10 @@ def options_from_args(args: argparse.Namespace, cls: type, *, defaults: Any = No
         check_options(obj)
     except ValueError as e:
         raise OptionsError(_in_flags(cls, str(e))) from None
+    from .shared import check_shared
+
+    try:
+        check_shared(obj)
+    except ValueError as e:
+        raise OptionsError(str(e)) from None
     return obj

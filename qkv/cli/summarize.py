@@ -1,42 +1,44 @@
 """``qkv summarize``: texts summarised by a summarisation run (with an HTML page of what was copied), or its ROUGE
-on a file (``qkv train summarize`` is the registry's, :mod:`.apps`)."""
+on a file (``--evaluate``: :func:`qkv.cli.evaluate.evaluation`, as ``qkv evaluate``)."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..options import option
-from ..tasks import summarize as task
 from ..viz.files import page_path, write_atomic
-from .common import add_command, input_texts, safe
+from .common import add_command, safe, write_json
+from .evaluate import evaluation
 from .options import options_from_args
+from .predict import cut_of, finish, load, read_inputs
+from .shared import DeviceOption, FileOption, JsonOption, LimitOption, RunArgument
 
 
 @dataclass
-class SummarizeCommand:
-    run: str = option(positional=True, help="run directory or checkpoint directory")
+class SummarizeCommand(JsonOption, LimitOption, DeviceOption, FileOption, RunArgument):
     text: list[str] = option(default_factory=list, positional=True, nargs="*", help="texts to summarise")
-    file: str | None = option(None, help="a file of texts to summarise, one per line")
     output: str | None = option(None, help="write the summaries here, one per line")
     beam: int = option(4, low=1, high=100, help="beam size (1 = greedy)")
     max_len: int | None = option(None, low=1, help="longest summary, in words (default: the run's)")
     min_len: int = option(0, low=0, help="shortest summary, in words")
-    length_penalty: float = option(0.0, low=0, help="Wu et al.'s alpha: ranks longer summaries higher")
-    coverage_penalty: float = option(0.0, low=0, help="Wu et al.'s beta: ranks summaries that cover the source "
-                                                      "higher")
+    length_penalty: float = option(0.0, low=0, excludes={"beam": (1,)},
+                                   help="beam > 1: Wu et al.'s alpha, ranks longer summaries higher")
+    coverage_penalty: float = option(0.0, low=0, excludes={"beam": (1,)},
+                                     help="beam > 1: Wu et al.'s beta, ranks summaries that cover the source higher")
     no_repeat_ngram: int = option(3, low=0, help="forbid repeating any n-gram of this size (0: off)")
     html: str | None = option(None, metavar="HTML", help="write a page: each output word coloured by p_gen with "
                                                          "its attention over the source, and the final coverage")
     evaluate: str | None = option(None, metavar="DATA", help="instead: ROUGE, repeated trigrams and copied words "
                                                              "on a file ('debian'/'facts': the run's test split)")
-    split: str = option("test", help="with --evaluate on the run's own data: the split")
-    limit: int | None = option(None, low=1, help="with --evaluate: at most this many examples")
-    on_error: str | None = option(None, choices=("raise", "skip"), help="with --evaluate FILE: bad rows: stop, or "
-                                                                        "skip and count them")
-    json: str | None = option(None, help="with --evaluate: write the figures as JSON")
-    device: str = option("auto", help="auto (CUDA if available), cpu, cuda or cuda:N")
+    split: str = option("test", requires=("evaluate",), help="with --evaluate on the run's own data: the split")
+    on_error: str | None = option(None, choices=("raise", "skip"), requires=("evaluate",),
+                                  help="with --evaluate FILE: bad rows: stop, or skip and count them")
+
+    FLAG_HELP = {"limit": "with --evaluate: at most this many examples",
+                 "json": "write the summaries as JSON rows, or with --evaluate the figures (NaN written null)",
+                 "file": "a file of texts to summarise, one per line (a blank line is an error)"}
+    FLAG_ALIASES = {"limit": ("--limit",)}
 
 
 def _settings(o: SummarizeCommand) -> dict:
@@ -45,12 +47,13 @@ def _settings(o: SummarizeCommand) -> dict:
 
 
 def _evaluate(o: SummarizeCommand) -> int:
-    if o.text or o.file or o.html or o.output:
-        raise ValueError("--evaluate reads its texts from DATA: leave out the texts, --file, --output and --html")
-    summarizer = task.Summarizer.load(o.run, o.device)
+    if o.text or o.file or o.html or o.output or o.min_len:
+        raise ValueError("--evaluate reads its texts from DATA: leave out the texts, --file, --output, --html and "
+                         "--min-len")
+    summarizer = load(o.run, o.device, "summarize")
     own = o.evaluate in ("debian", "facts") and o.evaluate == summarizer.options.data
-    m = summarizer.evaluate(None if own else o.evaluate, split=o.split, limit=o.limit, on_error=o.on_error,
-                            **_settings(o))
+    m = evaluation(summarizer, None if own else o.evaluate, split=o.split, limit=o.limit, on_error=o.on_error,
+                   **_settings(o))
     print(f"{int(m['examples'])} examples of {safe(o.evaluate)}, beam {o.beam}")
     print("| | ROUGE-1 | ROUGE-2 | ROUGE-L | repeated trigrams | copied words | outside-vocabulary copies |")
     print("|---|---|---|---|---|---|---|")
@@ -62,8 +65,7 @@ def _evaluate(o: SummarizeCommand) -> int:
     if "exact_match" in m:
         print(f"exact match {100 * m['exact_match']:.2f}%, F1 {100 * m['f1']:.2f}%")
     if o.json:
-        written = write_atomic(o.json, json.dumps(m, indent=2) + "\n", option="--json")
-        print(f"wrote {written}")
+        write_json(o.json, m)
     return 0
 
 
@@ -71,11 +73,9 @@ def summarize(args) -> int:
     o = options_from_args(args, SummarizeCommand)
     if o.evaluate:
         return _evaluate(o)
-    if o.json or o.on_error or o.limit or o.split != "test":
-        raise ValueError("--json, --on-error, --limit and --split go with --evaluate")
     html_path = page_path(o.html, option="--html") if o.html else None  # settled first: printed == written
-    texts = input_texts(o.text, o.file, "texts to summarise")
-    summarizer = task.Summarizer.load(o.run, o.device)
+    texts = read_inputs(o.text, o.file, "texts to summarise")
+    summarizer = load(o.run, o.device, "summarize")
     results = summarizer.predict(texts, min_len=o.min_len, **_settings(o))
     if o.output:
         written = write_atomic(o.output, "\n".join(r.text for r in results) + "\n", option="--output")
@@ -86,9 +86,11 @@ def summarize(args) -> int:
     if html_path:
         from ..viz.copy_page import CopyView, save_copy_page
 
-        items = [CopyView(r.source_tokens, r.tokens, r.attention, r.p_gen, r.coverage, caption=r.text)
+        items = [CopyView(r.source_tokens, r.tokens, r.attention, r.p_gen, r.coverage,
+                          caption=r.text + (f" [{note}]" if (note := cut_of(summarizer, r, {})) else ""))
                  for r in results]
         print(f"wrote {save_copy_page(html_path, items, title=f'Summaries by {Path(o.run).name}')}")
+    finish(summarizer, texts, results, o.json)
     return 0
 
 

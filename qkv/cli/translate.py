@@ -1,35 +1,35 @@
-"""``qkv translate``: text translated by a translation run, with its alignment pictures."""
+"""``qkv translate``: text translated by a translation run, with its alignment pictures (:mod:`.predict`'s way)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from ..options import option
-from ..tasks import translate as task
-from ..viz.files import picture_path, write_atomic
-from .common import add_command, input_texts, numbered_paths, safe
+from ..viz.files import write_atomic
+from .common import add_command, numbered_paths, safe
 from .options import options_from_args
+from .predict import finish, load, read_inputs
+from .shared import DeviceOption, FileOption, JsonOption, PlotOption, RunArgument, plot_file
 
 
 @dataclass
-class TranslateCommand:
-    run: str = option(positional=True, help="run directory or checkpoint directory")
+class TranslateCommand(JsonOption, PlotOption, DeviceOption, FileOption, RunArgument):
     text: list[str] = option(default_factory=list, positional=True, nargs="*", help="sentences to translate")
-    file: str | None = option(None, help="a file of sentences, one per line")
     output: str | None = option(None, help="write the translations here, one per line")
     beam: int = option(5, low=1, high=100, help="beam size (1 = greedy)")
     max_len: int = option(100, low=1, help="longest translation, in tokens")
-    plot: str | None = option(None, help="alignment heatmap PNG/SVG (numbered per sentence when several)")
-    device: str = option("auto", help="auto (CUDA if available), cpu, cuda or cuda:N")
+
+    FLAG_HELP = {"plot": "alignment heatmap PNG/SVG (numbered per sentence when several)",
+                 "file": "a file of sentences, one per line (a blank line is an error: outputs line up with lines)"}
 
 
 def translate(args) -> int:
     from ..viz.plots import alignment
 
     o = options_from_args(args, TranslateCommand)
-    plot = picture_path(o.plot, option="--plot") if o.plot else None  # settled first: printed == written
-    texts = input_texts(o.text, o.file, "sentences to translate")
-    translator = task.Translator.load(o.run, o.device)
+    plot = plot_file(o.plot) if o.plot else None  # settled first: printed == written
+    texts = read_inputs(o.text, o.file, "sentences to translate")
+    translator = load(o.run, o.device, "translate")
     results = translator.predict(texts, beam=o.beam, max_len=o.max_len)
     if o.output:
         written = write_atomic(o.output, "\n".join(r.text for r in results) + "\n", option="--output")
@@ -41,6 +41,7 @@ def translate(args) -> int:
         for r, path in zip(results, numbered_paths(str(plot), len(results)), strict=True):
             alignment(r.attention, r.source_tokens, r.tokens, path=path, title=f"{r.source} -> {r.text}")
             print(f"wrote {path}")
+    finish(translator, texts, results, o.json, max_len=o.max_len)
     return 0
 
 

@@ -1,42 +1,147 @@
-"""``qkv faithfulness``: does a sentiment model's attention explain its decisions?"""
+"""``qkv view RUN|HF_DIR``: one offline HTML page per input showing every attention of a model. What is looked at
+is a *viewer* found by :func:`viewer_of`, one lookup for every kind of directory: a run (or checkpoint) of any
+application is viewed by its predictor (the registry of :mod:`qkv.tasks`), a saved Hugging Face model directory by
+:class:`HuggingFaceViewer`."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from ..options import option
-from .common import add_command, read_lines
-from .options import options_from_args
+from ..tasks import ViewInput
+from ..viz.files import page_path
+from .common import add_command, input_texts, numbered_paths
+from .options import given, options_from_args
+from .shared import DeviceOption, FileOption, RunArgument
+
+__all__ = ["register", "ViewCommand", "viewer_of", "VIEWERS", "HuggingFaceViewer"]
+
+
+def _numbers(xs: list[str]) -> list[int]:
+    return [int(x) for s in xs for x in s.split(",") if x.strip()]
 
 
 @dataclass
-class FaithfulnessCommand:
-    run: str = option(positional=True, help="run directory of `qkv train sentiment` (a classification run)")
-    file: str | None = option(None, help="texts to test, one per line (default: the run's test split)")
-    k: list[int] | None = option(None, repeat=True, parse=lambda xs: [int(x) for x in xs], metavar="K",
-                                 help="tokens removed (repeatable; default 1, 2 and 3)")
-    draws: int = option(5, low=1, help="random removals averaged per text")
-    seed: int = option(0, low=0, help="seed of the random removals")
-    device: str = option("auto", help="auto (CUDA if available), cpu, cuda or cuda:N")
+class ViewCommand(DeviceOption, FileOption, RunArgument):
+    text: list[str] = option(default_factory=list, positional=True, nargs="*",
+                             help="inputs to look at (text applications, audio files for speech); one page each")
+    image: list[str] | None = option(None, repeat=True, metavar="FILE",
+                                     help="an image file (image applications; repeatable)")
+    index: list[int] | None = option(None, repeat=True, parse=lambda xs: [int(x) for x in xs], metavar="N",
+                                     help="an example of the run's test split (repeatable)")
+    question: str | None = option(None, help="the question (question-answering runs; the text is the context)")
+    out: str = option("attention.html", help="the page to write (numbered NAME-0.html, NAME-1.html... for several)")
+    rollout: bool = option(True, help="add attention rollout for stacks of self-attention")
+    generate: int | None = option(None, low=1, metavar="N", help="a Hugging Face model generates up to N tokens "
+                                  "from the text, its attention recorded at every step")
+    layers: list[int] | None = option(None, repeat=True, parse=_numbers, metavar="L",
+                                      help="the layers to record (Hugging Face models; e.g. 0,5; default all)")
+    heads: list[int] | None = option(None, repeat=True, parse=_numbers, metavar="H",
+                                     help="the heads to record (Hugging Face models; default all)")
+    strategy: str = option("greedy", choices=("greedy", "sample", "beam"), requires=("generate",),
+                           help="how --generate chooses tokens")
+    beam: int = option(4, low=2, applies={"strategy": ("beam",)}, help="hypotheses of --strategy beam")
+    seed: int = option(0, low=0, applies={"strategy": ("sample",)}, help="seed of --strategy sample")
+
+    FLAG_HELP = {"run": "run directory or checkpoint directory of any application, or a saved Hugging Face model "
+                        "directory (save_pretrained's layout, with its tokenizer)"}
 
 
-def faithfulness(args) -> int:
-    from ..tasks.sentiment import SentimentClassifier, comprehensiveness, load_data, make_splits
+class HuggingFaceViewer:
+    """A saved Hugging Face model directory, viewed on qkv's attention backend: a text model reads the text once,
+    or with ``generate`` the tokens it generates, step by step; an image classifier (ViT-style) reads an image."""
 
-    o = options_from_args(args, FaithfulnessCommand)
-    clf = SentimentClassifier.load(o.run, o.device)
-    if o.file:
-        texts = read_lines(o.file)
-    else:
-        data = load_data(clf.options)
-        texts = [data.texts[i] for i in make_splits(data.labels, clf.options)["test"]]
-    print("k\tattention drop\trandom drop\tdifference\tattention wins\ttexts")
-    for k in o.k or [1, 2, 3]:
-        r = comprehensiveness(clf, texts, k=k, draws=o.draws, seed=o.seed)
-        print(f"{k}\t{r['attention']:.4f}\t{r['random']:.4f}\t{r['difference']:+.4f}\t{r['wins']:.3f}\t{r['texts']}")
+    #: the settings of ``qkv view`` this viewer takes (others are refused, naming them)
+    takes = ("generate", "layers", "heads", "strategy", "beam", "seed")
+
+    def __init__(self, path: str, device: str = "auto", *, generate: int | None = None, layers=None, heads=None,
+                 strategy: str = "greedy", beam: int = 4, seed: int = 0):
+        from ..integrations.transformers_view import hf_image_model
+
+        self.path, self.device = path, device
+        self.generate, self.layers, self.heads = generate, layers, heads
+        self.strategy, self.beam, self.seed = strategy, beam, seed
+        self.image_model = hf_image_model(path)
+        if self.image_model and generate is not None:
+            raise ValueError("a Hugging Face image model takes --image FILE only (no --generate)")
+
+    def view(self, given: ViewInput):
+        if self.image_model:
+            if given.image is None or given.index is not None or given.question or given.text is not None:
+                raise ValueError("a Hugging Face image model takes --image FILE only (no text, --index or "
+                                 "--question)")
+            from ..integrations.transformers_view import view_image_input
+
+            return view_image_input(self.path, given.image, device=self.device, layers=self.layers,
+                                    heads=self.heads)
+        if given.image is not None or given.index is not None or given.question:
+            raise ValueError("a Hugging Face text model takes texts only (no --image, --index or --question)")
+        if self.generate is not None:
+            from ..integrations.generation import view_generation
+
+            return view_generation(self.path, given.text, self.generate, strategy=self.strategy, beams=self.beam,
+                                   seed=self.seed, layers=self.layers, heads=self.heads, device=self.device)
+        from ..integrations.transformers_view import view_page_input
+
+        return view_page_input(self.path, given.text, device=self.device, layers=self.layers, heads=self.heads)
+
+
+def _is_hf_dir(path: str) -> bool:
+    from ..integrations.transformers_view import is_hf_model_dir
+
+    return is_hf_model_dir(path)
+
+
+def _run_viewer(path: str, device: str):
+    from ..tasks import load_predictor
+
+    return load_predictor(path, device)
+
+
+_run_viewer.takes = ()  # type: ignore[attr-defined]
+
+#: ``(recognises(path), viewer(path, device, **settings))`` in order, each viewer saying which settings it
+#: ``takes``; the last takes any directory (a run of any application of the registry)
+VIEWERS: list[tuple[Callable[[str], bool], Callable[..., Any]]] = [
+    (_is_hf_dir, HuggingFaceViewer),
+    (lambda path: True, _run_viewer),
+]
+
+
+def viewer_of(path: str, device: str = "auto", **settings: Any):
+    """What views the directory ``path``: an object whose ``view(ViewInput)`` gives a page's input. ``settings``
+    (``generate``, ``layers``...) that its viewer does not take are a ``ValueError`` naming their flags."""
+    for recognises, viewer in VIEWERS:
+        if recognises(path):
+            refused = [k for k in settings if k not in viewer.takes]
+            if refused:
+                flags = ", ".join("--" + k.replace("_", "-") for k in refused)
+                raise ValueError(f"{flags} apply to Hugging Face model directories; {path} is a run")
+            return viewer(path, device, **settings)
+    raise ValueError(f"{path}: nothing qkv can view")  # pragma: no cover - the last viewer takes anything
+
+
+def view(args) -> int:
+    from ..viz.page import save_attention_page
+
+    o = options_from_args(args, ViewCommand)
+    out = page_path(o.out, option="--out")  # settled first: printed == written
+    inputs = [ViewInput(image=path, question=o.question) for path in o.image or []] + \
+        [ViewInput(index=i, question=o.question) for i in o.index or []]
+    if o.text or o.file or not inputs:
+        inputs += [ViewInput(text=t, question=o.question)
+                   for t in input_texts(o.text, o.file, "a text to look at (or --image FILE)")]
+    settings = {k: getattr(o, k) for k in given(args, ViewCommand) if k in HuggingFaceViewer.takes}
+    viewer = viewer_of(o.run, o.device, **settings)
+    for path, one in zip(numbered_paths(str(out), len(inputs)), inputs, strict=True):
+        page = viewer.view(one)
+        written = save_attention_page(path, page.records, rollout=o.rollout, **page.page_kwargs())
+        print(f"wrote {written} ({len(page.records)} attention modules)")
     return 0
 
 
 def register(commands, train_commands) -> None:
-    add_command(commands, "faithfulness", "does a sentiment model's attention explain? remove the most attended "
-                "words vs random ones (ERASER comprehensiveness)", FaithfulnessCommand, faithfulness)
+    add_command(commands, "view", "write one offline HTML page showing every attention of a run's model (or of a "
+                "saved Hugging Face model)", ViewCommand, view)

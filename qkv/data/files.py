@@ -80,7 +80,7 @@ def _opened_at(lines: list[tuple[int, str]], delimiter: str) -> int:
                     return opened  # text after the closing quote
             elif ch == delimiter or ch in "\r\n":
                 state = "start"
-            elif state == "start":
+            elif state == "start" and ch != " ":  # spaces before a field's opening quote are skipped
                 state, opened = ("quoted", n) if ch == '"' else ("plain", opened)
     return opened
 
@@ -91,10 +91,12 @@ def table_rows(path: str | os.PathLike, *, delimiter: str = ",", quoting: bool =
     the record starts on; blank lines are left out.
 
     With ``quoting`` (RFC 4180, as Python's ``csv``) a field may be written in double quotes (a quote inside
-    doubled); a quote inside an unquoted field is kept as it is. Without it (Common Voice's TSV) every character
-    is kept. Strict: a quoted field that never closes, or has text after its closing quote, is a ``ValueError``
-    naming ``path:line`` of the line where its quote opened. A quoted field holding line breaks is such an error
-    too unless ``multiline`` (then the first such record is named in a warning, and their count at the end).
+    doubled; spaces before the opening quote are skipped, ``a, "b, c"``); a quote inside an unquoted field is kept
+    as it is. Without it (Common Voice's TSV) every character is kept. Strict: a quoted field that never closes,
+    or has text after its closing quote, is a ``ValueError`` naming ``path:line`` of the line where its quote
+    opened. A quoted field holding line breaks is such an error too unless ``multiline`` (then the first such
+    record is named in a warning, and their count at the end). The callers hold every record to the number of
+    fields of the header (or first row): a comma inside an unquoted field is a row too long, never a cut text.
     """
     lines: list[tuple[int, str]] = []  # the lines of the record being read
 
@@ -104,7 +106,7 @@ def table_rows(path: str | os.PathLike, *, delimiter: str = ",", quoting: bool =
             yield line
 
     reader = csv.reader(feed(), delimiter=delimiter, quoting=csv.QUOTE_MINIMAL if quoting else csv.QUOTE_NONE,
-                        strict=True)
+                        skipinitialspace=quoting, strict=True)
     spanning = 0
     while True:
         lines.clear()

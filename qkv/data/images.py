@@ -228,7 +228,7 @@ def read_image(path: str | Path, size: tuple[int, int], *, invert: bool = False,
 
     path = Path(path)
     if not path.is_file():
-        raise ValueError(f"no image file {str(path)!r}")
+        raise ValueError(f"{path} is a folder, not an image file" if path.is_dir() else f"no image file {str(path)!r}")
     try:
         from PIL import Image
     except ImportError as e:  # pragma: no cover - Pillow comes with matplotlib

@@ -136,7 +136,7 @@ def _open(path: Path):
     from PIL import Image
 
     if not path.is_file():
-        raise ValueError(f"{path}: no such file")
+        raise ValueError(f"{path}: {'a folder, not an image file' if path.is_dir() else 'no such file'}")
     im = Image.open(path)
     im.load()
     return im

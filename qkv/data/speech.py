@@ -131,6 +131,10 @@ def read_manifest(path: str | os.PathLike, *, on_error: str = "raise") -> tuple[
     out = []
     for number, row in rows[1:] if has_header else rows:
         where = f"{p}:{number}"
+        if len(row) > len(rows[0][1]):  # a comma inside an unquoted transcript would cut it silently
+            errors(where, f"more fields than the {'header' if has_header else 'first row'}",
+                   f"{len(row)}, not {len(rows[0][1])}: a comma inside an unquoted field? write the field in quotes")
+            continue
         if len(row) <= max(path_col, text_col):
             errors(where, f"expected {max(path_col, text_col) + 1} columns (audio path, transcript)",
                    f"got {len(row)}")

@@ -186,7 +186,14 @@ def read_table(path: str | os.PathLike, *, text_col: str | int = "text", label_c
         except StopIteration:
             raise ValueError(f"{path}: the file is empty") from None
     ti, li = _column(names, text_col, path), _column(names, label_col, path)
+    width = len(names) if names is not None else None
     for line_no, row in records:
+        width = width or len(row)  # without a header: the first row's
+        if len(row) > width:  # a comma inside an unquoted text would cut it and make a label of its end
+            rows.bad(line_no, "too many fields", f"{len(row)} fields, the {'header' if header else 'first row'} has "
+                     f"{width}: a {'comma' if delimiter == ',' else 'delimiter'} inside an unquoted field? write "
+                     "the field in quotes")
+            continue
         if max(ti, li) >= len(row):
             rows.bad(line_no, "missing column", f"{len(row)} field(s), need column {max(ti, li)}")
             continue

@@ -338,7 +338,9 @@ def view_generation(path: str | os.PathLike, prompt: str, generate: int = 20, *,
     text = tok.decode(recorded.generated, skip_special_tokens=True)
     generation = {"steps": steps, "first_row": recorded.first_row, "encoder_decoder": enc_dec,
                   "heads": heads, "layers": layers, "strategy": strategy}
-    return GenerationView(recorded.records, tokens, title=f"{prompt} \u2192 {text}" if enc_dec else prompt + text,
+    if not enc_dec:
+        text = tok.decode(recorded.sequence, skip_special_tokens=True)
+    return GenerationView(recorded.records, tokens, title=f"{prompt} \u2192 {text}" if enc_dec else text,
                           notes=notes, generation=generation)
 
 

@@ -17,12 +17,13 @@ import json
 import os
 import re
 from pathlib import Path
+from typing import Any
 
 import torch
 
 from ..capture import capture_attention
 
-__all__ = ["is_hf_model_dir", "view_page_input", "load_model"]
+__all__ = ["is_hf_model_dir", "view_page_input", "load_model", "view_image_input", "is_image_model", "hf_image_model"]
 
 
 def _page_input_class():
@@ -117,3 +118,97 @@ def view_page_input(path: str | os.PathLike, text: str, device: str | torch.devi
 def _first_number(name: str) -> int | None:
     numbers = re.findall(r"(?:^|\.)(\d+)(?=\.|$)", name)
     return int(numbers[0]) if numbers else None
+
+
+def is_image_model(config) -> bool:
+    """Whether a ``transformers`` config is that of a vision transformer over patches (ViT, DeiT, BEiT...)."""
+    return hasattr(config, "patch_size") and hasattr(config, "image_size") and not hasattr(config, "vocab_size")
+
+
+def _pixels(path: str | os.PathLike, image: Any, config) -> tuple[torch.Tensor, Any]:
+    """``(pixel_values (1, C, H, W), PIL image shown)``: the directory's image processor when it has one, else
+    the image resized to the model's size and normalised to mean 0.5, std 0.5 (ViT's default)."""
+    from PIL import Image, UnidentifiedImageError
+
+    if isinstance(image, (str, os.PathLike)):
+        try:
+            with Image.open(image) as im:
+                im.load()
+                pil = im.convert("RGB" if getattr(config, "num_channels", 3) == 3 else "L")
+        except (OSError, UnidentifiedImageError, ValueError) as e:
+            raise ValueError(f"{image}: not an image that can be read ({str(e).splitlines()[0] if str(e) else e})") \
+                from e
+    else:
+        pil = image
+    if (Path(path) / "preprocessor_config.json").is_file():
+        from transformers import AutoImageProcessor
+
+        from .hf_load import _first_line, _quiet
+
+        try:
+            with _quiet():
+                processor = AutoImageProcessor.from_pretrained(os.fspath(path), use_fast=False)
+            return processor(images=pil, return_tensors="pt")["pixel_values"], pil
+        except Exception as e:
+            raise ValueError(f"{Path(path) / 'preprocessor_config.json'}: {_first_line(e)}") from e
+    size = config.image_size if isinstance(config.image_size, int) else config.image_size[0]
+    import numpy as np
+
+    x = torch.from_numpy(np.asarray(pil.resize((size, size), Image.BILINEAR), dtype=np.float32).copy()) / 255
+    x = (x[..., None] if x.dim() == 2 else x).permute(2, 0, 1)
+    return ((x - 0.5) / 0.5)[None], pil
+
+
+@torch.no_grad()
+def view_image_input(path: str | os.PathLike, image: Any, device: str | torch.device = "cpu", *,
+                     layers: list[int] | None = None, heads: list[int] | None = None):
+    """Every attention of the image classifier saved at ``path`` (a ViT-style model over patches) on ``image``
+    (a path or a PIL image), as the ``PageInput`` of ``qkv view DIR --image FILE``: each layer's self-attention,
+    the attention of the class token over the patches of each layer and of the rollout (drawn on the image), and
+    the predicted class in the title."""
+    from ..capture import AttentionRecord, attention_rollout
+    from .generation import check_selection
+    from .hf_load import load_model, read_config
+
+    config = read_config(path)
+    if not is_image_model(config):
+        raise ValueError(f"{path}: {config.model_type} is not an image model over patches (--image needs one)")
+    model, _ = load_model(path, device, tokenizer=False)
+    layers, heads = check_selection(model.config, layers, heads)
+    pixels, pil = _pixels(path, image, model.config)
+    with capture_attention(model) as records:
+        logits = model(pixel_values=pixels.to(model.device)).logits[0].float().cpu()
+    size = model.config.image_size if isinstance(model.config.image_size, int) else model.config.image_size[0]
+    patch = model.config.patch_size if isinstance(model.config.patch_size, int) else model.config.patch_size[0]
+    side = size // patch
+    selfs = [r for r in records if r.kind == "self"]
+    if not selfs:
+        raise ValueError(f"{path}: {type(model).__name__} ran no attention through qkv's backend")
+    specials = selfs[0].weights.shape[-1] - side * side
+    grid = ((1, 1), (side, side))
+    notes = [f"{type(model).__name__} ({model.config.model_type}) from {os.fspath(path)}, on qkv's attention backend",
+             f"{side} x {side} patches of {patch} pixels; class token: position 0"
+             + (f" ({specials} special tokens before the patches)" if specials > 1 else "")]
+    shown = [r for r in selfs if layers is None or _first_number(r.name) in layers]
+    out = [dataclasses.replace(r, weights=r.weights if heads is None else r.weights[:, heads]) for r in shown]
+    out += [AttentionRecord(f"class token of {r.name}", r.module, "pooling", r.layer,
+                            r.weights[:, :, :1, specials:], grid=grid) for r in out]
+    rolled = attention_rollout([r.weights for r in selfs])  # (1, T, T), every layer and head
+    out.append(AttentionRecord("class token of the rollout", "rollout", "pooling", None,
+                               rolled[:, None, :1, specials:], grid=grid))
+    p = logits.softmax(-1)
+    best = int(p.argmax())
+    label = (getattr(model.config, "id2label", None) or {}).get(best, str(best))
+    title = f"{Path(image).name if isinstance(image, (str, os.PathLike)) else 'image'}: {label} ({float(p[best]):.2f})"
+    if layers is not None or heads is not None:
+        notes.append(f"shown: layers {'all' if layers is None else ', '.join(map(str, layers))}; heads "
+                     f"{'all' if heads is None else ', '.join(map(str, heads))}")
+    return _page_input_class()(out, None, image=pil, title=title, notes=notes)
+
+
+def hf_image_model(path: str | os.PathLike) -> bool:
+    """Whether the Hugging Face directory ``path`` holds an image model over patches (its config read and checked:
+    a bad one is a ``ValueError`` naming it)."""
+    from .hf_load import read_config
+
+    return is_image_model(read_config(path))

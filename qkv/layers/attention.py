@@ -12,7 +12,6 @@ from torch import Tensor, nn
 from ..functional import attention
 from ..location import StatefulScore
 from ..scores import Score, create_score
-from ._renamed import renamed
 
 __all__ = ["Attention", "SelfAttention"]
 
@@ -77,8 +76,7 @@ class SelfAttention(nn.Module):
 
     Args:
         dim: features of each input.  key_dim: size of the queries and keys it makes.  value_dim: size of the
-            values (default ``key_dim``).  (The old names ``in_dim``, ``qk_dim``, ``v_dim`` still work, with a
-            ``DeprecationWarning``.)  bias: biases on the projections.
+            values (default ``key_dim``).  bias: biases on the projections.
         scale: factor on the scores: ``None`` for ``1/sqrt(key_dim)``, a number otherwise (``1.0`` is the plain
             dot product).
         dropout: on the weights, in training only.
@@ -86,15 +84,9 @@ class SelfAttention(nn.Module):
 
     attention_kind = "self"  #: what qkv.capture_attention records
 
-    def __init__(self, dim: int | None = None, key_dim: int | None = None, value_dim: int | None = None, *,
-                 bias: bool = True, scale: float | None = None, dropout: float = 0.0, device=None, dtype=None,
-                 **old_names):
+    def __init__(self, dim: int, key_dim: int, value_dim: int | None = None, *, bias: bool = True,
+                 scale: float | None = None, dropout: float = 0.0, device=None, dtype=None):
         super().__init__()
-        sizes = renamed("SelfAttention", old_names, {"in_dim": "dim", "qk_dim": "key_dim", "v_dim": "value_dim"},
-                        {"dim": dim, "key_dim": key_dim, "value_dim": value_dim})
-        dim, key_dim, value_dim = sizes["dim"], sizes["key_dim"], sizes["value_dim"]
-        if dim is None or key_dim is None:
-            raise TypeError("SelfAttention() needs dim (the input's features) and key_dim (the queries' and keys')")
         _check_scale(scale)
         value_dim = key_dim if value_dim is None else value_dim
         self.dim, self.key_dim, self.value_dim = dim, key_dim, value_dim

@@ -19,7 +19,6 @@ from torch import Tensor, nn
 from ..functional import attention
 from ..masks import causal_mask, combine_masks
 from ..scores import Score, create_score
-from ._renamed import renamed
 
 __all__ = ["MultiHeadAttention", "KVCache"]
 
@@ -67,8 +66,8 @@ class MultiHeadAttention(nn.Module):
         num_heads: ``H``; must divide ``E``.
         kv_heads: ``G`` key/value heads shared by ``H / G`` query heads each (grouped-query attention;
             1 is multi-query). Default ``H``.
-        key_dim, value_dim: feature sizes of the key and value inputs (default ``E``; the old names ``kdim``,
-            ``vdim`` still work, with a ``DeprecationWarning``).
+        key_dim, value_dim: feature sizes of the key and value inputs (default ``E``; ``torch.nn.MultiheadAttention``
+            calls them ``kdim``, ``vdim``: the layer has those attributes too).
         bias: biases on the four projections.  dropout: on the weights, in training only.
         score: the score of every head: a name (``scaled_dot``, ``dot``, ``cosine``, ``general``,
             ``additive``, ``mlp``; parametric ones are built with size ``D`` and shared by the heads), a
@@ -89,12 +88,8 @@ class MultiHeadAttention(nn.Module):
     def __init__(self, dim: int, num_heads: int, *, kv_heads: int | None = None, key_dim: int | None = None,
                  value_dim: int | None = None, bias: bool = True, dropout: float = 0.0,
                  score: str | Score | Callable = "scaled_dot", normalize: str | Callable = "softmax",
-                 score_mod: Callable | None = None, mask_mod: Callable | None = None, device=None, dtype=None,
-                 **old_names):
+                 score_mod: Callable | None = None, mask_mod: Callable | None = None, device=None, dtype=None):
         super().__init__()
-        sizes = renamed("MultiHeadAttention", old_names, {"kdim": "key_dim", "vdim": "value_dim"},
-                        {"key_dim": key_dim, "value_dim": value_dim})
-        key_dim, value_dim = sizes["key_dim"], sizes["value_dim"]
         kv_heads = num_heads if kv_heads is None else kv_heads
         if dim <= 0 or num_heads <= 0 or dim % num_heads:
             raise ValueError(f"dim ({dim}) must be a positive multiple of num_heads ({num_heads})")
@@ -119,12 +114,12 @@ class MultiHeadAttention(nn.Module):
 
     @property
     def kdim(self) -> int:
-        """The old name of :attr:`key_dim` (as ``torch.nn.MultiheadAttention`` calls it)."""
+        """:attr:`key_dim`, as ``torch.nn.MultiheadAttention`` calls it."""
         return self.key_dim
 
     @property
     def vdim(self) -> int:
-        """The old name of :attr:`value_dim`."""
+        """:attr:`value_dim`, as ``torch.nn.MultiheadAttention`` calls it."""
         return self.value_dim
 
     def reset_parameters(self) -> None:

@@ -27,7 +27,7 @@ def work_dtype(t: Tensor) -> torch.dtype:
 def scaled_scores(sc: Score, query: Tensor, key: Tensor, scale: float | None, key_prepared: bool) -> Tensor:
     """Scaled scores ``(..., Tq, Tk)`` in the working dtype; the dot family scales ``q'`` before the matmul."""
     work = work_dtype(query)
-    factor = sc.default_scale(query, key) if scale is None else scale
+    factor = sc.factor(query, key, scale)
     pair = sc.dot_form(query, key, key_prepared=key_prepared)
     if pair is not None:
         q, k = pair[0].to(work), pair[1].to(work)

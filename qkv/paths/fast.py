@@ -2,7 +2,9 @@
 
 Taken by :func:`qkv.attention` for the dot-product family (dot, scaled_dot, cosine, general) with softmax when no
 weights are asked for. SDPA's own masks give NaN for a query with no allowed key; here such a row attends to every
-(finite) key and its output is then zeroed, on every backend.
+(finite) key and its output is then zeroed, on every backend. On GPUs, a key-padding mask needs no zeroing pass over
+the output: the values of a fully padded row's keys were zeroed already (the one copy of ``key`` and ``value`` that
+:func:`~qkv.paths.common.zero_unseen_keys` makes there).
 """
 
 from __future__ import annotations
@@ -23,13 +25,23 @@ def sdpa(q: Tensor, k: Tensor, v: Tensor, allowed: Tensor | None, bias: Tensor |
     if allowed is None:
         return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=dropout, scale=scale)
     rows = allowed.any(dim=-1, keepdim=True)
-    safe = allowed | ~rows  # a fully masked row attends everywhere (to finite keys), then its output is zeroed
+    safe = torch.where(rows, allowed, True)  # a fully masked row attends everywhere (to finite keys), then is zeroed
     attn_mask = safe if bias is None else bias.masked_fill(~safe, float("-inf"))
     out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout, scale=scale)
-    # (on GPUs the check would cost a sync; traced by torch.compile or torch.export, it would branch on values)
-    if out.device.type == "cpu" and not torch.compiler.is_compiling() and bool(rows.all()):
-        return out
-    return torch.where(rows, out, 0.0)
+    if out.device.type == "cpu":  # (traced by torch.compile or torch.export: no branch on the values)
+        return out if not torch.compiler.is_compiling() and bool(rows.all()) else torch.where(rows, out, 0.0)
+    if bias is None and _values_zeroed(allowed, v):
+        return out  # every key of a fully masked row was zeroed: its output (the mean of zero values) is zero
+    return torch.where(rows, out, 0.0)  # (on GPUs, checking the rows would cost a sync)
+
+
+def _values_zeroed(allowed: Tensor, v: Tensor) -> bool:
+    """Whether, on a GPU, :func:`qkv.paths.common.zero_unseen_keys` zeroed the values of every key of a fully masked
+    row: a key-padding mask (no query axis, so a row is fully masked exactly when none of its keys is seen) whose
+    batch axes ``v`` has too (its values were not shared with rows that see them)."""
+    if allowed.shape[-2] != 1 or allowed.dim() > v.dim():
+        return False
+    return all(a == 1 or a == b for a, b in zip(allowed.shape[:-2], v.shape[v.dim() - allowed.dim():-2], strict=True))
 
 
 def sdpa_causal(q: Tensor, k: Tensor, v: Tensor, dropout: float, scale: float) -> Tensor:

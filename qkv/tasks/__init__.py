@@ -1,8 +1,8 @@
-"""Applications as plain libraries, all of one shape (:class:`~qkv.tasks.base.Application`): a package
+"""Applications as plain libraries, each a small subclass of one contract (:mod:`qkv.tasks.base`): a package
 ``qkv/tasks/NAME/`` with ``options.py`` (``NAMEOptions``, ``train_defaults``), ``task.py`` (``load_data``,
-``model_spec``, ``build_model``, ``NAMETask``), ``predictor.py`` (the result type and the
-:class:`~qkv.tasks.base.Predictor`: ``load`` / ``predict`` / ``evaluate`` / ``view``) and ``APPLICATION`` in its
-``__init__.py``.
+``model_spec``, its metric function and ``NAMETask``, an :class:`~qkv.tasks.base.ApplicationTask`), ``predictor.py``
+(the result type and the :class:`~qkv.tasks.base.Predictor`: ``predict`` / ``evaluate`` / ``view`` /
+``result_row``; ``load`` is the base's) and ``APPLICATION`` in its ``__init__.py``.
 
 The registry below is what the command line walks: ``qkv train NAME``, ``qkv evaluate RUN`` and ``qkv view RUN``
 (a run knows its application); :func:`register_application` adds one defined elsewhere. CONTRIBUTING.md says how
@@ -21,7 +21,8 @@ __all__ = ["APPLICATIONS", "application", "application_of", "load_predictor", "r
 
 #: the applications' names, in the order ``qkv train --help`` lists them: qkv's own (each a package
 #: ``qkv.tasks.NAME``), then those added by :func:`register_application`
-APPLICATIONS: list[str] = ["translate", "sentiment", "images", "caption", "qa", "segment", "summarize", "speech"]
+APPLICATIONS: list[str] = ["translate", "sentiment", "images", "caption", "qa", "segment", "summarize", "speech",
+                           "lm"]
 _REGISTERED: dict[str, Application] = {}
 
 

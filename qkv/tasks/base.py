@@ -51,12 +51,14 @@ class Application:
     Attributes:
         name: ``qkv train NAME``; also the ``task`` name stored in every checkpoint of its runs.
         help: one line for ``qkv train --help``.
-        options: the ``NAMEOptions`` dataclass (data, model, loss, evaluation: everything not the trainer's).
-        train_defaults: ``options -> qkv.train.TrainConfig``, the trainer's preset for this application.
-        load_data: ``options -> data``, the splits ``options`` describe (read or generated).
-        model_spec: ``(options, **sizes) -> {"name", "config"}`` for :func:`qkv.models.create` (JSON only).
-        task: the trainer's ``NAMETask(options, data=None)``.
+        task: the trainer's ``NAMETask(options, data=None)``, an :class:`ApplicationTask`.
         predictor: the :class:`Predictor` subclass that reads its runs back.
+        train_defaults: ``options -> qkv.train.TrainConfig``, the trainer's preset for this application.
+        options: the ``NAMEOptions`` dataclass (data, model, loss, evaluation: everything not the trainer's);
+            by default the task's.
+        load_data: ``options -> data``, the splits ``options`` describe (read or generated); by default the task's.
+        model_spec: ``(options, **sizes) -> {"name", "config"}`` for :func:`qkv.models.create` (JSON only); by
+            default the task's.
         train: ``(options, train_config) -> list of qkv.train.TrainResult``; ``None``: one run of ``task``
             (sentiment's k-fold cross-validation is its own).
         budget_defaults: ``(options, train_config) -> {field: value}``, optional: the options' defaults sized to
@@ -66,14 +68,19 @@ class Application:
 
     name: str
     help: str
-    options: type
-    train_defaults: Callable[[Any], Any]
-    load_data: Callable[[Any], Any]
-    model_spec: Callable[..., dict[str, Any]]
     task: type
     predictor: type[Predictor]
+    train_defaults: Callable[[Any], Any]
+    options: type | None = None
+    load_data: Callable[[Any], Any] | None = None
+    model_spec: Callable[..., dict[str, Any]] | None = None
     train: Callable[[Any, Any], list[Any]] | None = None
     budget_defaults: Callable[[Any, Any], dict[str, Any]] | None = None
+
+    def __post_init__(self) -> None:
+        for name, default in (("options", "options_type"), ("load_data", "load_data"), ("model_spec", "model_spec")):
+            if getattr(self, name) is None:
+                object.__setattr__(self, name, getattr(self.task, default))
 
     def run_training(self, options: Any, config: Any) -> list[Any]:
         """Train with ``options`` and the trainer's ``config``: the :class:`qkv.train.TrainResult` of each run."""
@@ -105,10 +112,14 @@ class ApplicationTask(Task):
     """The trainer's task of an application: what :class:`qkv.train.Task` needs, with the bridge to the model and
     the run's files written once.
 
-    A subclass sets the class attributes ``name`` (the application's), ``unit``, ``options_type`` (its options
-    dataclass), ``load_data`` and ``model_spec`` (its module's functions, as ``staticmethod``) and ``assets`` (the
-    names of the tokenisers it keeps as attributes: ``("tokenizer",)``, ``("src_tokenizer", "tgt_tokenizer")``), and
-    writes ``setup`` (read the data with :meth:`read_data`, fit the tokenisers that are still ``None``),
+    A subclass states its parts as class keywords: ``name`` (the application's), ``unit``, ``options`` (its options
+    dataclass, kept as ``options_type``), ``load_data`` and ``model_spec`` (its module's functions) and ``assets`` (the
+    names of the tokenisers it keeps as attributes: ``("tokenizer",)``, ``("src_tokenizer", "tgt_tokenizer")``)::
+
+        class TranslateTask(ApplicationTask, name="translate", unit="tokens", options=TranslateOptions,
+                            load_data=load_data, model_spec=model_spec, assets=("src_tokenizer", "tgt_tokenizer")):
+
+    and writes ``setup`` (read the data with :meth:`read_data`, fit the tokenisers that are still ``None``),
     ``train_examples``, ``collate``, ``loss``, ``evaluate`` and ``sizes`` (the keyword arguments of ``model_spec``,
     from the data and the tokenisers). ``run_config()`` adds what a predictor needs beyond the model and the
     options (class names, normalisation); ``callbacks(config)`` gives the trainer's callbacks.
@@ -120,6 +131,16 @@ class ApplicationTask(Task):
     load_data: ClassVar[Callable[[Any], Any]]
     model_spec: ClassVar[Callable[..., dict[str, Any]]]
     assets: ClassVar[tuple[str, ...]] = ()
+
+    def __init_subclass__(cls, *, name: str | None = None, unit: str | None = None, options: type | None = None,
+                          load_data: Callable | None = None, model_spec: Callable | None = None,
+                          assets: Sequence[str] | None = None, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        for attr, value in (("name", name), ("unit", unit), ("options_type", options), ("assets", assets),
+                            ("load_data", load_data), ("model_spec", model_spec)):
+            if value is not None:
+                setattr(cls, attr, staticmethod(value) if attr in ("load_data", "model_spec") else
+                        tuple(value) if attr == "assets" else value)
 
     def __init__(self, options: Any, data: Any = None):
         self.options = options

@@ -19,17 +19,19 @@ from .checkpoint import (
     VERSION,
     Checkpoint,
     load_checkpoint,
+    model_differences,
     optimizer_from_files,
     optimizer_to_files,
     resolve_checkpoint,
+    weight_differences,
     write_checkpoint,
 )
 from .config import RESULT_FIELDS
 from .lock import RunInUseError, RunLock
-from .parts import TrainState
 from .schedule import derive_seed
+from .state import TrainState
 
-__all__ = ["hold_run_directory", "find_checkpoint", "save", "restore"]
+__all__ = ["hold_run_directory", "find_checkpoint", "load_resumed_weights", "save", "restore"]
 
 log = logging.getLogger("qkv.train.trainer")
 
@@ -83,6 +85,19 @@ def find_checkpoint(out: Path | None, resume: bool) -> Checkpoint | None:
                          f"{VERSION}); it cannot be resumed: load it for prediction, or start a new run")
     log.info("resuming from %s", path)
     return ckpt
+
+
+def load_resumed_weights(ckpt: Checkpoint, config: dict, module: torch.nn.Module) -> None:
+    """Load ``ckpt``'s weights into ``module``, the model that the task (``config``: its ``config()``) builds now.
+    Every option that shapes the model must be as the run was started: a model spec that differs from the stored
+    one, or weights that do not fit, is a ``ValueError`` naming the options and their stored and given values
+    (the settings of training, such as the learning rate, may change: :func:`restore` warns)."""
+    differences = model_differences(ckpt.config, config) or weight_differences(ckpt.state_dict, module)
+    if differences:
+        raise ValueError(f"cannot resume {ckpt.path}: the model differs from the checkpoint's "
+                         f"({'; '.join(differences)}); resume with the options the run was started with, or start "
+                         "a new run in another --out")
+    module.load_state_dict(ckpt.state_dict)
 
 
 def save(trainer, collective: bool = True) -> None:

@@ -29,9 +29,11 @@ from .budget import Horizon, TimeBudget
 from .checkpoint import load_checkpoint, write_checkpoint
 from .config import TrainConfig
 from .interrupt import Interrupted, StopFlag, terminate_raises
-from .parts import MetricsLog, TrainResult, TrainState, amp_dtype, dtype_name, log_train, param_groups
-from .rundir import find_checkpoint, hold_run_directory, restore, save
+from .metrics_log import MetricsLog, log_train
+from .precision import amp_dtype, dtype_name, param_groups
+from .rundir import find_checkpoint, hold_run_directory, load_resumed_weights, restore, save
 from .schedule import derive_seed, epoch_batches, lr_factor, num_batches
+from .state import TrainResult, TrainState
 from .task import Task
 
 __all__ = ["train", "Trainer", "TrainState", "TrainResult"]
@@ -91,8 +93,8 @@ class Trainer:
         task.setup()
         rng.seed_all(cfg.seed)  # the same initialisation in every process
         self.module = task.build_model()
-        if ckpt is not None:
-            self.module.load_state_dict(ckpt.state_dict)
+        if ckpt is not None:  # the same model, or an error naming the options that changed it
+            load_resumed_weights(ckpt, task.config(), self.module)
         self.module.to(d.device)
         self.examples = task.train_examples()
         self.lengths = task.lengths()

@@ -154,3 +154,123 @@ def test_train_config_fields_are_the_training_flags():
     flags = {a.dest for a in parser._actions}
     assert {f.name for f, s in option_fields(TrainConfig) if s.cli} <= flags
     assert {"monitor", "extra", "final_splits"}.isdisjoint(flags)
+
+
+# ----------------------------------------------------------------- every command: every option given is used or refused
+
+def _positionals(parser) -> list[str]:
+    """Placeholder values of a command's required positional arguments (a run that does not exist)."""
+    return ["no-such-run" for a in parser._actions if not a.option_strings and a.nargs in (None, "+")
+            and not isinstance(a, argparse._SubParsersAction)]
+
+
+def _value(cls, f, spec) -> list[str]:
+    """A valid command-line value of a field (nothing for a switch)."""
+    from qkv.options import base_type, field_type
+
+    tp, _ = base_type(field_type(cls, f.name))
+    if spec.choices:
+        return [str(spec.choices[-1])]
+    if tp is bool:
+        return []
+    if tp is int:
+        return [str(int(spec.low or 0) + 1)]
+    if tp is float:
+        return ["0.5"]
+    if getattr(tp, "__origin__", None) is tuple:
+        return ["1,2"]
+    return ["x"]
+
+
+def _flag(cls, f, spec) -> str:
+    return spec.flag or "--" + f.name.replace("_", "-")
+
+
+def _rule_cases():
+    """``(argv, flag)``: for every command but training (its options are checked above), every option with a rule
+    (``requires``, ``excludes``, ``applies``) given where the rule says it means nothing."""
+    for path, parser in PARSERS:
+        if not path or path[0] == "train":
+            continue
+        for cls in getattr(parser, "_qkv_options", []):
+            fields = {f.name: (f, s) for f, s in option_fields(cls)}
+            for f, spec in option_fields(cls):
+                base = [*path, *_positionals(parser), _flag(cls, f, spec), *_value(cls, f, spec)]
+                needed = [r for r in spec.requires if r in fields]
+                if needed:
+                    yield pytest.param(base, _flag(cls, f, spec), id=f"{' '.join(path)}-{f.name}-without-{needed[0]}")
+                for other, values in (spec.excludes or {}).items():
+                    of, ospec = fields[other]
+                    yield pytest.param([*base, _flag(cls, of, ospec), str(values[0])], _flag(cls, f, spec),
+                                       id=f"{' '.join(path)}-{f.name}-{other}={values[0]}")
+                for other, values in (spec.applies or {}).items():
+                    of, ospec = fields[other]
+                    bad = next(c for c in ospec.choices if c not in values)
+                    yield pytest.param([*base, _flag(cls, of, ospec), str(bad)], _flag(cls, f, spec),
+                                       id=f"{' '.join(path)}-{f.name}-{other}={bad}")
+
+
+RULES = list(_rule_cases())
+
+
+def test_the_predicting_commands_have_rules():
+    commands = {p.values[0][0] for p in RULES}
+    assert {"transcribe", "summarize", "caption", "segment", "answer", "classify", "show-attention"} <= commands
+    ids = {p.id for p in RULES}
+    assert {"transcribe-limit-without-evaluate", "transcribe-on_error-without-evaluate",
+            "transcribe-length_penalty-beam=1", "summarize-coverage_penalty-beam=1",
+            "caption-on_error-without-evaluate", "segment-data-without-evaluate"} <= ids
+
+
+@pytest.mark.parametrize("argv,flag", RULES)
+def test_an_option_that_would_be_ignored_is_refused_naming_it(argv, flag, capsys):
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and err.startswith(f"qkv: error: {flag} ")
+    assert "goes with" in err or "does not apply" in err
+
+
+def test_an_option_that_is_used_is_not_refused(tmp_path, capsys):
+    """The same options, where they mean something, pass the rules (the run is then missing: another error)."""
+    for argv in (["transcribe", "no-such-run", "--evaluate", "test", "--max-utterances", "3", "--json", "x.json",
+                  "--on-error", "skip"],
+                 ["transcribe", "no-such-run", "--evaluate", "test", "--beam", "2", "--length-penalty", "1"],
+                 ["summarize", "no-such-run", "--evaluate", "x", "--limit", "2", "--split", "valid"],
+                 ["caption", "no-such-run", "--evaluate", "--data", "x", "--on-error", "skip", "--max-images", "2"]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert "goes with" not in err and "does not apply" not in err and "no-such-run" in err, err
+
+
+# ------------------------------------------------------------------------------ one device check for every command
+
+def _bad_devices() -> list[str]:
+    import torch
+
+    bad = ["tpu", "cuda:99", "gpu0", ""]
+    if not torch.cuda.is_available():
+        bad.append("cuda")
+    if not (hasattr(torch.backends, "mps") and torch.backends.mps.is_available()):
+        bad.append("mps")
+    return bad
+
+
+DEVICE_COMMANDS = [(path, parser) for path, parser in PARSERS
+                   if any(a.dest == "device" for a in parser._actions)]
+
+
+def test_every_predicting_command_takes_device():
+    names = {" ".join(p) for p, _ in DEVICE_COMMANDS}
+    assert {"translate", "classify", "caption", "answer", "summarize", "transcribe", "segment", "show-attention",
+            "evaluate", "view", "predict", "faithfulness", "train speech"} <= names
+
+
+@pytest.mark.parametrize("path,parser", DEVICE_COMMANDS, ids=[" ".join(p) for p, _ in DEVICE_COMMANDS])
+def test_an_unusable_device_is_one_line_before_any_work(path, parser, capsys, tmp_path):
+    extra = ["--data", "x.tsv"] if path == ("train", "sentiment") else []
+    out = ["--out", str(tmp_path / "run")] if path[0] == "train" else []
+    for device in _bad_devices():
+        assert main([*path, *_positionals(parser), *extra, *out, "--device", device]) == 2, device
+        err = capsys.readouterr().err.strip()
+        assert "\n" not in err and err.startswith(f"qkv: error: --device {device}"), err
+    assert not (tmp_path / "run").exists()

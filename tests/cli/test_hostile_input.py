@@ -1,6 +1,7 @@
-"""Bad input as a careless or hostile user gives it: random bytes and truncations to every reader, random option
-values to every command's parser, damaged checkpoints, Ctrl-C. Each ends in success or one clear error, never a
-traceback or a silently wrong result."""
+"""Bad input as a careless or hostile user gives it: random bytes and truncations to every reader (speech manifests
+and LibriSpeech folders too), random rows to the speech manifests, random option values to every command's parser,
+damaged checkpoints, Ctrl-C. Each ends in success (with what was skipped counted) or one clear error naming the
+file:line, never a traceback or a silently wrong result."""
 
 import gzip
 import json
@@ -12,11 +13,13 @@ import time
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from qkv.cli import build_parser, main
 from qkv.data.pairs import read_pairs
+from qkv.data.speech import normalize_transcript, read_librispeech, read_manifest
+from qkv.data.summaries import read_table_summaries
 from qkv.data.text_classification import read_movie_reviews, read_table
 from qkv.tasks.sentiment import SentimentClassifier
 from qkv.train.checkpoint import atomic_directory, load_checkpoint
@@ -30,6 +33,10 @@ READERS = {
     "pairs": lambda p: list(read_pairs(p)),
     "reviews": lambda p: read_movie_reviews(p),
     "table": lambda p: read_table(p, text_col="text", label_col="label"),
+    "summaries-csv": lambda p: read_table_summaries(p, fmt="csv"),
+    "summaries-tsv": lambda p: read_table_summaries(p, fmt="tsv"),
+    "manifest": lambda p: read_manifest(p),
+    "manifest-skip": lambda p: read_manifest(p, on_error="skip"),
 }
 
 
@@ -61,6 +68,86 @@ def test_readers_take_truncated_gzip(reader, cut, tmp_path):
     with pytest.raises((ValueError, FileNotFoundError)) as info:
         READERS[reader](path)
     _assert_clean(info.value, path)
+
+
+@FUZZ
+@given(data=st.binary(max_size=300), name=st.sampled_from(["m.csv", "m.tsv", "m.txt"]))
+def test_manifests_and_librispeech_take_random_bytes(data, name, tmp_path):
+    manifest = tmp_path / name
+    manifest.write_bytes(data)
+    trans = tmp_path / "ls" / "1" / "2" / "1-2.trans.txt"
+    trans.parent.mkdir(parents=True, exist_ok=True)
+    trans.write_bytes(data)
+    for read, path in ((read_manifest, manifest), (read_librispeech, tmp_path / "ls")):
+        for on_error in ("raise", "skip"):
+            try:
+                utterances, skipped = read(path, on_error=on_error)
+            except Exception as e:  # noqa: BLE001 - the property is about which errors come out
+                _assert_clean(e, path)
+            else:  # no audio file is there: every row read is skipped and counted
+                assert utterances == [] and (on_error == "skip" or sum(skipped.values()) == 0)
+
+
+ROW_KINDS = ["good", "missing", "empty", "short", "blank", "quote", "closing", "garbage", "folder"]
+WORDS = st.lists(st.sampled_from(["one", "two", "three", "it's", "Four", "five"]), min_size=1, max_size=4).map(" ".join)
+
+
+@pytest.mark.parametrize("fmt", ["csv", "tsv"])
+@FUZZ
+@given(rows=st.lists(st.tuples(st.sampled_from(ROW_KINDS), WORDS), min_size=1, max_size=8), header=st.booleans())
+@example(rows=[("quote", "one"), ("good", "two"), ("closing", "three"), ("good", "four")], header=True)  # 4 rows, not 2
+def test_speech_manifests_take_random_rows(fmt, rows, header, tmp_path):
+    """Random good and bad rows, read then loaded as audio as training reads them: one error naming the file:line
+    of the first bad row (a stray quote in a CSV first: it is found while reading the table), or with
+    ``on_error="skip"`` the good rows, in order, with every bad one counted."""
+    sf = pytest.importorskip("soundfile")
+    import numpy as np
+
+    from qkv.data.audio import load_audio
+
+    sf.write(tmp_path / "clip.wav", (0.3 * np.sin(np.arange(4000) / 3)).astype(np.float32), 16_000)
+    (tmp_path / "garbage.wav").write_bytes(b"RIFF\x00\x00\x00\x00WAVEfmt not audio" * 4)
+    (tmp_path / "sub").mkdir(exist_ok=True)
+    sep = "," if fmt == "csv" else "\t"
+    cells = {"good": "clip.wav{}{}", "missing": "nothere.wav{}{}", "empty": "clip.wav{}!!! ...", "short": "clip.wav",
+             "blank": "", "quote": 'clip.wav{}"{}', "closing": 'clip.wav{}{}"', "garbage": "garbage.wav{}{}",
+             "folder": "sub{}{}"}
+    lines = ([f"path{sep}sentence"] if header else []) + [cells[k].format(sep, w) for k, w in rows]
+    path = tmp_path / f"m.{fmt}"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    first = 2 if header else 1
+    numbered = [(n, k, w) for n, (k, w) in enumerate(rows, first)]
+    quote = next((n for n, k, _ in numbered if k == "quote" and fmt == "csv"), None)
+    row_bad = [n for n, k, _ in numbered if k in ("missing", "empty", "short", "folder")]
+    audio_bad = [n for n, k, _ in numbered if k == "garbage"]
+
+    def read(on_error):
+        utterances, skipped = read_manifest(path, on_error=on_error)
+        texts, unreadable = [], 0
+        for u in utterances:
+            try:
+                load_audio(u.audio, where=u.name())
+                texts.append(u.text)
+            except ValueError:
+                if on_error == "raise":
+                    raise
+                unreadable += 1
+        return texts, sum(skipped.values()), unreadable
+
+    if not header and all(k == "blank" for k, _ in rows):
+        with pytest.raises(ValueError, match=rf"^{path}: the manifest is empty$"):
+            read("skip")
+        return
+    for on_error in ("raise", "skip"):
+        first_bad = quote or (row_bad or audio_bad or [None])[0] if on_error == "raise" else quote
+        if first_bad is None:
+            texts, skipped, unreadable = read(on_error)
+            assert texts == [normalize_transcript(w) for _, k, w in numbered if k in ("good", "quote", "closing")]
+            assert (skipped, unreadable) == (len(row_bad), len(audio_bad))
+            continue
+        with pytest.raises(ValueError) as info:
+            read(on_error)
+        assert str(info.value).startswith(f"{path}:{first_bad}: ") and "\n" not in str(info.value), str(info.value)
 
 
 def test_non_gzip_file_named_gz_is_read_as_text(tmp_path):
@@ -242,3 +329,17 @@ def test_sigkill_at_random_moments_never_loses_a_loadable_checkpoint(tmp_path):
     proc = subprocess.run([sys.executable, "-c", "from qkv.train.checkpoint import atomic_directory as a\n"
                            f"with a({str(out / 'checkpoint')!r}) as t: pass"], cwd=root, timeout=60)
     assert proc.returncode == 0 and not list(out.glob(".checkpoint.tmp-*"))
+
+
+def test_the_reliability_page_names_tests_that_exist():
+    """Each guarantee of docs/reliability.md names its proof as path::test_name or a test file: they exist."""
+    import re
+
+    page = (ROOT / "docs" / "reliability.md").read_text(encoding="utf-8")
+    named = re.findall(r"`(tests/[\w/]+\.py)(?:::(test_\w+))?`", page)
+    assert len(named) > 20
+    for path, test in named:
+        assert (ROOT / path).is_file(), path
+        if test:
+            assert re.search(rf"^def {test}\(", (ROOT / path).read_text(encoding="utf-8"), re.MULTILINE), \
+                f"{path}::{test}"

@@ -1,5 +1,6 @@
-"""Every ```python block of the README runs as written, and every `qkv ...` command in it parses, with options that
-the options classes accept (training itself is tested elsewhere)."""
+"""The README: every ```python block runs as written, every `qkv ...` command in it parses with options that the
+options classes accept (training itself is tested elsewhere), every link into the repository leads to a file, and
+it stays a short front page (the documentation is the site built from docs/)."""
 
 import re
 import shlex
@@ -32,7 +33,20 @@ COMMANDS = _commands(README)
 
 
 def test_readme_has_examples():
-    assert len(BLOCKS) >= 3 and len(COMMANDS) >= 10
+    assert len(BLOCKS) >= 2 and len(COMMANDS) >= 8
+
+
+def test_readme_is_a_front_page():
+    assert len(README.splitlines()) <= 250
+    quick = README.split("## Quick start", 1)[1].split("\n## ", 1)[0]
+    assert re.findall(r"^    (make \w+)", quick, flags=re.M) == ["make demo", "make test"]
+
+
+def test_readme_links_lead_to_files():
+    links = [t for t in re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", README) if "://" not in t]
+    assert len(links) >= 10
+    missing = [t for t in links if not (ROOT / t).exists()]
+    assert not missing, missing
 
 
 @pytest.mark.parametrize("index", range(len(BLOCKS)))

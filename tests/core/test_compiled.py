@@ -1,5 +1,6 @@
-"""The compiled kernels: the fused additive/MLP tile against the eager tiles (values and gradients), the fallback
-when compiling fails, and qkv inside a caller's torch.compile."""
+"""The compiled kernels: when qkv compiles (the ``auto`` rule on a fake clock, the switches), the fused
+additive/MLP tiles against the eager ones (values and gradients), the fallback when compiling fails, and qkv inside
+a caller's torch.compile."""
 
 import logging
 
@@ -11,8 +12,8 @@ import qkv
 from qkv import compiled, mods, tiling
 from qkv.scores import MLP, Additive
 
-pytestmark = [pytest.mark.skipif(not compiled.available(), reason="torch.compile is not available here"),
-              pytest.mark.usefixtures("one_thread")]
+needs_compile = pytest.mark.skipif(not compiled.available(), reason="torch.compile is not available here")
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture
@@ -21,10 +22,169 @@ def small_tiles(monkeypatch):
     monkeypatch.setattr(tiling, "FUSED_MIN_ELEMENTS", 1)
 
 
-def eager(monkeypatch):
+@pytest.fixture
+def fake(monkeypatch, tmp_path):
+    """A fake clock (each eager run "takes" ``fake.step`` seconds), a fake ``torch.compile`` that counts, and a
+    fresh cache folder."""
+
+    class Fake:
+        now = 0.0
+        step = 1.0
+        reads = 0
+        compiles: list = []
+
+        def clock(self):  # read at the start and at the end of every timed run: the two differ by `step`
+            self.reads += 1
+            if self.reads % 2 == 0:
+                self.now += self.step
+            return self.now
+
+    f = Fake()
+    f.compiles = []
+    monkeypatch.setattr(compiled, "clock", f.clock)
+
+    def fake_compile(fn, **options):
+        f.compiles.append(fn.__name__)
+        return fn
+
+    monkeypatch.setattr(compiled, "_compile", fake_compile)
+    monkeypatch.setenv("QKV_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
+    monkeypatch.delenv("QKV_COMPILE", raising=False)
+    monkeypatch.delenv("QKV_NO_COMPILE", raising=False)
+    monkeypatch.setattr(compiled, "_broken", None)
+    compiled.set_compile(None)
+    yield f
+    compiled.set_compile(None)
+
+
+def run_calls(kernel, n: int, signature="s") -> list[bool]:
+    """``n`` calls through ``kernel`` as the paths make them: the compiled kernel when the rule says so, else the eager
+    code, timed. Returns which calls were compiled."""
+    used = []
+    for _ in range(n):
+        if kernel.use(signature, "cpu"):
+            kernel(signature, torch.ones(1))
+            used.append(True)
+        else:
+            with kernel.eager(signature, "cpu"):
+                pass
+            used.append(False)
+    return used
+
+
+def new_kernel(cold: float, saving: float = 0.5) -> compiled.Kernel:
+    def double(x):
+        return 2 * x
+
+    return compiled.Kernel("the test kernel", double, cold_seconds=cold, saving=saving)
+
+
+# ----------------------------------------------------------------------------------------------- the rule
+
+
+def test_auto_compiles_once_the_eager_time_would_have_paid_for_it(fake):
+    """Each eager call costs 1 s (fake), compiling 10 s, the compiled kernel saves half: after 20 s of eager calls."""
+    used = run_calls(new_kernel(cold=10.0), 25)
+    assert used == [False] * 20 + [True] * 5
+    assert fake.compiles == ["double"]
+
+
+def test_auto_never_compiles_a_call_that_is_made_a_few_times(fake):
+    fake.step = 100.0  # even slow calls: the first MIN_CALLS run eager
+    assert run_calls(new_kernel(cold=1.0), compiled.MIN_CALLS) == [False] * compiled.MIN_CALLS
+    assert fake.compiles == []
+
+
+def test_each_signature_pays_for_itself(fake):
+    kernel = new_kernel(cold=2.0)
+    assert run_calls(kernel, 5, "a") == [False] * 4 + [True]
+    assert run_calls(kernel, 1, "b") == [False]  # another shape: its own count
+
+
+def test_the_machine_remembers_what_compiling_cost(fake):
+    """The second process on a machine expects what the first measured (a cache load), not the cold estimate."""
+    kernel = new_kernel(cold=50.0)
+    kernel.counts.clear()
+    fake.step = 1.0
+    kernel.use("s", "cpu")
+    kernel("s", torch.ones(1))  # a forced first compilation, "taking" 1 s on the fake clock
+    assert kernel.expected_seconds("cpu") == pytest.approx(1.0)
+    again = new_kernel(cold=50.0)  # a fresh process: nothing counted yet
+    assert run_calls(again, 4) == [False] * 3 + [True]
+
+
+def test_switches(fake, monkeypatch):
+    kernel = new_kernel(cold=1e9)
+    compiled.set_compile(True)
+    assert run_calls(kernel, 1) == [True]
+    compiled.set_compile("0")
+    assert run_calls(new_kernel(cold=0.0), 10) == [False] * 10
+    compiled.set_compile(None)
+    monkeypatch.setenv("QKV_COMPILE", "1")
+    assert compiled.mode() == "1"
+    monkeypatch.setenv("QKV_COMPILE", "auto")
+    assert compiled.mode() == "auto"
+    monkeypatch.delenv("QKV_COMPILE")
     monkeypatch.setenv("QKV_NO_COMPILE", "1")
+    assert compiled.mode() == "0" and not compiled.available()
+    monkeypatch.setenv("QKV_NO_COMPILE", "0")  # compilation allowed
+    assert compiled.mode() == "auto" and compiled.available()
+    monkeypatch.setenv("QKV_COMPILE", "1")  # the new name wins
+    monkeypatch.setenv("QKV_NO_COMPILE", "1")
+    assert compiled.mode() == "1"
 
 
+@pytest.mark.parametrize("env,value,match", [("QKV_COMPILE", "sometimes", "QKV_COMPILE must be 0, 1 or auto"),
+                                             ("QKV_NO_COMPILE", "auto", "QKV_NO_COMPILE must be 0 or 1"),
+                                             ("QKV_NO_COMPILE", "maybe", "QKV_NO_COMPILE must be 0 or 1")])
+def test_a_bad_switch_is_named(fake, monkeypatch, env, value, match):
+    monkeypatch.setenv(env, value)
+    with pytest.raises(ValueError, match=match):
+        compiled.mode()
+    with pytest.raises(ValueError, match="set_compile must be 0, 1 or auto"):
+        compiled.set_compile("later")
+
+
+def test_says_it_once_per_machine_and_keeps_the_cache_where_it_says(fake, tmp_path, caplog):
+    compiled.set_compile(True)
+    with caplog.at_level(logging.INFO, logger="qkv.compiled"):
+        run_calls(new_kernel(cold=5.0), 2)
+        run_calls(new_kernel(cold=5.0), 1)  # another process on the same machine
+    said = [(r.levelno, r.getMessage()) for r in caplog.records]
+    assert said[0][0] == logging.WARNING and "compiling the test kernel (once per machine" in said[0][1]
+    assert str(tmp_path / "inductor") in said[0][1]
+    assert [level for level, _ in said] == [logging.WARNING, logging.INFO]  # compiled once per process, said once
+    assert compiled.cache_dir() == tmp_path / "inductor"
+    import os
+
+    assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "inductor")
+    (tmp_path / "inductor").mkdir(exist_ok=True)
+    assert compiled.clear_cache() == tmp_path / "inductor"
+    assert not (tmp_path / "inductor").exists() and not (tmp_path / "compile-times.json").exists()
+
+
+def test_an_additive_attention_compiles_in_a_loop_not_on_its_first_call(fake, small_tiles, gen):
+    """Through qkv.attention: the first calls run the eager tiles, a loop of them then compiles the fused kernel,
+    and the outputs agree throughout."""
+    sc = Additive(4, 4, 8)
+    q, k, v = (torch.randn(2, 12, 4, generator=gen) for _ in range(3))
+    tiling.EXP.counts.clear()
+    fake.step = 40.0  # every eager call "takes" 40 s: compiling (30 s expected) pays after 3 calls
+    with torch.no_grad():
+        expected = qkv.attention(q, k, v, score=sc, impl="reference")
+        outs = [qkv.attention(q, k, v, score=sc) for _ in range(5)]
+    assert fake.compiles == ["_exp_kernel"]
+    assert [c.calls for c in tiling.EXP.counts.values()] == [compiled.MIN_CALLS]
+    for out in outs:
+        torch.testing.assert_close(out, expected)
+
+
+# ---------------------------------------------------------------------------------------- the real compiler
+
+
+@needs_compile
+@pytest.mark.usefixtures("compile_now")
 @pytest.mark.parametrize("make", [lambda: Additive(6, 5, 16, max_elements=4096),
                                   lambda: MLP(6, 5, 16, act_layer=nn.GELU, max_elements=1 << 20)])
 def test_fused_tiles_equal_the_eager_ones(gen, small_tiles, monkeypatch, make):
@@ -44,13 +204,29 @@ def test_fused_tiles_equal_the_eager_ones(gen, small_tiles, monkeypatch, make):
         return out, w, grads, online
 
     fused = run()
-    eager(monkeypatch)
+    compiled.set_compile(False)
     expected = run()
     torch.testing.assert_close(fused[0], expected[0])
     torch.testing.assert_close(fused[1], expected[1])
     for a, b in zip(fused[2], expected[2], strict=True):
         torch.testing.assert_close(a, b)
     torch.testing.assert_close(fused[3], expected[3])
+
+
+@pytest.mark.parametrize("act", ["Tanh", "Sigmoid"])
+def test_the_factored_activations_are_exact(gen, act):
+    """sum_h w_h act(a_ih + b_jh) through exp(2a) exp(2b): float64 against the plain formula, values and gradients,
+    and large pre-activations left to the plain kernel."""
+    a = (torch.randn(2, 7, 16, generator=gen, dtype=torch.float64) * 4).requires_grad_()
+    b = (torch.randn(2, 9, 16, generator=gen, dtype=torch.float64) * 4).requires_grad_()
+    w = torch.randn(16, generator=gen, dtype=torch.float64)
+    eq, ek = tiling._factored(act, a, b)
+    got = tiling._exp_kernel(eq, ek, w, None, act)
+    expected = tiling._pair_kernel(a, b, w, None, act)
+    torch.testing.assert_close(got, expected)
+    torch.testing.assert_close(torch.autograd.grad(got.sum(), [a, b]), torch.autograd.grad(expected.sum(), [a, b]))
+    assert tiling._factored(act, a * 10, b) is None  # beyond FACTOR_LIMIT: the plain kernel
+    assert tiling._factored("ReLU", a, b) is None
 
 
 def test_forms():
@@ -60,7 +236,7 @@ def test_forms():
     assert MLP(4, 4, 8).fused_form()[2] == "ReLU"
 
 
-def test_falls_back_and_says_so_once(gen, small_tiles, monkeypatch, caplog):
+def test_falls_back_and_says_so_once(gen, small_tiles, monkeypatch, caplog, fake):
     sc = Additive(4, 4, 8, max_elements=512)
     q, k, v = (torch.randn(2, 12, 4, generator=gen) for _ in range(3))
     expected = sc.reference(q, k)
@@ -68,16 +244,20 @@ def test_falls_back_and_says_so_once(gen, small_tiles, monkeypatch, caplog):
     def broken(*args, **kw):
         raise RuntimeError("InductorError: no working C++ compiler")
 
-    monkeypatch.setattr(compiled, "kernel", broken)
-    monkeypatch.setattr(compiled, "_broken", None)
+    monkeypatch.setattr(compiled, "_compile", lambda fn, **kw: broken)
+    monkeypatch.setattr(tiling.EXP, "_compiled", None)
+    tiling.EXP.counts.clear()
+    compiled.set_compile(True)
     with caplog.at_level(logging.WARNING, logger="qkv.compiled"):
         torch.testing.assert_close(sc(q, k), expected)
         torch.testing.assert_close(sc(q, k), expected)
-    said = [r.getMessage() for r in caplog.records]
+    said = [r.getMessage() for r in caplog.records if "compiled kernels are off" in r.getMessage()]
     assert len(said) == 1 and "C++ compiler" in said[0] and "Additive" in said[0]
     assert not compiled.available()
+    monkeypatch.setattr(tiling.EXP, "_compiled", None)
 
 
+@needs_compile
 def test_inside_the_callers_torch_compile(gen):
     """A model with ALiBi self-attention and an additive attention, compiled by its user: same outputs."""
 

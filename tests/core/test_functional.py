@@ -390,7 +390,7 @@ def test_mixed_dtypes_under_autocast_are_cast_like_sdpa(score, return_weights, g
 @pytest.mark.parametrize("kw", [{}, {"impl": "reference"}, {"return_weights": True}, {"mask_mod": qkv.mods.causal},
                                 {"score": S.Additive(4, 4, 5, dtype=torch.float64)}])
 def test_a_mask_with_more_batch_axes_than_the_inputs(gen, kw):
-    """Issue 28 item 9: a mask whose batch axes would enlarge the output is refused on every path with both shapes
+    """A mask whose batch axes would enlarge the output is refused on every path with both shapes
     named; extra leading axes of size 1 are dropped, so every path gives (*batch, Tq, Dv)."""
     q = torch.randn(2, 3, 4, generator=gen, dtype=D64)
     k, v = torch.randn(2, 5, 4, generator=gen, dtype=D64), torch.randn(2, 5, 6, generator=gen, dtype=D64)

@@ -11,7 +11,7 @@ breaks a cycle at run time, not in the design). An import of a module's own pare
 hooks`` also loads ``qkv/__init__.py``) is not an edge: loading a submodule always loads its parents. Imports built
 at run time (``importlib.import_module``) are not seen.
 
-How it fails: adding ``from .capture import ACTIVE`` to ``qkv/functional.py`` (as it was before session 9) reports
+How it fails: adding ``from .capture import ACTIVE`` to ``qkv/functional.py`` (an upward import) reports
 ``qkv.functional (core.functional) imports qkv.capture (core.capture), a higher layer or one it may not use``; an
 import that closes a loop also reports the cycle and the edges that tie it
 (:func:`test_the_checker_reports_cycles_and_upward_imports` shows both on a tiny package made for the test).
@@ -45,6 +45,7 @@ LAYERS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "models": (("qkv.models", "qkv.explain"), ("layers", "data", "util")),
     "train": (("qkv.train",), ("models",)),
     "tasks": (("qkv.tasks", "qkv.integrations"), ("train", "viz")),
+    "notebook": (("qkv.viz.notebook",), ("tasks",)),  # the page of a run, a saved model or a model object
     "export": (("qkv.export",), ("tasks", "api")),
     "cli": (("qkv.cli", "qkv.__main__"), ("tasks", "api", "export")),
 }

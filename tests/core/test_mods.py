@@ -215,10 +215,10 @@ def test_multihead_cache_with_layer_modifiers(gen, name):
 
 # ------------------------------------------------------------------------------------------ the fused path
 
-fused = pytest.mark.skipif(not flex.fused_available(), reason="FlexAttention is not available here")
 
 
-@fused
+@pytest.mark.skipif(not flex.fused_available(), reason="FlexAttention is not available here")
+@pytest.mark.usefixtures("compile_now")
 @pytest.mark.parametrize("case", ["alibi+causal", "softcap+window+padding", "t5+document", "prefix", "empty rows"])
 def test_fused_equals_reference(gen, case, monkeypatch):
     q, k, v = qkv_(gen, b=2, h=2, tq=128, tk=128, d=16, dtype=torch.float32)
@@ -253,7 +253,8 @@ def test_fused_equals_reference(gen, case, monkeypatch):
         assert counters["stats"]["unique_graphs"] == before
 
 
-@fused
+@pytest.mark.skipif(not flex.fused_available(), reason="FlexAttention is not available here")
+@pytest.mark.usefixtures("compile_now")
 def test_fused_path_falls_back_when_it_cannot_compile(gen, monkeypatch, caplog):
     q, k, v = qkv_(gen, b=1, h=2, tq=128, tk=128, d=16, dtype=torch.float32)
     monkeypatch.setattr(flex, "_flex", lambda: (_ for _ in ()).throw(RuntimeError("no C++ compiler")))
@@ -297,7 +298,8 @@ def test_which_axes_a_mask_uses():
 # ------------------------------------------------------------------------- a user's modifier is the user's error
 
 
-@fused
+@pytest.mark.skipif(not flex.fused_available(), reason="FlexAttention is not available here")
+@pytest.mark.usefixtures("compile_now")
 @pytest.mark.parametrize("bad,match", [
     ({"mask_mod": lambda b, h, q_idx, kv_idx: q_idx - kv_idx}, r"mask_mod .*<lambda> returned torch.int64"),
     ({"mask_mod": lambda b, h, q_idx, kv_idx: torch.ones(3, dtype=torch.bool)}, r"mask_mod .*broadcasts to"),
@@ -305,7 +307,7 @@ def test_which_axes_a_mask_uses():
     ({"score_mod": lambda s, b, h, q_idx, kv_idx: s + torch.zeros(100)[kv_idx]}, r"score_mod .*<lambda> failed"),
 ])
 def test_a_bad_user_modifier_is_named_and_never_turns_compilation_off(gen, monkeypatch, bad, match):
-    """Issue 28 item 8: on inputs the fused path takes, a modifier with the wrong dtype or shape, or one that fails
+    """On inputs the fused path takes, a modifier with the wrong dtype or shape, or one that fails
     (here: an index past the end of its table, at the last key), is a ValueError naming it, before anything is
     compiled; compiled kernels stay on for the rest of the process."""
     monkeypatch.setattr(compiled, "_broken", None)
@@ -317,7 +319,8 @@ def test_a_bad_user_modifier_is_named_and_never_turns_compilation_off(gen, monke
     assert compiled.reason() is None and flex.fused_available()
 
 
-@fused
+@pytest.mark.skipif(not flex.fused_available(), reason="FlexAttention is not available here")
+@pytest.mark.usefixtures("compile_now")
 def test_a_user_modifier_that_cannot_compile_runs_on_the_reference_path_alone(gen, monkeypatch, caplog):
     """A modifier that is right but that FlexAttention cannot compile (simulated) runs on the reference path from
     then on, said once and named; a failure with qkv's own modifiers still means the compiler is broken."""

@@ -1,4 +1,4 @@
-"""Reading image files (issue 28): 16-bit grey and float images are scaled to the 8-bit range, not clipped;
+"""Reading image files: 16-bit grey and float images are scaled to the 8-bit range, not clipped;
 transparent images are composited on a stated background with a warning; a captions file naming an unreadable
 image is an error at its ``file:line``, or skipped and counted. Each reader is compared with a NumPy reference
 computed from the generated pixels."""
@@ -154,3 +154,10 @@ def test_coco_captions_naming_unreadable_images(tmp_path, rng):
         read_captions(tmp_path / "c.json")
     cf = read_captions(tmp_path / "c.json", on_error="skip")
     assert [p.name for p in cf.images] == ["ok0.png"] and cf.skipped == 2  # the image and its caption
+
+
+def test_a_folder_given_as_an_image_is_named_as_a_folder(tmp_path):
+    with pytest.raises(ValueError, match=rf"^{tmp_path} is a folder, not an image file$"):
+        read_image(tmp_path, (8, 8))
+    with pytest.raises(ValueError, match=r"^no image file"):
+        read_image(tmp_path / "missing.png", (8, 8))

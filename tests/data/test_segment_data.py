@@ -1,4 +1,4 @@
-"""Segmentation data (issue 26): the labelled scenes agree with the canvases they label, held-out (item, cell)
+"""Segmentation data: the labelled scenes agree with the canvases they label, held-out (item, cell)
 combinations occur in the test split only; the folder reader reads grayscale, 16-bit and palette label PNGs as
 class numbers (compared with the arrays written), and every hostile file (missing label, size mismatch, a label
 above the class count, a truncated, garbage or colour PNG, a JPEG named .png) is a ValueError naming the file, or

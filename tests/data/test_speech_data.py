@@ -37,7 +37,8 @@ def test_load_audio_resamples_and_mixes_channels(tmp_path):
 
 @pytest.mark.parametrize("kind, message", [
     ("missing", "no such audio file"), ("garbage", "not a readable audio file"), ("empty_file", "not a readable"),
-    ("zero", "empty"), ("short", "too short"), ("nan", "NaN"), ("text", "not a readable")])
+    ("zero", "empty"), ("short", "too short"), ("nan", "NaN"), ("text", "not a readable"),
+    ("folder", "a folder, not an audio file")])
 def test_hostile_audio_is_one_line_naming_the_file(tmp_path, kind, message):
     p = tmp_path / f"{kind}.wav"
     if kind == "garbage":
@@ -52,6 +53,8 @@ def test_hostile_audio_is_one_line_naming_the_file(tmp_path, kind, message):
         sf.write(p, np.full(4000, np.nan, np.float32), 16_000, subtype="FLOAT")
     elif kind == "text":
         p.write_text("this is not audio\n" * 50)
+    elif kind == "folder":
+        p.mkdir()
     with pytest.raises(ValueError, match=message) as e:
         load_audio(p, where=f"m.tsv:3: {p.name}")
     assert "m.tsv:3" in str(e.value) and "\n" not in str(e.value)
@@ -175,6 +178,8 @@ def test_manifest_bad_rows_name_file_and_line_or_are_skipped(tmp_path):
     (tmp_path / "empty.tsv").write_text("\n")
     with pytest.raises(ValueError, match="empty"):
         read_manifest(tmp_path / "empty.tsv")
+    with pytest.raises(ValueError, match=r"is a folder, not a manifest file"):
+        read_manifest(tmp_path)
     (tmp_path / "bin.tsv").write_bytes(b"\xff\xfe\x00bad")
     with pytest.raises(ValueError, match=r"bin\.tsv:1: not UTF-8"):
         read_manifest(tmp_path / "bin.tsv")

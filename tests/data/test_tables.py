@@ -148,3 +148,24 @@ def test_every_table_reader_reads_through_table_rows():
     users = [p.relative_to(ROOT) for p in (ROOT / "qkv").rglob("*.py")
              if re.search(r"csv\.(reader|DictReader|Sniffer)", p.read_text(encoding="utf-8"))]
     assert users == [ROOT.joinpath("qkv/data/files.py").relative_to(ROOT)]
+
+
+def test_a_comma_in_an_unquoted_field_is_a_row_too_long_never_a_cut_text(tmp_path):
+    _clip(tmp_path)
+    manifest = tmp_path / "m.csv"
+    manifest.write_text('path,sentence\nclip.wav, "one, two"\nclip.wav,three, four\nclip.wav,five\n', encoding="utf-8")
+    with pytest.raises(ValueError, match=r"m\.csv:3: more fields than the header \(3, not 2: a comma inside"):
+        read_manifest(manifest)
+    utterances, skipped = read_manifest(manifest, on_error="skip")
+    assert [u.text for u in utterances] == ["one two", "five"] and skipped == {"more fields than the header": 1}
+    table = tmp_path / "t.csv"
+    table.write_text('text,label\nLoved it, truly,pos\n"Fine, really",pos\nBad,neg\nAwful,neg\n', encoding="utf-8")
+    with pytest.raises(ValueError, match=r"t\.csv:2: 3 fields, the header has 2: a comma inside an unquoted field"):
+        read_table(table)
+    data = read_table(table, on_error="skip")
+    assert data.texts == ["Fine, really", "Bad", "Awful"] and data.skip_reasons == {"too many fields": 1}
+    assert data.label_names == ["neg", "pos"]
+    headerless = tmp_path / "h.csv"
+    headerless.write_text("a,pos\nb,neg\nc, d,neg\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"h\.csv:3: 3 fields, the first row has 2"):
+        read_table(headerless, header=False, text_col=0, label_col=1)

@@ -61,6 +61,11 @@ def config(name: str):
                                decoder_ffn_dim=64, max_position_embeddings=64, dropout=0.0, attention_dropout=0.0,
                                activation_dropout=0.0, decoder_start_token_id=PAD, pad_token_id=PAD,
                                eos_token_id=EOS, forced_eos_token_id=None)
+    if name == "vit":
+        return tf.ViTConfig(image_size=32, patch_size=8, num_channels=3, hidden_size=32, num_hidden_layers=2,
+                            num_attention_heads=4, intermediate_size=64, num_labels=3, hidden_dropout_prob=0.0,
+                            attention_probs_dropout_prob=0.0, id2label={0: "circle", 1: "square", 2: "cross"},
+                            label2id={"circle": 0, "square": 1, "cross": 2})
     raise KeyError(name)
 
 
@@ -73,6 +78,10 @@ def model(name: str, attn_implementation: str, seed: int = 0):
     """A tiny random ``name`` model with a head (masked LM, causal LM or seq2seq LM), in eval mode."""
     import transformers as tf
 
+    if name == "vit":
+        torch.manual_seed(seed)
+        return tf.AutoModelForImageClassification.from_config(config(name), attn_implementation=attn_implementation)\
+            .eval()
     auto = tf.AutoModelForMaskedLM if name == "bert" else tf.AutoModelForSeq2SeqLM if name in SEQ2SEQ \
         else tf.AutoModelForCausalLM
     torch.manual_seed(seed)
@@ -110,4 +119,5 @@ def inputs(name: str, padded: bool, gen: torch.Generator) -> dict[str, torch.Ten
 def save(name: str, directory) -> None:
     """``name``'s tiny model and the tokenizer, written with ``save_pretrained`` (safetensors) to ``directory``."""
     model(name, "eager").save_pretrained(directory)
-    tokenizer().save_pretrained(directory)
+    if name != "vit":
+        tokenizer().save_pretrained(directory)

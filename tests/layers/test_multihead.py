@@ -179,27 +179,19 @@ def test_torch_compile_matches_eager(gen):
         torch.testing.assert_close(compiled(x, is_causal=True), mha(x, is_causal=True), atol=1e-5, rtol=1e-5)
 
 
-def test_one_spelling_per_size_and_the_old_ones_still_work(gen):
-    """query_dim / key_dim / value_dim everywhere in qkv.layers; SelfAttention's in_dim/qk_dim/v_dim and
-    MultiHeadAttention's kdim/vdim build the same layer, with a DeprecationWarning naming the new name."""
+def test_one_spelling_per_size(gen):
+    """dim / key_dim / value_dim everywhere in qkv.layers (the spellings before 0.2.0, SelfAttention's
+    in_dim/qk_dim/v_dim and MultiHeadAttention's kdim/vdim, are gone); kdim/vdim stay readable as torch names them."""
     sa = qkv.SelfAttention(dim=4, key_dim=3, value_dim=5)
     assert (sa.dim, sa.key_dim, sa.value_dim) == (4, 3, 5)
-    with pytest.warns(DeprecationWarning) as said:
-        old = qkv.SelfAttention(in_dim=4, qk_dim=3, v_dim=5)
-    assert [str(w.message).split(";")[0] for w in said] == [
-        f"SelfAttention({a}=...) is now SelfAttention({b}=...)"
-        for a, b in (("in_dim", "dim"), ("qk_dim", "key_dim"), ("v_dim", "value_dim"))]
-    assert [p.shape for p in old.parameters()] == [p.shape for p in sa.parameters()]
+    for name, old in (("in_dim", {"in_dim": 4, "key_dim": 3}), ("qk_dim", {"dim": 4, "qk_dim": 3}),
+                      ("v_dim", {"dim": 4, "key_dim": 3, "v_dim": 5})):
+        with pytest.raises(TypeError, match=f"unexpected keyword argument '{name}'"):
+            qkv.SelfAttention(**old)
     mha = qkv.MultiHeadAttention(24, 3, key_dim=10, value_dim=7)
-    with pytest.warns(DeprecationWarning) as said:
-        old = qkv.MultiHeadAttention(24, 3, kdim=10, vdim=7)
-    assert len(said) == 2
-    assert str(said[0].message).startswith("MultiHeadAttention(kdim=...) is now MultiHeadAttention(key_dim=...)")
-    assert [p.shape for p in old.parameters()] == [p.shape for p in mha.parameters()]
-    assert (old.key_dim, old.value_dim, old.kdim, old.vdim) == (10, 7, 10, 7)
-    with pytest.raises(TypeError, match="both key_dim= and its old spelling kdim="):
-        qkv.MultiHeadAttention(24, 3, key_dim=10, kdim=10)
-    with pytest.raises(TypeError, match="unexpected keyword argument 'kdims'"):
-        qkv.MultiHeadAttention(24, 3, kdims=10)
-    with pytest.raises(TypeError, match="needs dim"):
+    assert (mha.key_dim, mha.value_dim, mha.kdim, mha.vdim) == (10, 7, 10, 7)
+    for name in ("kdim", "vdim", "kdims"):
+        with pytest.raises(TypeError, match=f"unexpected keyword argument '{name}'"):
+            qkv.MultiHeadAttention(24, 3, **{name: 10})
+    with pytest.raises(TypeError, match="dim"):
         qkv.SelfAttention(key_dim=3)

@@ -9,6 +9,8 @@ import torch
 from qkv.models import create
 from qkv.models.lm import CausalLM, LMConfig, generate, sample_next
 
+pytestmark = pytest.mark.usefixtures("one_thread")
+
 
 def tiny(positions="learned", **kw):
     cfg = dict(vocab_size=23, dim=32, num_heads=4, num_layers=2, max_len=40, positions=positions, dropout=0.0)

@@ -1,4 +1,4 @@
-"""BiSeNet V1, its ablations and the FCN baseline (issue 26): logits at the input's size for odd sizes, the paths at
+"""BiSeNet V1, its ablations and the FCN baseline: logits at the input's size for odd sizes, the paths at
 their strides, each ablation without its block (no module, no parameter) and exactly the full network with that
 block made the identity; the attention maps returned are those capture_attention records; and the segmentation
 metrics against a hand-computed confusion matrix and a brute-force count."""

@@ -36,7 +36,7 @@ def _wav(path, seconds=0.6, freq=440.0):
 
 def _strings(name, tmp_path):
     """Two command-line strings for application ``name``, and the inputs of ``predict`` they stand for."""
-    if name in ("translate", "summarize", "sentiment"):
+    if name in ("translate", "summarize", "sentiment", "lm"):
         texts = ["7 mars 2019", "the plot was wonderful and the cast too"]
         return texts, texts
     if name == "qa":

@@ -53,9 +53,7 @@ def accuracy(model, examples):  # the one metric, for the trainer and the predic
     return classification_metrics(model(batch["ids"], batch["mask"]).logits, batch["labels"])
 
 
-class ToyTask(ApplicationTask):
-    name, options_type = "toy-digits", ToyOptions
-    load_data, model_spec = staticmethod(load_data), staticmethod(model_spec)
+class ToyTask(ApplicationTask, name="toy-digits", options=ToyOptions, load_data=load_data, model_spec=model_spec):
 
     def setup(self):
         self.read_data()
@@ -97,8 +95,8 @@ class ToyPredictor(Predictor):
         return jsonable({"output": "7" if int(result.argmax()) else "no 7", "p": result.softmax(-1)[1]})
 
 
-APP = Application(name="toy-digits", help="a toy: is there a 7?", options=ToyOptions, train_defaults=train_defaults,
-                  load_data=load_data, model_spec=model_spec, task=ToyTask, predictor=ToyPredictor)
+APP = Application(name="toy-digits", help="a toy: is there a 7?", task=ToyTask, predictor=ToyPredictor,
+                  train_defaults=train_defaults)
 
 # ---- the tests --------------------------------------------------------------------------------------------------
 

@@ -3,7 +3,7 @@
 import pytest
 
 from qkv.cli import build_parser
-from qkv.cli.common import read_train_options
+from qkv.cli.train import read_train_options
 from qkv.tasks import application
 from qkv.tasks.translate import TranslateOptions, budget_defaults
 from qkv.train import TrainConfig

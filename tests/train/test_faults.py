@@ -1,4 +1,4 @@
-"""Faults an operator meets (issue 28): two trainings in one run directory, SIGTERM, full disks, torn
+"""Faults an operator meets: two trainings in one run directory, SIGTERM, full disks, torn
 ``metrics.jsonl`` lines and unwritable outputs. The races and signals use real processes (``tests.trainer_toy``);
 the full disk is a small tmpfs where this machine lets us mount one, and a simulated ENOSPC everywhere."""
 
@@ -20,12 +20,12 @@ import pytest
 import torch
 
 import qkv.train.checkpoint as ck
-import qkv.train.parts as parts
+import qkv.train.metrics_log as metrics_log
 from qkv.train import TrainConfig, load_checkpoint, train
 from qkv.train.checkpoint import write_checkpoint
 from qkv.train.interrupt import Interrupted
 from qkv.train.lock import LOCK_NAME, RunInUseError, RunLock
-from qkv.train.parts import MetricsLog
+from qkv.train.metrics_log import MetricsLog
 from tests import ROOT  # noqa: E402
 from tests.trainer_toy import ToyTask
 
@@ -292,7 +292,7 @@ def test_simulated_full_disk_in_metrics_cuts_the_partial_line(tmp_path, monkeypa
             return real(fd, data[:10])  # a partial write, then the disk is full
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-    monkeypatch.setattr(parts.os, "write", half_then_full)
+    monkeypatch.setattr(metrics_log.os, "write", half_then_full)
     with pytest.raises(OSError, match="No space left on device"):
         log.write({"event": "train", "loss": 1.0})
     monkeypatch.undo()

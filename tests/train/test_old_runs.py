@@ -91,3 +91,23 @@ def test_a_damaged_old_config_names_the_file(tmp_path):
 def test_another_task_is_refused(tmp_path):
     with pytest.raises(ValueError, match="holds a 'images' model, not a 'sentiment' one"):
         SentimentClassifier.load(V1 / "images-cbam")
+
+
+def test_the_application_of_an_old_run_is_read_from_its_config_alone():
+    from qkv.tasks import application_of, load_predictor
+
+    for name, task in (("translate-bahdanau", "translate"), ("sentiment-bigru", "sentiment"),
+                       ("images-cbam", "images")):
+        assert application_of(V1 / name).name == task
+    assert load_predictor(V1 / "sentiment-bigru", "cpu").options.hidden_dim == 16
+
+
+def test_an_application_born_in_format_2_has_no_old_runs(tmp_path):
+    """One upgrade function (qkv.train.upgrade) for every application: those with no format-1 runs refuse one."""
+    from qkv.tasks.qa import Reader
+
+    run = _copy(tmp_path, "sentiment-bigru")
+    cfg = run / "best" / "config.json"
+    cfg.write_text(cfg.read_text().replace('"task": "sentiment"', '"task": "qa"'))
+    with pytest.raises(ValueError, match="qa runs exist only in checkpoint format 2 and later"):
+        Reader.load(run)

@@ -203,3 +203,115 @@ def test_image_view_follows_the_query(browser, tmp_path):
         page.select_option("#attention", index=spatial)
         assert page.locator("#view image").count() == 1
         opened.check_clean()
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# every head at a glance, a generation's steps, long inputs
+
+
+def test_head_grid_and_sortable_statistics(browser, tmp_path):
+    with Opened(browser, translation_page(tmp_path)) as opened:
+        page = opened.page
+        thumbs = page.locator("#heads img.thumb")
+        assert thumbs.count() == 3 * 2 * 4  # encoder self, decoder self, cross: 2 layers x 4 heads each
+        thumbs.nth(6).click()  # the first stack, layer 1, head 2
+        assert page.input_value("#head") == "2" and "layer 1" in page.inner_text("#info")
+        rows = page.locator("#head-stats tbody tr")
+        assert rows.count() == 3 * 2 * 4
+        col = page.locator("#head-stats th").all_inner_texts().index("entropy")
+        page.click("#head-stats th[data-col='entropy']")
+
+        def column():
+            return [float(rows.nth(i).locator("td").nth(col).inner_text()) for i in range(rows.count())]
+        assert column() == sorted(column(), reverse=True)
+        page.click("#head-stats th[data-col='entropy']")  # again: the other way
+        assert column() == sorted(column())
+        before = opened.drawn()
+        rows.nth(0).click()
+        assert opened.drawn() != before or page.input_value("#head") != "2"
+        opened.check_clean()
+
+
+@pytest.fixture(scope="module")
+def generation_pages(tmp_path_factory):
+    pytest.importorskip("transformers")
+    from qkv.integrations.generation import view_generation
+    from qkv.integrations.transformers import register
+    from tests.integrations import hf_models as hf
+
+    register()
+    root = tmp_path_factory.mktemp("genpages")
+    out = {}
+    for name in ("gpt2", "marian"):
+        hf.save(name, root / name)
+        view = view_generation(root / name, "the big cat sat on a red mat", 6)
+        out[name] = (view, save_attention_page(root / f"{name}.html", view.records, **view.page_kwargs()))
+    return out
+
+
+@pytest.mark.parametrize("name", ["gpt2", "marian"])
+def test_generation_steps_token_by_token(browser, generation_pages, name):
+    view, path = generation_pages[name]
+    steps = view.generation["steps"]
+    with Opened(browser, path) as opened:
+        page = opened.page
+        assert page.locator("#produced .gtok").count() == len(steps)
+        seen = set()
+        for s in range(len(steps)):
+            page.click(f"#produced .gtok[data-step='{s}']")
+            assert page.input_value("#step") == str(s)
+            info = page.inner_text("#step-info")
+            assert f"step {s}" in info and f"{steps[s]['p']:.3f}" in info
+            n = page.locator("#context .ctok").count()  # the prompt and what came before (the decoder's own)
+            assert n == view.generation["first_row"] + s + 1
+            seen.add(page.inner_html("#context"))
+        assert len(seen) == len(steps)
+        page.select_option("#gen-head", "1")
+        one = page.inner_html("#context")
+        page.select_option("#gen-head", "mean")
+        assert page.inner_html("#context") != one
+        if name == "marian":  # the alignment matrix: click a row to go to its step
+            cross = [o for o in page.locator("#gen-attention option").all_inner_texts() if "cross" in o]
+            page.select_option("#gen-attention", label=cross[0])
+            assert page.locator("#context .ctok").count() == len(view.tokens["source"])
+            canvas = page.locator("#alignment canvas")
+            assert canvas.count() == 1
+            box = canvas.bounding_box()
+            canvas.click(position={"x": 2, "y": box["height"] - 2})
+            assert page.input_value("#step") == str(len(steps) - 1)
+        opened.check_clean()
+
+
+def test_a_long_input_keeps_each_rows_top_k_and_opens_quickly(browser, tmp_path, gen):
+    import time
+
+    t = 3000
+    scores = torch.randn(1, 2, t, t, generator=gen)
+    scores[..., torch.arange(1, t), torch.arange(t - 1)] += 8  # a previous-token pattern to find in the zoom
+    w = torch.softmax(scores.masked_fill(~torch.ones(t, t, dtype=torch.bool).tril(), float("-inf")), -1)
+    rec = qkv.AttentionRecord("decoder.0.self_attn", "Attn", "self", 0, w, causal=True)
+    path = save_attention_page(tmp_path / "long.html", [rec], tokens=[f"w{i}" for i in range(t)], budget=2_000_000)
+    assert path.stat().st_size < 4_000_000
+    start = time.perf_counter()
+    with Opened(browser, path) as opened:
+        page = opened.page
+        page.wait_for_selector("#view image#overview")
+        assert time.perf_counter() - start < 15
+        assert "largest weights" in page.inner_text("body")
+        box = page.locator("#overview").bounding_box()
+        page.locator("#overview").click(position={"x": box["width"] / 2, "y": box["height"] / 2})
+        cells = page.locator("#zoom rect")
+        assert cells.count() == 48 * 48
+        import re
+
+        i0, j0 = map(int, re.findall(r"queries (\d+).*keys (\d+)", page.text_content("#zoom-title"))[0])
+        assert abs(i0 - t / 2) < 60 and abs(j0 - t / 2) < 60  # around the point clicked
+
+        def weight(i, j):  # the exact weight of query i on key j, read from the zoom window
+            return float(cells.nth((i - i0) * 48 + j - j0).locator("title").text_content().rsplit(": ", 1)[1])
+        rows = range(max(i0, j0) + 2, min(i0, j0) + 46, 5)
+        assert all(weight(i, i + 1) == 0 for i in rows)  # causal: nothing on the key just ahead
+        assert all(weight(i, i - 1) > 0.3 for i in rows)  # the previous token
+        page.select_option("#view-kind", "text")
+        assert page.locator("#view rect.cell").count() == t
+        opened.check_clean()

@@ -36,5 +36,4 @@ __all__ = ["APPLICATION", "CaptionOptions", "load_data", "model_spec", "train_de
 
 APPLICATION = Application(
     name="caption", help="train an image captioner with soft/hard attention (scenes, Flickr8k or COCO captions)",
-    options=CaptionOptions, train_defaults=train_defaults, load_data=load_data, model_spec=model_spec,
-    task=CaptionTask, predictor=Captioner)
+    train_defaults=train_defaults, task=CaptionTask, predictor=Captioner)

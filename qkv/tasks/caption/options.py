@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...options import check_options, option
+from ..option_groups import TRANSFORMER, TransformerOptions
 
 __all__ = ["CaptionOptions", "train_defaults", "MODELS", "ATTENDING"]
 
@@ -13,12 +14,11 @@ MODELS = ("soft", "hard", "fixed", "transformer")
 _RNN = {"model": ("soft", "hard", "fixed")}
 ATTENDING = ("soft", "hard")  #: the recurrent captioners that attend
 _ATTENDING_RNN = {"model": ATTENDING}
-_TRANSFORMER = {"model": ("transformer",)}
 _SCENES = {"data": ("scenes",)}
 
 
 @dataclass
-class CaptionOptions:
+class CaptionOptions(TransformerOptions):
     """What to train on and which model; the trainer's settings are in :class:`qkv.train.TrainConfig`."""
 
     # data
@@ -76,11 +76,7 @@ class CaptionOptions:
     embed_dim: int = option(64, low=1, applies=_RNN, help="LSTMs: word embedding size")
     hidden_dim: int = option(128, low=1, applies=_RNN, help="LSTMs: decoder state size")
     attn_dim: int = option(128, low=1, applies=_ATTENDING_RNN, help="hidden size of the additive/MLP score")
-    dim: int = option(128, low=2, applies=_TRANSFORMER, help="transformer: model width")
-    num_heads: int = option(4, low=1, applies=_TRANSFORMER, help="transformer: attention heads")
-    ffn_dim: int | None = option(None, low=1, applies=_TRANSFORMER, help="transformer: feed-forward width "
-                                 "(default: 4 x dim)")
-    num_layers: int = option(2, low=1, applies=_TRANSFORMER, help="transformer: decoder layers")
+    num_layers: int = option(2, low=1, applies=TRANSFORMER, help="transformer: decoder layers")
     dropout: float = option(0.2, low=0, high=0.99, help="dropout")
     # loss and evaluation
     doubly_stochastic: float | None = option(None, low=0, applies={"model": ("soft",)},
@@ -112,8 +108,7 @@ class CaptionOptions:
             raise ValueError(f"widths must be at least 4 channel counts (the grid has stride 8), got {self.widths}")
         if self.image_size % 8:
             raise ValueError(f"image_size must be a multiple of 8, got {self.image_size}")
-        if self.model == "transformer" and self.dim % self.num_heads:
-            raise ValueError(f"num_heads ({self.num_heads}) must divide dim ({self.dim})")
+        self.check_heads()
 
     def _resolve_defaults(self) -> None:
         """The defaults that depend on the data: on scenes, what lets a model name an item at a place it never

@@ -53,16 +53,10 @@ def model_spec(options: CaptionOptions, *, vocab_size: int, in_channels: int, im
     return {"name": f"caption-{o.model}", "config": config}
 
 
-class CaptionTask(ApplicationTask):
+class CaptionTask(ApplicationTask, name="caption", unit="words", options=CaptionOptions, load_data=load_data,
+                  model_spec=model_spec, assets=("tokenizer",)):
     """Teacher-forced cross-entropy over caption words (one reference of each image drawn per batch), plus the
     doubly stochastic penalty (soft) or the REINFORCE terms (hard); metrics from :func:`caption_metrics`."""
-
-    name = "caption"
-    unit = "words"
-    options_type = CaptionOptions
-    load_data = staticmethod(load_data)
-    model_spec = staticmethod(model_spec)
-    assets = ("tokenizer",)
 
     def setup(self) -> None:
         from ...data import train_tokenizer

@@ -37,6 +37,5 @@ __all__ = ["APPLICATION", "ImageOptions", "load_data", "model_spec", "train_defa
            "count_parameters", "parse_attn_args", "ARCHS", "AUGMENTATIONS"]
 
 APPLICATION = Application(
-    name="images", help="train an image classifier with channel/spatial attention", options=ImageOptions,
-    train_defaults=train_defaults, load_data=load_data, model_spec=model_spec, task=ImageTask,
-    predictor=ImageClassifier)
+    name="images", help="train an image classifier with channel/spatial attention",
+    train_defaults=train_defaults, task=ImageTask, predictor=ImageClassifier)

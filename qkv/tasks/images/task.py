@@ -49,17 +49,12 @@ def predict_logits(model: nn.Module, x: Tensor, batch_size: int = 500) -> Tensor
     return torch.cat(out) if out else torch.empty(0)
 
 
-class ImageTask(ApplicationTask):
+class ImageTask(ApplicationTask, name="images", unit="images", options=ImageOptions, load_data=load_data,
+                model_spec=model_spec):
     """Image classification with label-smoothed cross-entropy; metrics: accuracy and (unsmoothed) loss.
 
     ``data`` (an :class:`~qkv.data.images.ImageData`) may be given to skip reading ``options.data``.
     """
-
-    name = "images"
-    unit = "images"
-    options_type = ImageOptions
-    load_data = staticmethod(load_data)
-    model_spec = staticmethod(model_spec)
 
     def __init__(self, options: ImageOptions, data: ImageData | None = None):
         super().__init__(options, data)

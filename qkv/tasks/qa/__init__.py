@@ -31,5 +31,5 @@ __all__ = ["APPLICATION", "QAOptions", "load_data", "model_spec", "train_default
            "evaluate_reader", "QATask", "Answer", "Reader", "predict_examples", "answer_metrics", "MODELS"]
 
 APPLICATION = Application(
-    name="qa", help="train a reader that answers questions by pointing at a span", options=QAOptions,
-    train_defaults=train_defaults, load_data=load_data, model_spec=model_spec, task=QATask, predictor=Reader)
+    name="qa", help="train a reader that answers questions by pointing at a span",
+    train_defaults=train_defaults, task=QATask, predictor=Reader)

@@ -5,17 +5,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...options import check_options, option
+from ..option_groups import TransformerOptions
 
 __all__ = ["QAOptions", "train_defaults", "MODELS"]
 
 MODELS = ("reader", "bidaf", "transformer")
 _RNN = {"model": ("reader", "bidaf")}
-_TRANSFORMER = {"model": ("transformer",)}
 _FACTS = {"data": ("facts",)}
 
 
 @dataclass
-class QAOptions:
+class QAOptions(TransformerOptions):
     """What to train on and which reader; the trainer's settings are in :class:`qkv.train.TrainConfig`."""
 
     # data
@@ -53,10 +53,6 @@ class QAOptions:
                                           "readers, scaled_dot for the transformer)")
     embed_dim: int = option(64, low=1, applies=_RNN, help="RNN readers: token embedding size")
     hidden_dim: int = option(128, low=2, applies=_RNN, help="RNN readers: BiGRU output, both directions together")
-    dim: int = option(128, low=2, applies=_TRANSFORMER, help="transformer: model width")
-    num_heads: int = option(4, low=1, applies=_TRANSFORMER, help="transformer: attention heads")
-    ffn_dim: int | None = option(None, low=1, applies=_TRANSFORMER, help="transformer: feed-forward width "
-                                 "(default: 4 x dim)")
     num_layers: int | None = option(None, low=1, help="BiGRU layers (default 1) or transformer layers (default 3)")
     dropout: float = option(0.1, low=0, high=0.99, help="dropout")
     # evaluation
@@ -65,8 +61,7 @@ class QAOptions:
 
     def __post_init__(self):
         check_options(self)
-        if self.model == "transformer" and self.dim % self.num_heads:
-            raise ValueError(f"num_heads ({self.num_heads}) must divide dim ({self.dim})")
+        self.check_heads()
         if self.model != "transformer" and self.hidden_dim % 2:
             raise ValueError(f"hidden_dim ({self.hidden_dim}) must be even: it is split between two directions")
         if self.doc_stride is not None and self.doc_stride > self.max_context:

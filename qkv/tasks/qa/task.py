@@ -126,15 +126,9 @@ def evaluate_reader(model: nn.Module, examples, encoded: list[Encoded], options:
     return answer_metrics(answers, [e.answers for e in examples], encoded, chars=chars)
 
 
-class QATask(ApplicationTask):
+class QATask(ApplicationTask, name="qa", unit="items", options=QAOptions, load_data=load_data, model_spec=model_spec,
+             assets=("tokenizer",)):
     """Span extraction: cross-entropy of the answer's start token plus that of its end token."""
-
-    name = "qa"
-    unit = "items"
-    options_type = QAOptions
-    load_data = staticmethod(load_data)
-    model_spec = staticmethod(model_spec)
-    assets = ("tokenizer",)
 
     def __init__(self, options: QAOptions, data=None):
         super().__init__(options, data)

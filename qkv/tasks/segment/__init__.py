@@ -35,5 +35,4 @@ __all__ = ["APPLICATION", "SegmentOptions", "train_defaults", "MODELS", "load_da
 
 APPLICATION = Application(
     name="segment", help="train a semantic segmentation network (BiSeNet with ARM/FFM attention, or an FCN)",
-    options=SegmentOptions, train_defaults=train_defaults, load_data=load_data, model_spec=model_spec,
-    task=SegmentTask, predictor=Segmenter)
+    train_defaults=train_defaults, task=SegmentTask, predictor=Segmenter)

@@ -98,18 +98,14 @@ class SegmentExamples:
         return self.split.images[i], self.split.labels[i]
 
 
-class SegmentTask(ApplicationTask):
+class SegmentTask(ApplicationTask, name="segment", unit="pixels", options=SegmentOptions, load_data=load_data,
+                  model_spec=model_spec):
     """Semantic segmentation: per-pixel cross-entropy (the ignore label left out) plus, for BiSeNet,
     ``aux_weight`` times its two auxiliary heads' losses; metrics: mIoU, per-class IoU, pixel accuracy, loss.
 
     ``data`` (a :class:`~qkv.data.segmentation.SegmentationData`) may be given to skip reading ``options.data``.
+    The unit, ``pixels``, is what the loss counts: the scored (not ignored) pixels.
     """
-
-    name = "segment"
-    unit = "pixels"  #: what loss counts: the scored (not ignored) pixels
-    options_type = SegmentOptions
-    load_data = staticmethod(load_data)
-    model_spec = staticmethod(model_spec)
 
     def __init__(self, options: SegmentOptions, data: SegmentationData | None = None):
         super().__init__(options, data)

@@ -32,5 +32,4 @@ def _train(options: SentimentOptions, config) -> list:
 
 APPLICATION = Application(
     name="sentiment", help="train a text classifier with attention (sentiment by default)",
-    options=SentimentOptions, train_defaults=train_defaults, load_data=load_data, model_spec=model_spec,
-    task=SentimentTask, predictor=SentimentClassifier, train=_train)
+    train_defaults=train_defaults, task=SentimentTask, predictor=SentimentClassifier, train=_train)

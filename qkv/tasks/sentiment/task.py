@@ -86,6 +86,7 @@ def model_spec(options: SentimentOptions, *, vocab_size: int, num_classes: int) 
     return {"name": f"{o.model}-classifier", "config": config}
 
 
+@torch.no_grad()
 def evaluate_classifier(model: nn.Module, examples: list[tuple[list[int], Any]], regression: bool,
                         batch_size: int = 256) -> dict[str, float]:
     """Sentiment's metric, for the trainer and the predictor alike: accuracy and loss (MSE and sign accuracy for a
@@ -107,19 +108,13 @@ def evaluate_classifier(model: nn.Module, examples: list[tuple[list[int], Any]],
     return classification_metrics(logits, labels)
 
 
-class SentimentTask(ApplicationTask):
+class SentimentTask(ApplicationTask, name="sentiment", unit="items", options=SentimentOptions, load_data=load_data,
+                    model_spec=model_spec, assets=("tokenizer",)):
     """Text classification (cross-entropy) or rating regression (MSE) with attention-pooled classifiers.
 
     ``data`` (a :class:`~qkv.data.text_classification.TextDataset`) may be given to skip reading ``options.data``
     (e.g. once for all folds).
     """
-
-    name = "sentiment"
-    unit = "items"
-    options_type = SentimentOptions
-    load_data = staticmethod(load_data)
-    model_spec = staticmethod(model_spec)
-    assets = ("tokenizer",)
 
     def __init__(self, options: SentimentOptions, data=None):
         super().__init__(options, data)

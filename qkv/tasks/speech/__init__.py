@@ -38,5 +38,4 @@ __all__ = ["APPLICATION", "SpeechOptions", "load_data", "model_spec", "train_def
 APPLICATION = Application(
     name="speech", help="train a speech recogniser: Listen, Attend and Spell (content or location-aware "
     "attention), CTC, hybrid or Transformer (generated digits/sentences, a manifest or LibriSpeech)",
-    options=SpeechOptions, train_defaults=train_defaults, load_data=load_data, model_spec=model_spec,
-    task=SpeechTask, predictor=Transcriber)
+    train_defaults=train_defaults, task=SpeechTask, predictor=Transcriber)

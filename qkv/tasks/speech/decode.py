@@ -4,6 +4,7 @@ error rates (:func:`speech_metrics`, with ``jiwer``)."""
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -13,6 +14,8 @@ from torch import Tensor, nn
 
 __all__ = ["Transcript", "utterance_features", "transcribe_batch", "limited_step", "eos_threshold_step",
            "speech_metrics", "pad_features"]
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -50,8 +53,8 @@ def pad_features(features: Sequence[Tensor]) -> tuple[Tensor, Tensor]:
 
 def transcribe_batch(model: nn.Module, tokenizer, features: Sequence[Tensor], *, beam: int = 1, max_len: int = 300,
                      ctc_weight: float | None = None, length_penalty: float = 0.0, window: Sequence[int] = (),
-                     max_rate: float | None = None, eos_threshold: float = 0.0,
-                     batch_size: int = 32) -> list[Transcript]:
+                     max_rate: float | None = None, eos_threshold: float = 0.0, lm=None, lm_weight: float = 0.0,
+                     length_reward: float = 0.0, batch_size: int = 32) -> list[Transcript]:
     """Transcribe ``features`` (each ``(F, M)``) in length-sorted batches.
 
     Attention models decode with :func:`qkv.models.decoding.search` (greedy when ``beam`` is 1); with a CTC head
@@ -67,10 +70,16 @@ def transcribe_batch(model: nn.Module, tokenizer, features: Sequence[Tensor], *,
     - ``eos_threshold`` ``gamma`` in ``(0, 1]``: the end is proposed only when ``p(<eos>) >= gamma * max_c p(c)``
       (Hannun et al., 2019, https://arxiv.org/abs/1904.02619: a beam stops less often too early);
     - ``length_penalty``: Wu et al.'s ``alpha``, the final beam ranked by ``score / lp``.
+
+    ``lm`` (a trained language model: anything with ``.model``, a :class:`~qkv.models.lm.CausalLM`, and
+    ``.tokenizer``, of characters like the decoder's) is fused into the beam of an attention model with weight
+    ``lm_weight``, and ``length_reward`` per character (:mod:`qkv.models.fusion`); ``lm_weight = 0`` is decoding
+    without it.
     """
     from ...data import BOS_ID, EOS_ID, PAD_ID
     from ...models.ctc import CTCPrefixScorer, ctc_beam_search, ctc_greedy, joint_step
     from ...models.decoding import search
+    from ...models.fusion import ScorerSum
 
     device = next(model.parameters()).device
     was_training = model.training
@@ -92,6 +101,7 @@ def transcribe_batch(model: nn.Module, tokenizer, features: Sequence[Tensor], *,
         raise ValueError(f"max_rate must be > 0 characters a second, got {max_rate}")
     if not 0 <= eos_threshold <= 1:
         raise ValueError(f"eos_threshold must be in [0, 1], got {eos_threshold}")
+    fusion = _lm_fusion(lm, lm_weight, length_reward, tokenizer, attending)
     with torch.no_grad():
         for start in range(0, len(order), batch_size):
             idx = order[start:start + batch_size]
@@ -119,11 +129,19 @@ def transcribe_batch(model: nn.Module, tokenizer, features: Sequence[Tensor], *,
                     step = eos_threshold_step(step, EOS_ID, eos_threshold)
                 if window:
                     state["window"] = window
+                scorers, states = [], []
                 if weight:
                     scorer = CTCPrefixScorer(blank=PAD_ID, eos_id=EOS_ID, weight=weight, banned=(BOS_ID,))
-                    options = {"prefix_scorer": scorer, "prefix_state": scorer.initial_state(ctc, state["lengths"]),
-                               "normalize": False}
+                    scorers.append(scorer)
+                    states.append(scorer.initial_state(ctc, state["lengths"]))
+                    options = {"normalize": False}
                     step = joint_step(step, weight)
+                if fusion is not None:
+                    scorers.append(fusion)
+                    states.append(fusion.initial_state())
+                if scorers:
+                    options.update({"prefix_scorer": scorers[0] if len(scorers) == 1 else ScorerSum(scorers),
+                                    "prefix_state": states[0] if len(states) == 1 else states})
                 step = limited_step(step, EOS_ID, limits.to(device), beam)
                 found = search(step, state, len(idx), beam=beam, max_len=int(limits.max()),
                                length_penalty=length_penalty, device=device,
@@ -137,6 +155,32 @@ def transcribe_batch(model: nn.Module, tokenizer, features: Sequence[Tensor], *,
                                         float(score))
     model.train(was_training)
     return [results[i] for i in range(len(features))]
+
+
+def _lm_fusion(lm, weight: float, reward: float, tokenizer, attending: bool):
+    """The :class:`~qkv.models.fusion.LMScorer` of ``lm`` for the decoder's ``tokenizer`` (None without a language
+    model or with a zero weight and reward); a language model for a CTC model alone, or of other tokens, is a
+    ``ValueError``."""
+    from ...data import EOS_ID
+    from ...models.fusion import LMScorer, token_map
+
+    if weight < 0:
+        raise ValueError(f"lm_weight must be >= 0, got {weight}")
+    if lm is None:
+        if weight or reward:
+            raise ValueError("lm_weight and length_reward need a language model (lm)")
+        return None
+    if not attending:
+        raise ValueError("a language model is fused into an attention decoder's beam (las, transformer or a hybrid "
+                         "run), not into a CTC model alone")
+    if not weight and not reward:
+        return None
+    mapping, coverage = token_map(tokenizer, lm.tokenizer)
+    if coverage < 1:
+        logger.warning("the language model knows %.0f%% of the transcripts' characters; the others are scored as "
+                       "its <unk>", 100 * coverage)
+    return LMScorer(lm.model, weight=weight, reward=reward, vocab_map=mapping, eos_id=EOS_ID,
+                    start_id=lm.tokenizer.eos_id)
 
 
 def eos_threshold_step(step, eos_id: int, gamma: float):

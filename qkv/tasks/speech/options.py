@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...options import check_options, option
+from ..option_groups import TRANSFORMER, TransformerOptions
 
 __all__ = ["SpeechOptions", "train_defaults", "MODELS", "GENERATED"]
 
@@ -14,13 +15,12 @@ _GEN = {"data": GENERATED}
 _LAS = {"model": ("las",)}
 _LISTENER = {"model": ("las", "ctc")}
 _ATTENTION = {"model": ("las", "transformer")}
-_TRANSFORMER = {"model": ("transformer",)}
 #: per generated corpus: train, valid, test and long utterances
 _SIZES = {"digits": (3000, 100, 200, 100), "sentences": (8000, 200, 300, 100)}
 
 
 @dataclass
-class SpeechOptions:
+class SpeechOptions(TransformerOptions):
     """What to train on and which model; the trainer's settings are in :class:`qkv.train.TrainConfig`."""
 
     # data
@@ -77,11 +77,8 @@ class SpeechOptions:
     embed_dim: int = option(32, low=1, applies=_LAS, help="las: character embedding size")
     decoder_dim: int = option(128, low=1, applies=_LAS, help="las: speller LSTM size")
     attn_dim: int = option(64, low=1, applies=_LAS, help="las: hidden size of the attention score")
-    dim: int = option(96, low=2, applies=_TRANSFORMER, help="transformer: model width")
-    num_heads: int = option(4, low=1, applies=_TRANSFORMER, help="transformer: attention heads")
-    ffn_dim: int | None = option(None, low=1, applies=_TRANSFORMER, help="transformer: feed-forward width "
-                                 "(default 4 x dim)")
-    num_decoder_layers: int = option(2, low=1, applies=_TRANSFORMER, help="transformer: decoder layers")
+    dim: int = option(96, low=2, applies=TRANSFORMER, help="transformer: model width")
+    num_decoder_layers: int = option(2, low=1, applies=TRANSFORMER, help="transformer: decoder layers")
     dropout: float = option(0.1, low=0, high=0.99, help="dropout")
     # loss and evaluation
     ctc_weight: float = option(0.0, low=0, high=0.99, applies=_ATTENTION,
@@ -117,8 +114,7 @@ class SpeechOptions:
             raise ValueError(f"kernel_size must be odd, got {self.kernel_size}")
         if self.window and len(self.window) != 2:
             raise ValueError(f"window takes two frame counts LEFT,RIGHT, got {','.join(map(str, self.window))}")
-        if self.model == "transformer" and self.dim % self.num_heads:
-            raise ValueError(f"num_heads ({self.num_heads}) must divide dim ({self.dim})")
+        self.check_heads()
         if self.model in ("las", "ctc") and self.listener == "pyramid" and \
                 self.num_layers < 1 + self.reduction.bit_length() - 1:
             raise ValueError(f"a pyramid listener with reduction {self.reduction} needs num_layers >= "

@@ -43,8 +43,10 @@ class Transcriber(Predictor):
                 ctc_weight: float | None = None, **limits) -> list[Transcript]:
         """Transcripts of audio files or 16 kHz waves. ``ctc_weight``: joint CTC/attention decoding's weight (default:
         the trained one for a hybrid, none otherwise); ``limits``: ``window``, ``max_rate``, ``eos_threshold``,
-        ``length_penalty`` (:func:`~qkv.tasks.speech.decode.transcribe_batch`; default: the run's options). An
-        empty input, or a bad file, is a ``ValueError``."""
+        ``length_penalty`` (:func:`~qkv.tasks.speech.decode.transcribe_batch`; default: the run's options), and a
+        language model fused into the beam: ``lm`` (a run directory of ``qkv train lm`` or its loaded
+        :class:`~qkv.tasks.lm.LanguageModel`), ``lm_weight``, ``length_reward``. An empty input, or a bad file, is
+        a ``ValueError``."""
         if not inputs:
             raise ValueError("no audio to transcribe")
         if beam < 1 or max_len < 1:
@@ -60,11 +62,24 @@ class Transcriber(Predictor):
         refuse_settings(given, self.task)
         return file_inputs(strings, "audio")
 
-    @staticmethod
-    def _check_limits(limits: dict[str, Any]) -> None:
-        unknown = set(limits) - {"window", "max_rate", "eos_threshold", "length_penalty"}
+    def _check_limits(self, limits: dict[str, Any]) -> None:
+        """Refuse unknown decoding options; a language model given by its run directory is loaded."""
+        unknown = set(limits) - {"window", "max_rate", "eos_threshold", "length_penalty", "lm", "lm_weight",
+                                 "length_reward"}
         if unknown:
             raise TypeError(f"unknown decoding options: {', '.join(sorted(unknown))}")
+        if isinstance(limits.get("lm"), str | os.PathLike):
+            limits["lm"] = self.language_model(limits["lm"])
+
+    def language_model(self, run: str | os.PathLike):
+        """The language-model run ``run``, loaded on this model's device, for ``lm=`` (a run of another application
+        is a ``ValueError``)."""
+        from .. import application_of
+
+        app = application_of(run)
+        if app.name != "lm":
+            raise ValueError(f"{run} is a {app.name} run, not a language model (qkv train lm)")
+        return app.predictor.load(run, self.device)
 
     def result_row(self, result: Transcript) -> dict[str, Any]:
         """``output`` (the transcript), the ``source`` file and the decoder's ``score``."""

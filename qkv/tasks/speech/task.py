@@ -143,16 +143,10 @@ def evaluate_transcripts(model: nn.Module, tokenizer, features: list[Tensor], re
     return speech_metrics([h.text for h in hyps], references)
 
 
-class SpeechTask(ApplicationTask):
+class SpeechTask(ApplicationTask, name="speech", unit="chars", options=SpeechOptions, load_data=load_data,
+                 model_spec=model_spec, assets=("tokenizer",)):
     """Label-smoothed cross-entropy of the attention decoder, plus (hybrid) or alone (CTC) the CTC loss; metrics:
     character and word error rates (:func:`evaluate_transcripts`)."""
-
-    name = "speech"
-    unit = "chars"
-    options_type = SpeechOptions
-    load_data = staticmethod(load_data)
-    model_spec = staticmethod(model_spec)
-    assets = ("tokenizer",)
 
     def __init__(self, options: SpeechOptions, data=None):
         super().__init__(options, data)

@@ -32,5 +32,4 @@ __all__ = ["APPLICATION", "SummarizeOptions", "load_data", "model_spec", "train_
 
 APPLICATION = Application(
     name="summarize", help="train a summariser with copy attention and coverage (Debian descriptions, facts, files)",
-    options=SummarizeOptions, train_defaults=train_defaults, load_data=load_data, model_spec=model_spec,
-    task=SummarizeTask, predictor=Summarizer)
+    train_defaults=train_defaults, task=SummarizeTask, predictor=Summarizer)

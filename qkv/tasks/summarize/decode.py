@@ -13,7 +13,7 @@ import torch
 from torch import Tensor, nn
 
 __all__ = ["Encoded", "SummaryBatch", "Summary", "encode_example", "collate", "summarize_batch", "summary_metrics",
-           "rouge_words", "lead", "first_words", "output_text", "written_out"]
+           "rouge_words", "lead", "first_words", "output_text", "written_out", "output_words"]
 
 logger = logging.getLogger(__name__)
 
@@ -173,7 +173,6 @@ def summarize_batch(model: nn.Module, tok, texts: Sequence[str], *, beam: int = 
     model.eval()
     order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
     out: dict[int, Summary] = {}
-    v = tok.vocab_size
     with torch.no_grad():
         for start in range(0, len(order), batch_size):
             idx = order[start:start + batch_size]
@@ -189,15 +188,46 @@ def summarize_batch(model: nn.Module, tok, texts: Sequence[str], *, beam: int = 
             tgt_in, _, _ = pad_sequences([[BOS_ID, *h.tokens] for h in hyps])
             p_gen = model(src, mask, tgt_in.to(device), ext, b.n_ext).p_gen.cpu()
             for row, (i, e, h) in enumerate(zip(idx, enc, hyps, strict=True)):
-                words = [e.oovs[t - v] if t >= v else tok.tokens_of_ids([t])[0] for t in h.tokens]
                 n = h.attention.shape[0]
                 attn = h.attention[:, :len(e.words)]
+                words, copied, rows = output_words(h.tokens, attn, e, tok)
+                rows += list(range(len(h.tokens), n))  # the end token's row
+                attn = attn[rows]
                 spans = tok.spans(texts[i]) if hasattr(tok, "spans") else None
                 text = written_out(words, e.words, texts[i], spans)
-                out[i] = Summary(texts[i], text, words, e.words, attn, p_gen[row, :n],
-                                 [t >= v for t in h.tokens], attn.sum(0), float(h.score), e.cut)
+                out[i] = Summary(texts[i], text, words, e.words, attn, p_gen[row, :n][rows], copied,
+                                 attn.sum(0), float(h.score), e.cut)
     model.train(was_training)
     return [out[i] for i in range(len(texts))]
+
+
+def output_words(tokens: Sequence[int], attention: Tensor, enc: Encoded,
+                 tok) -> tuple[list[str], list[bool], list[int]]:
+    """The words of decoded ``tokens`` (ids of the extended vocabulary), whether each is a copy, and the step of
+    each: the special tokens ``<pad>``, ``<bos>`` and ``<eos>`` are left out, and ``<unk>`` (a word the model knows
+    only as unknown) is replaced by the source word it attends to most at that step (``attention (T, S)``), the word
+    a copy would give (Luong et al., 2015, "Addressing the Rare Word Problem in Neural Machine Translation"); it is
+    left out only when the source has no word."""
+    from ...data import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+    from ...data.tokenize import SPECIALS
+
+    v = tok.vocab_size
+    words, copied, steps = [], [], []
+    for step, t in enumerate(tokens):
+        if t in (PAD_ID, BOS_ID, EOS_ID):
+            continue
+        if t == UNK_ID:
+            word = enc.words[int(attention[step].argmax())] if step < attention.shape[0] and attention.shape[1] \
+                else SPECIALS[UNK_ID]
+            if word in SPECIALS:  # an empty source (read as one <unk>)
+                continue
+            words.append(word)
+            copied.append(True)
+        else:
+            words.append(enc.oovs[t - v] if t >= v else tok.tokens_of_ids([t])[0])
+            copied.append(t >= v)
+        steps.append(step)
+    return words, copied, steps
 
 
 _ALNUM = re.compile(r"\w")

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...options import check_options, option
+from ..option_groups import TRANSFORMER, TransformerOptions
 
 __all__ = ["SummarizeOptions", "train_defaults", "MODELS", "DEBIAN_FILE"]
 
@@ -13,12 +14,11 @@ MODELS = ("pointer", "seq2seq", "transformer")
 DEBIAN_FILE = "../shared/data/debian-descriptions.jsonl.gz"
 _GENERATED = ("debian", "facts")
 _RNN = {"model": ("pointer", "seq2seq")}
-_TRANSFORMER = {"model": ("transformer",)}
 _FACTS = {"data": ("facts",)}
 
 
 @dataclass
-class SummarizeOptions:
+class SummarizeOptions(TransformerOptions):
     """What to train on and which model; the trainer's settings are in :class:`qkv.train.TrainConfig`."""
 
     # data
@@ -66,11 +66,7 @@ class SummarizeOptions:
                                        help="pointer/seq2seq: Transformer layers (self-attention + feed-forward) over "
                                             "the encoder's outputs, so that a passage word can match the question's "
                                             "words (default: 0)")
-    dim: int = option(128, low=2, applies=_TRANSFORMER, help="transformer: model width")
-    num_heads: int = option(4, low=1, applies=_TRANSFORMER, help="transformer: attention heads")
-    ffn_dim: int | None = option(None, low=1, applies=_TRANSFORMER, help="transformer: feed-forward width "
-                                 "(default: 4 x dim)")
-    num_layers: int = option(2, low=1, applies=_TRANSFORMER, help="transformer: layers in each stack")
+    num_layers: int = option(2, low=1, applies=TRANSFORMER, help="transformer: layers in each stack")
     dropout: float = option(0.1, low=0, high=0.99, help="dropout")
     # coverage
     coverage_from: float | None = option(None, low=0, applies={"model": ("pointer",)},
@@ -87,8 +83,7 @@ class SummarizeOptions:
 
     def __post_init__(self):
         check_options(self)
-        if self.model == "transformer" and self.dim % self.num_heads:
-            raise ValueError(f"num_heads ({self.num_heads}) must divide dim ({self.dim})")
+        self.check_heads()
         if self.model != "transformer" and self.hidden_dim % 2:
             raise ValueError(f"hidden_dim ({self.hidden_dim}) must be even: it is split between two directions")
         c = self.coverage_from

@@ -75,16 +75,10 @@ def evaluate_summaries(model: nn.Module, tokenizer, examples, options: Summarize
     return figures, outputs
 
 
-class SummarizeTask(ApplicationTask):
+class SummarizeTask(ApplicationTask, name="summarize", unit="tokens", options=SummarizeOptions, load_data=load_data,
+                    model_spec=model_spec, assets=("tokenizer",)):
     """Teacher-forced negative log-likelihood of the target words under the copy distribution, plus (from step
     ``coverage_from`` on) ``coverage_weight`` times the coverage loss."""
-
-    name = "summarize"
-    unit = "tokens"
-    options_type = SummarizeOptions
-    load_data = staticmethod(load_data)
-    model_spec = staticmethod(model_spec)
-    assets = ("tokenizer",)
 
     def __init__(self, options: SummarizeOptions, data=None):
         super().__init__(options, data)

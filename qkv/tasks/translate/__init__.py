@@ -26,6 +26,5 @@ __all__ = ["APPLICATION", "TranslateOptions", "load_data", "model_spec", "train_
            "MODELS", "RNN_MODELS"]
 
 APPLICATION = Application(
-    name="translate", help="train a translator (dates or a Tatoeba/Anki corpus)", options=TranslateOptions,
-    train_defaults=train_defaults, load_data=load_data, model_spec=model_spec, task=TranslateTask,
-    predictor=Translator, budget_defaults=budget_defaults)
+    name="translate", help="train a translator (dates or a Tatoeba/Anki corpus)",
+    train_defaults=train_defaults, task=TranslateTask, predictor=Translator, budget_defaults=budget_defaults)

@@ -5,18 +5,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...options import check_options, option
+from ..option_groups import TRANSFORMER, TransformerOptions
 
 __all__ = ["TranslateOptions", "train_defaults", "budget_defaults", "MODELS", "RNN_MODELS"]
 
 MODELS = ("fixed", "bahdanau", "luong", "transformer")
 RNN_MODELS = ("fixed", "bahdanau", "luong")
 _RNN = {"model": RNN_MODELS}
-_TRANSFORMER = {"model": ("transformer",)}
 _CORPUS = {"data": ("dates",)}  # as excludes: options of a corpus file
 
 
 @dataclass
-class TranslateOptions:
+class TranslateOptions(TransformerOptions):
     """What to train on and which model; the trainer's settings are in :class:`qkv.train.TrainConfig`."""
 
     # data
@@ -42,12 +42,8 @@ class TranslateOptions:
     attn_dim: int | None = option(None, low=1, applies={"model": ("bahdanau", "luong")},
                                   help="hidden size of the additive/MLP score (default: hidden-dim)")
     cell: str = option("gru", choices=("gru", "lstm"), applies=_RNN, help="RNNs: recurrent cell")
-    dim: int = option(128, low=2, applies=_TRANSFORMER, help="transformer: model width")
-    num_heads: int = option(4, low=1, applies=_TRANSFORMER, help="transformer: attention heads")
-    ffn_dim: int | None = option(None, low=1, applies=_TRANSFORMER, help="transformer: feed-forward width "
-                                 "(default: 4 x dim)")
     positions: str = option("sinusoidal", choices=("sinusoidal", "learned", "alibi", "relative"),
-                            applies=_TRANSFORMER, help="transformer: position encoding: added to the embeddings "
+                            applies=TRANSFORMER, help="transformer: position encoding: added to the embeddings "
                             "(sinusoidal, learned) or a bias on the self-attention scores (alibi, relative = T5's)")
     num_layers: int = option(1, low=1, help="RNN layers, or transformer layers in each stack")
     dropout: float = option(0.1, low=0, high=0.99, help="dropout")
@@ -60,8 +56,7 @@ class TranslateOptions:
 
     def __post_init__(self):
         check_options(self)
-        if self.model == "transformer" and self.dim % self.num_heads:
-            raise ValueError(f"num_heads ({self.num_heads}) must divide dim ({self.dim})")
+        self.check_heads()
 
     @property
     def score_name(self) -> str:

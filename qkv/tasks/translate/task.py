@@ -74,15 +74,9 @@ def evaluate_translations(model: nn.Module, src_tokenizer, tgt_tokenizer, groupe
     return figures
 
 
-class TranslateTask(ApplicationTask):
+class TranslateTask(ApplicationTask, name="translate", unit="tokens", options=TranslateOptions, load_data=load_data,
+                    model_spec=model_spec, assets=("src_tokenizer", "tgt_tokenizer")):
     """Sequence-to-sequence training with label-smoothed cross-entropy over target tokens."""
-
-    name = "translate"
-    unit = "tokens"
-    options_type = TranslateOptions
-    load_data = staticmethod(load_data)
-    model_spec = staticmethod(model_spec)
-    assets = ("src_tokenizer", "tgt_tokenizer")
 
     def setup(self) -> None:
         from ...data import EncodedPairs, train_tokenizer

@@ -296,6 +296,9 @@
       " (darker: more attention; click for the exact weights)");
     const im = el("image", { href: picture(o), x: left, y: top, width: side, height: side, preserveAspectRatio: "none",
                              style: "image-rendering: pixelated", id: "overview", class: "tok" }, svg);
+    el("rect", { x: left, y: top, width: side, height: side, fill: "none", stroke: "#999" }, svg);
+    text(svg, left, top + side + 14, "keys \u2192 (" + r.tk + ")");
+    text(svg, left + side + 4, top + 8, "queries \u2193 (" + r.tq + ")");
     im.addEventListener("click", (ev) => {
       const box = im.getBoundingClientRect();
       const i = Math.floor((ev.clientY - box.top) / box.height * r.tq), j = Math.floor((ev.clientX - box.left) / box.width * r.tk);

@@ -383,7 +383,7 @@ def digit_png(tmp_path):
 def test_show_attention_writes_pngs(trained, attn, digit_png, tmp_path, capsys):
     out = tmp_path / "pictures"
     rc = main(["show-attention", str(trained / attn), str(digit_png), "--index", "0", "--index", "12", "--out",
-               str(out), "--query-pixel", "3,9"])
+               str(out), *(["--query-pixel", "3,9"] if attn == "non_local" else [])])
     assert rc == 0
     printed = capsys.readouterr().out
     names = ["my digit", "test0", "test12"]
@@ -528,11 +528,11 @@ def test_model_without_attention_has_nothing_to_show(tmp_path, capsys):
 # --------------------------------------------------------------------------------------------- the contract
 
 def test_images_is_an_application_of_the_registry(trained):
-    import qkv.cli.images as command
+    import qkv.cli.show_attention as command
 
     app = application("images")
     assert (app.options, app.task, app.predictor) == (ImageOptions, ImageTask, ImageClassifier)
-    assert not hasattr(command, "train")  # `qkv train images` is the registry's (qkv.cli.apps)
+    assert not hasattr(command, "train")  # `qkv train images` is the registry's (qkv.cli.train)
     assert application_of(trained / "se") is app and isinstance(load_predictor(trained / "se"), ImageClassifier)
 
 

@@ -189,7 +189,7 @@ def test_bad_input_is_one_line_exit_2(trained, tmp_path):
         (["answer", trained[0], "--context", "  ", "--question", "Who?"], "the context is empty"),
         (["answer", trained[0], "--context", CONTEXT], "give --context and --question"),
         (["answer", trained[0], "--evaluate"], "--evaluate needs --data"),
-        (["answer", trained[0], "--context", CONTEXT, "--question", "Who?", "--data", "facts"], "go with --evaluate"),
+        (["answer", trained[0], "--context", CONTEXT, "--question", "Who?", "--data", "facts"], "goes with --evaluate"),
         (["answer", tmp_path, "--context", CONTEXT, "--question", "Who?"], None),
     ]
     for argv, message in cases:
@@ -235,11 +235,11 @@ QUESTIONS = [(CONTEXT, "When was the Kavo engine invented?"), (CONTEXT, "Who inv
 
 
 def test_qa_is_an_application_of_the_registry(trained):
-    import qkv.cli.qa as command
+    import qkv.cli.answer as command
 
     app = application("qa")
     assert (app.options, app.task, app.predictor) == (QAOptions, QATask, Reader)
-    assert not hasattr(command, "train")  # `qkv train qa` is the registry's (qkv.cli.apps)
+    assert not hasattr(command, "train")  # `qkv train qa` is the registry's (qkv.cli.train)
     assert application_of(trained[0]) is app
 
 
@@ -329,7 +329,7 @@ def test_qkv_evaluate_qa_runs(trained, tmp_path):
 
 
 def test_an_answer_past_max_context_on_the_trained_reader(trained, caplog):
-    """Issue 28: a context of some 900 tokens whose answer lies past the first 400 is read in windows: the trained
+    """A context of some 900 tokens whose answer lies past the first 400 is read in windows: the trained
     reader answers it as it answers the sentence alone, and says so."""
     reader = Reader.load(trained[0])
     filler = " ".join(["The weather was calm and the river was slow ."] * 80)
@@ -351,8 +351,9 @@ def test_an_answer_past_max_context_on_the_trained_reader(trained, caplog):
 SOURCE = "质能方程由爱因斯坦于1905年提出。"
 
 
+@pytest.mark.slow  # trains a reader on 3,000 mixed questions: about 45 s on one core
 def test_one_model_reads_english_and_chinese_as_typed(tmp_path):
-    """Issue 27: the source documents' question, asked of one tiny model trained with the default data (facts in
+    """The source documents' question, asked of one tiny model trained with the default data (facts in
     English and Chinese, some fifteen seconds on one thread), with or without spaces between the characters and with
     full-width digits; the answer is the context's own characters."""
     assert QAOptions().lang == "both" and QAOptions().tokenizer == "auto"

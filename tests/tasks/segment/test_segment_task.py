@@ -1,11 +1,9 @@
-"""The segment application end to end (issue 26): a tiny BiSeNet learns a two-class scene in seconds; `qkv train
+"""The segment application end to end: a tiny BiSeNet learns a two-class scene in seconds; `qkv train
 segment` on scenes and on a folder, `qkv segment` (labels, --plot pictures with the ARM/FFM weights, --evaluate),
 `qkv view`; the predictor against the model run by hand; option errors exit 2 with one line."""
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 
 import numpy as np
@@ -16,7 +14,6 @@ from qkv.cli import main
 from qkv.data.segmentation import SegmentationData, SegmentationSplit
 from qkv.tasks.segment import Segmenter, SegmentOptions, SegmentTask, normalize, train_defaults
 from qkv.train import train
-from tests.helpers import single_thread
 
 TINY = ["--widths", "4,8,8,16", "--blocks", "1,1,1,1", "--spatial-widths", "4,4,8", "--dim", "8", "--head-dim", "8"]
 
@@ -53,13 +50,8 @@ def test_a_tiny_bisenet_learns_a_two_class_scene(one_thread):
 
 
 @pytest.fixture(scope="module")
-def scenes_run(tmp_path_factory):
-    out = tmp_path_factory.mktemp("segment") / "run"
-    with single_thread(), contextlib.redirect_stdout(io.StringIO()):
-        code = main(["train", "segment", "--n-train", "32", "--n-valid", "8", "--n-test", "8", *TINY,
-                     "--batch-size", "16", "--max-steps", "2", "--no-progress", "--out", str(out)])
-    assert code == 0
-    return out
+def scenes_run(tiny_run):
+    return tiny_run("segment")
 
 
 def test_segment_prints_labels_and_plots_the_attention(scenes_run, tmp_path, capsys):
@@ -178,7 +170,7 @@ def test_segment_command_errors(scenes_run, tmp_path, capsys):
     assert main(["segment", str(scenes_run), "--index", "99"]) == 2
     assert "out of range" in capsys.readouterr().err
     assert main(["segment", str(scenes_run), "--index", "1", "--data", "scenes"]) == 2
-    assert "go with --evaluate" in capsys.readouterr().err
+    assert "--data goes with --evaluate" in capsys.readouterr().err
 
 
 def test_padding_defaults_to_circular_on_scenes_only():

@@ -126,7 +126,7 @@ def test_train_then_classify_with_html(trained, tmp_path, capsys):
     assert max(weights) == weights[3] and sum(weights) == pytest.approx(1.0, abs=1e-3)
 
     texts_file = tmp_path / "texts.txt"
-    texts_file.write_text("awful\n\nwonderful film\n", encoding="utf-8")
+    texts_file.write_text("awful\nwonderful film\n", encoding="utf-8")
     assert main(["classify", str(run), "--file", str(texts_file), "--color", "always"]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
     assert len(lines) == 2 and "\x1b[" in lines[0] and lines[1].startswith("positive")

@@ -153,3 +153,28 @@ def test_joined_pairs_and_joined_training_batches(gen):
     assert all(round(0.8 * len(f)) <= n <= round(1.2 * len(f)) for (f, _), n in zip(examples, lengths, strict=True))
     with pytest.raises(ValueError, match="concat"):
         SpeechOptions(concat=1.5)
+
+
+def test_a_language_model_fused_at_weight_zero_changes_nothing_and_bad_ones_are_refused(tiny_run, one_thread):
+    import shutil
+
+    if shutil.which("espeak-ng") is None or shutil.which("flite") is None:
+        pytest.skip("espeak-ng and flite are not installed (make data)")
+    from qkv.tasks import load_predictor
+
+    transcriber = load_predictor(tiny_run("speech"), "cpu")
+    lm_run = tiny_run("lm")
+    utterances = transcriber.utterances(split="test")[:2]
+    from qkv.tasks.speech.task import read_features
+
+    feats, _, _ = read_features(utterances, transcriber.options.n_mels, "raise")
+    plain = transcriber.transcribe(feats, beam=3, max_len=12)
+    fused = transcriber.transcribe(feats, beam=3, max_len=12, lm=str(lm_run), lm_weight=0.0)
+    assert [t.text for t in plain] == [t.text for t in fused]
+    assert [t.score for t in plain] == pytest.approx([t.score for t in fused], abs=1e-5)
+    steered = transcriber.transcribe(feats, beam=3, max_len=12, lm=str(lm_run), lm_weight=0.5, length_reward=0.2)
+    assert len(steered) == 2 and all(isinstance(t.text, str) for t in steered)
+    with pytest.raises(ValueError, match="not a language model"):
+        transcriber.transcribe(feats, lm=str(tiny_run("translate")), lm_weight=0.3)
+    with pytest.raises(ValueError, match="need a language model"):
+        transcriber.transcribe(feats, lm_weight=0.3)

@@ -109,6 +109,7 @@ def words(tmp_path_factory):
     return SpeechCorpus({"train": make((0.9, 1.0, 1.1), (40, 60)), "valid": test, "test": test})
 
 
+@pytest.mark.slow  # 40 epochs on synthesised words: about 15 s on one core
 @needs_espeak
 def test_a_tiny_las_learns_spoken_words(words, one_thread):
     from qkv.tasks.speech import SpeechOptions, SpeechTask, speech_metrics, train_defaults, transcribe_batch
@@ -135,19 +136,10 @@ def test_a_tiny_las_learns_spoken_words(words, one_thread):
     assert bool((peaks[1:] >= peaks[:-1] - 1).all())
 
 
-TINY = ["train", "speech", "--data", "digits", "--n-train", "16", "--n-valid", "3", "--n-test", "3", "--n-long", "2",
-        "--hidden-dim", "8", "--num-layers", "3", "--embed-dim", "8", "--decoder-dim", "16", "--attn-dim", "8",
-        "--n-mels", "16", "--ctc-weight", "0.3", "--max-steps", "2", "--batch-size", "8", "--eval-max", "3",
-        "--max-decode-len", "12", "--no-progress"]
-
-
 @pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    root = tmp_path_factory.mktemp("speech-run")
-    cache = tmp_path_factory.getbasetemp() / "speech-cache"
-    code, out, err = run(["--threads", "1", *TINY, "--cache", str(cache), "--out", str(root / "run")])
-    assert code == 0, err
-    return root / "run", cache
+def tiny(tiny_run):
+    """The shared tiny speech run (`tests.helpers.TINY_RUNS`) and the cache of its synthesised audio."""
+    return tiny_run("speech"), tiny_run.root / "speech-cache"
 
 
 @needs_espeak

@@ -3,7 +3,6 @@ words outside its vocabulary, `qkv summarize` (text, --file, --html, --evaluate)
 metrics against hand-computed cases, and bad inputs (one-line errors, exit code 2)."""
 
 import json
-import math
 import random
 
 import pytest
@@ -113,7 +112,7 @@ def test_summarize_command_html_file_and_output(copy_run, tmp_path, capsys):
     html = (tmp_path / "copy.html").read_text(encoding="utf-8")
     assert "<b>kemiru" not in html and "&lt;" in html and "p_gen" in html and "data-attn" in html
     texts = tmp_path / "in.txt"
-    texts.write_text("data called tipoxe here\n\nslow disk called mabeko\n", encoding="utf-8")
+    texts.write_text("data called tipoxe here\nslow disk called mabeko\n", encoding="utf-8")
     summaries = tmp_path / "out.txt"
     assert main(["summarize", str(out), "--file", str(texts), "--output", str(summaries), "--max-len", "3"]) == 0
     assert summaries.read_text(encoding="utf-8").split() == ["tipoxe", "mabeko"]
@@ -128,7 +127,7 @@ def test_evaluate_prints_rouge_beside_the_baselines(copy_run, tmp_path, capsys):
     assert "| lead sentence |" in printed and "| first 8 words |" in printed and "ROUGE-L" in printed
     m = json.loads(figures.read_text())
     assert m["examples"] == 10 and m["rougeL"] > m["lead_rougeL"] and m["rougeL"] > m["first8_rougeL"]
-    assert math.isnan(m["repeated_trigrams"])  # one-word summaries have no trigram
+    assert m["repeated_trigrams"] is None  # one-word summaries have no trigram: NaN, written null
     # another file of the same format is evaluated whole, bad rows skipped and counted
     other = tmp_path / "other.jsonl"
     other.write_text(json.dumps({"text": "called ropafi here", "summary": "ropafi"}) + "\n{broken\n",
@@ -200,7 +199,7 @@ def test_bad_inputs_are_one_line_errors(copy_run, tmp_path, capsys):
     assert main(["summarize", str(out)]) == 2
     assert main(["summarize", str(out), "   "]) == 2
     assert main(["summarize", str(out), "text", "--evaluate", str(data)]) == 2
-    assert main(["summarize", str(out), "text", "--json", "x.json"]) == 2
+    assert main(["summarize", str(out), "text", "--split", "valid"]) == 2  # --split goes with --evaluate
     assert main(["summarize", str(out), "text", "--html", str(tmp_path)]) == 2
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"text": "a b", "summary": "a"}\n{"text": "a b"}\n', encoding="utf-8")
@@ -292,3 +291,32 @@ def test_ngram_blocking_leaves_no_repeated_trigram_even_for_a_model_that_repeats
             for s in blocked:
                 grams = [tuple(s.tokens[i:i + n]) for i in range(len(s.tokens) - n + 1)]
                 assert len(grams) == len(set(grams)) and len(s.tokens) > n
+
+
+@pytest.mark.parametrize("special", ["<bos>", "<unk>", "<pad>"])
+@pytest.mark.parametrize("beam", [1, 3])
+def test_special_tokens_are_never_written_and_an_unknown_word_is_the_source_word_attended(special, beam):
+    """A model that says only ``special``: no summary shows it; its ``<unk>`` is the source word it attends to most
+    at that step, the word a copy gives."""
+    from qkv.data import WordTokenizer
+    from qkv.data.tokenize import SPECIALS
+    from qkv.models import create
+    from qkv.tasks.summarize import summarize_batch
+
+    rng = random.Random(5)
+    texts = [" ".join(rng.choice(FILLER + [_name(rng)]) for _ in range(rng.randrange(4, 12))) for _ in range(6)]
+    tok = WordTokenizer.train(texts, min_freq=2)
+    torch.manual_seed(1)
+    model = create("pointer", vocab=tok.vocab_size, embed_dim=8, hidden_dim=8, attn_dim=8)
+    with torch.no_grad():
+        model.out.bias[SPECIALS.index(special)] = 50.0
+        model.switch.bias.fill_(50.0)  # generate, never copy
+    for s in summarize_batch(model, tok, texts, beam=beam, max_len=5):
+        assert not any(w in s.text for w in SPECIALS) and not set(s.tokens) & set(SPECIALS), s.text
+        assert len(s.attention) >= len(s.tokens) and len(s.p_gen) >= len(s.tokens) and len(s.copied) == len(s.tokens)
+        if special == "<unk>":
+            assert len(s.tokens) == 5 and all(s.copied)
+            assert s.tokens == [s.source_tokens[int(row.argmax())] for row in s.attention[:5]]
+            assert s.text.split() == s.tokens or rouge_words(s.text) == rouge_words(" ".join(s.tokens))
+        else:
+            assert s.tokens == [] and s.text == ""

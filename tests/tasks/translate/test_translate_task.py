@@ -72,7 +72,7 @@ def test_translate_command_with_plot_and_files(dates_runs, tmp_path, capsys):
     printed = capsys.readouterr().out
     assert printed.startswith("7 mars 2019\t") and png.read_bytes()[:4] == b"\x89PNG"
     src = tmp_path / "in.txt"
-    src.write_text("2019年3月7日\n\nMarch 7, 2019\n", encoding="utf-8")
+    src.write_text("2019年3月7日\nMarch 7, 2019\n", encoding="utf-8")
     dst = tmp_path / "out.txt"
     assert main(["translate", str(out), "--file", str(src), "--output", str(dst), "--beam", "1", "--max-len", "12",
                  "--plot", str(tmp_path / "a.svg")]) == 0

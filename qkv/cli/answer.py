@@ -1,34 +1,38 @@
-"""``qkv answer`` (``qkv train qa`` is the registry's, :mod:`.apps`)."""
+"""``qkv answer``: a question about a context answered by a question-answering run (:mod:`.predict`'s way), the
+context shaded by the question's attention, or the run evaluated (``--evaluate``:
+:func:`qkv.cli.evaluate.evaluation`, as ``qkv evaluate``)."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..options import option
-from ..tasks import qa as task
-from .common import add_command, safe, use_color
+from .common import add_command, safe, use_color, write_json
+from .evaluate import evaluation
 from .options import options_from_args
+from .predict import finish, inputs_of, load
+from .shared import DeviceOption, JsonOption, RunArgument
 
 
 @dataclass
-class AnswerCommand:
-    run: str = option(positional=True, help="run directory or checkpoint directory")
+class AnswerCommand(JsonOption, DeviceOption, RunArgument):
     context: str | None = option(None, help="the passage to read")
     question: str | None = option(None, help="the question about it")
     html: str | None = option(None, metavar="HTML", help="write a page with the context shaded by the question's "
                                                          "attention")
     color: str = option("auto", choices=("auto", "always", "never"),
                         help="ANSI colours (auto: when stdout is a terminal)")
-    top: int = option(3, low=0, help="without colours, list this many most attended tokens")
+    top: int = option(3, low=0, excludes={"color": ("always",)},
+                      help="without colours, list this many most attended tokens")
     evaluate: bool = option(False, help="instead: exact match and F1 on --data")
-    data: str | None = option(None, help="with --evaluate: 'facts' (the run's own test splits), a SQuAD .json or a "
-                                         "context<TAB>question<TAB>answer file")
-    on_error: str = option("raise", choices=("raise", "skip"), help="with --evaluate: answers that are not spans of "
-                                                                     "their context: stop, or skip and count them")
-    json: str | None = option(None, help="with --evaluate: write the figures as JSON")
-    device: str = option("auto", help="auto (CUDA if available), cpu, cuda or cuda:N")
+    data: str | None = option(None, requires=("evaluate",), help="with --evaluate: 'facts' (the run's own test "
+                              "splits), a SQuAD .json or a context<TAB>question<TAB>answer file")
+    on_error: str = option("raise", choices=("raise", "skip"), requires=("evaluate",),
+                           help="with --evaluate: answers that are not spans of their context: stop, or skip and "
+                                "count them")
+
+    FLAG_HELP = {"json": "write the answer as a JSON row, or with --evaluate the figures (NaN written null)"}
 
 
 def _evaluate(o: AnswerCommand) -> int:
@@ -36,22 +40,24 @@ def _evaluate(o: AnswerCommand) -> int:
         raise ValueError("--evaluate reads questions from --data: leave out --context, --question and --html")
     if not o.data:
         raise ValueError("--evaluate needs --data (facts or a file)")
-    reader = task.Reader.load(o.run, o.device)
+    reader = load(o.run, o.device, "qa")
     figures: dict[str, dict[str, float]] = {}
     if o.data == "facts":
+        if o.on_error != "raise":
+            raise ValueError("--on-error is for a data file: the run's own data is read as in training")
         for split in ("test", "test_phrasings"):
-            figures[split] = reader.evaluate("facts", split=split)
+            figures[split] = evaluation(reader, "facts", split=split)
     else:
-        figures[Path(o.data).name] = reader.evaluate(o.data, on_error=o.on_error)
-        skipped = int(figures[Path(o.data).name].pop("skipped", 0))
+        name = Path(o.data).name
+        figures[name] = evaluation(reader, o.data, name=name, on_error=o.on_error)
+        skipped = int(figures[name].pop("skipped", 0))
         if skipped:
             print(f"skipped {skipped} question(s) whose answer is not a span of the context")
     print("| data | exact match | F1 | questions |\n|---|---|---|---|")
     for name, m in figures.items():
         print(f"| {safe(name)} | {m['exact_match']:.4f} | {m['f1']:.4f} | {int(m['questions'])} |")
     if o.json:
-        Path(o.json).write_text(json.dumps(figures, indent=2) + "\n", encoding="utf-8")
-        print(f"wrote {o.json}")
+        write_json(o.json, figures)
     return 0
 
 
@@ -61,11 +67,12 @@ def answer(args) -> int:
     o = options_from_args(args, AnswerCommand)
     if o.evaluate:
         return _evaluate(o)
-    if o.data or o.json or o.on_error != "raise":
-        raise ValueError("--data, --json and --on-error go with --evaluate")
     if not o.context or not o.question:
         raise ValueError("give --context and --question (or --evaluate --data PATH)")
-    (a,) = task.Reader.load(o.run, o.device).predict([(o.context, o.question)])
+    reader = load(o.run, o.device, "qa")
+    given = [f"{o.context}\t{o.question}"]
+    results = reader.predict(inputs_of(reader, given))
+    (a,) = results
     color = use_color(o.color)
     print(f"answer: {safe(a.answer)}\tprobability {a.probability:.3f}\ttokens {a.start_token}-{a.end_token}")
     if a.windows > 1:  # a long context, read in overlapping windows (a question cut is logged as a warning)
@@ -80,6 +87,7 @@ def answer(args) -> int:
                                details=[("answer tokens", f"{a.start_token}-{a.end_token}"),
                                         *(("note", n) for n in a.notes)])
         print(f"wrote {save_html(o.html, [item], title='The question attends to the context')}")
+    finish(reader, given, results, o.json)
     return 0
 
 

@@ -1,4 +1,5 @@
-"""``qkv show-attention`` (``qkv train images`` is the registry's, :mod:`.apps`)."""
+"""``qkv show-attention``: an image model's attention maps drawn (PNG), its images read and classified
+(:mod:`.predict`'s way)."""
 
 from __future__ import annotations
 
@@ -8,14 +9,14 @@ from pathlib import Path
 import torch
 
 from ..options import option
-from ..tasks import images as task
-from .common import add_command, safe, unique_names
+from .common import add_command, input_files, safe, unique_names
 from .options import options_from_args
+from .predict import finish, load, read_inputs
+from .shared import DeviceOption, FileOption, JsonOption, RunArgument, plot_folder
 
 
 @dataclass
-class ShowAttentionCommand:
-    run: str = option(positional=True, help="run directory or checkpoint directory of `qkv train images`")
+class ShowAttentionCommand(JsonOption, DeviceOption, FileOption, RunArgument):
     images: list[str] = option(default_factory=list, positional=True, nargs="*", metavar="IMAGE",
                                help="image files (PNG, JPEG...), converted to grey; give them before the options")
     index: list[int] | None = option(None, repeat=True, parse=lambda xs: [int(x) for x in xs], metavar="N",
@@ -24,8 +25,11 @@ class ShowAttentionCommand:
     query_pixel: str | None = option(None, metavar="Y,X",
                                      help="non-local: the query pixel, in input pixels (default: the centre)")
     invert: bool = option(False, help="invert image files (dark objects on a light background)")
-    data_root: str | None = option(None, help="IDX folder for --index, if not the one trained on")
-    device: str = option("auto", help="auto (CUDA if available), cpu, cuda or cuda:N")
+    data_root: str | None = option(None, requires=("index",), help="IDX folder for --index, if not the one trained "
+                                   "on")
+
+    FLAG_HELP = {"json": "write the classes as JSON rows (NaN written null)",
+                 "file": "a file of image file names, one per line"}
 
 
 def _pixel(text: str | None, size: tuple[int, int]) -> tuple[int, int]:
@@ -45,12 +49,16 @@ def show_attention(args) -> int:
     from ..viz.plots import image_attention
 
     o = options_from_args(args, ShowAttentionCommand)
-    if not o.images and not o.index:
+    if not (o.images or o.file or o.index):
         raise ValueError("give image files and/or --index N (an image of the test split)")
-    clf = task.ImageClassifier.load(o.run, o.device)
+    if o.invert and not (o.images or o.file):
+        raise ValueError("--invert goes with image files (the test split's images are read as they are)")
+    files = input_files(read_inputs(o.images, o.file, "image files"), "image file") if o.images or o.file else []
+    out = plot_folder(o.out, "--out")
+    clf = load(o.run, o.device, "images")
     query = _pixel(o.query_pixel, clf.image_size)
-    pictures = [clf.read(path, invert=o.invert) for path in o.images]
-    names = [Path(path).stem for path in o.images]
+    pictures = [clf.read(path, invert=o.invert) for path in files]
+    names = [Path(path).stem for path in files]
     labels: list[int | None] = [None] * len(pictures)
     if o.index:
         images, targets = clf.test_images(o.data_root)
@@ -63,7 +71,8 @@ def show_attention(args) -> int:
             labels.append(int(targets[n]))
     batch = torch.stack(pictures)
     view = clf.attention(batch)
-    out = Path(o.out)
+    if o.query_pixel and not view.non_local:
+        raise ValueError("--query-pixel applies to non-local attention runs only (this run has none)")
     for i, (name, label) in enumerate(zip(unique_names(names), labels, strict=True)):
         p, k = view.probabilities[i].max(-1)
         pred = clf.class_names[int(k)]
@@ -79,6 +88,7 @@ def show_attention(args) -> int:
                                                         else ""))
         for path in paths:
             print(f"wrote {safe(str(path))}")
+    finish(clf, files + [f"test{n}" for n in o.index or []], clf.predict(batch), o.json)
     return 0
 
 

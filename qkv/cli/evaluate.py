@@ -1,0 +1,99 @@
+"""``qkv evaluate RUN...``: the metrics of runs of any application side by side, and :func:`evaluation`, the one
+evaluation every command runs (the ``--evaluate`` of ``qkv caption``, ``segment``, ``summarize``, ``transcribe``
+and ``answer`` are this with their own flags and tables): the predictor's ``evaluate``, what it skipped said on
+stderr, the figures written by ``--json``."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..options import option
+from .common import add_command, safe, warn, write_json
+from .options import options_from_args
+from .predict import load
+from .shared import DeviceOption, JsonOption, LimitOption, PlotOption, plot_file
+
+__all__ = ["register", "EvaluateCommand", "evaluation"]
+
+
+@dataclass
+class EvaluateCommand(JsonOption, PlotOption, LimitOption, DeviceOption):
+    runs: list[str] = option(default_factory=list, positional=True, nargs="+", help="run or checkpoint directories "
+                             "of any application, compared side by side")
+    data: str | None = option(None, help="another data set in the run's format (default: each run's own data)")
+    split: str = option("test", help="the split to evaluate (valid, test; question answering on facts also "
+                        "test_phrasings)")
+    beam: int | None = option(None, low=1, high=100, help="generators (translate, caption, summarize, speech): "
+                              "beam size")
+    max_len: int | None = option(None, low=1, help="generators: longest output (default: the application's)")
+    buckets: str | None = option(None, help="translate: edges of the source-length buckets, e.g. 0,10,20,30,40,60")
+    length_unit: str | None = option(None, choices=("tokens", "words"), help="translate: unit of the source lengths")
+    on_error: str | None = option(None, choices=("raise", "skip"),
+                                  help="another data file (--data): bad rows stop with file:line, or are skipped "
+                                       "and counted")
+
+    FLAG_HELP = {"plot": "a chart (PNG/SVG) of the by-bucket figures (metrics named METRIC@BUCKET)",
+                 "json": "write the figures as JSON ({run: {metric: value}}; NaN written null)"}
+
+
+def evaluation(predictor, data: str | None = None, *, split: str = "test", limit: int | None = None,
+               name: str = "", **settings: Any) -> dict[str, float]:
+    """``predictor.evaluate`` with the settings given (``None``: the application's default); the examples it
+    skipped are said on stderr."""
+    import inspect
+
+    given = {k: v for k, v in settings.items() if v is not None}
+    takes = inspect.signature(predictor.evaluate).parameters
+    if not any(p.kind is p.VAR_KEYWORD for p in takes.values()):
+        for k in given:
+            if k not in takes:
+                raise ValueError(f"--{k.replace('_', '-')} does not apply to {predictor.task} runs")
+    figures = predictor.evaluate(data, split=split, limit=limit, **given)
+    skipped = int(figures.get("skipped") or 0)
+    if skipped:
+        warn(f"{safe(name or data or predictor.task)}: {skipped} bad example(s) skipped and not scored")
+    return figures
+
+
+def _fmt(v: float) -> str:
+    return f"{int(v)}" if float(v).is_integer() and abs(v) >= 1 else f"{v:.4f}"
+
+
+def evaluate(args) -> int:
+    o = options_from_args(args, EvaluateCommand)
+    plot = plot_file(o.plot) if o.plot else None  # settled first: printed == written
+    settings = {k: getattr(o, k) for k in ("beam", "max_len", "buckets", "length_unit", "on_error")}
+    figures: dict[str, dict[str, float]] = {}
+    for run in o.runs:
+        name = Path(run).name or run
+        while name in figures:
+            name += "'"
+        figures[name] = evaluation(load(run, o.device), o.data, split=o.split, limit=o.limit, name=name, **settings)
+    names = list(dict.fromkeys(m for f in figures.values() for m in f))
+    print(f"split {o.split}")
+    print("| metric | " + " | ".join(map(safe, figures)) + " |\n|---|" + "---|" * len(figures))
+    for m in names:
+        print(f"| {m} | " + " | ".join(_fmt(f[m]) if m in f else "" for f in figures.values()) + " |")
+    if o.json:
+        write_json(o.json, figures)
+    if plot:
+        from ..viz.plots import line_chart
+
+        buckets = [m.partition("@") for m in names if "@" in m]
+        metric = buckets[0][0] if buckets else None
+        labels = [b for m, _, b in buckets if m == metric]
+        if not labels:
+            raise ValueError("--plot draws by-bucket figures (e.g. translation's BLEU by source length with "
+                             "--buckets); these runs have none")
+        path = line_chart({n: [f.get(f"{metric}@{b}", math.nan) for b in labels] for n, f in figures.items()},
+                          labels, xlabel="bucket", ylabel=metric, path=plot)
+        print(f"wrote {path}")
+    return 0
+
+
+def register(commands, train_commands) -> None:
+    add_command(commands, "evaluate", "the metrics of runs of any application on a split of their data (or "
+                "--data), side by side", EvaluateCommand, evaluate)

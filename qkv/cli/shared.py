@@ -1,0 +1,116 @@
+"""The options every command shares, defined once as small dataclasses that a command's options inherit, and checked
+in one place (:func:`check_shared`, called by :func:`qkv.cli.options.options_from_args` for every command).
+
+- :class:`RunArgument`: the run (or checkpoint) directory, the first positional argument;
+- :class:`DeviceOption`: ``--device``, checked against this machine before anything is loaded (:func:`check_device`);
+- :class:`FileOption`: ``--file``, inputs one per line (:func:`qkv.cli.common.read_lines`);
+- :class:`JsonOption`: ``--json``, written by :func:`qkv.cli.common.write_json` (never ``NaN``);
+- :class:`PlotOption`: ``--plot``, a picture or a folder of pictures, settled before any work;
+- :class:`LimitOption`: ``--max-examples``, how many examples an evaluation reads.
+
+A command says what a shared flag means for it with ``FLAG_HELP`` and keeps older names with ``FLAG_ALIASES``
+(:func:`qkv.cli.options.add_options`).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..options import option
+
+__all__ = ["RunArgument", "DeviceOption", "FileOption", "JsonOption", "PlotOption", "LimitOption", "check_shared",
+           "check_device", "plot_folder", "plot_file"]
+
+
+@dataclass
+class RunArgument:
+    run: str = option(positional=True, help="run directory or checkpoint directory")
+
+
+@dataclass
+class DeviceOption:
+    device: str = option("auto", help="auto (CUDA if available), cpu, cuda, cuda:N or mps")
+
+
+@dataclass
+class FileOption:
+    file: str | None = option(None, help="a file of inputs, one per line (a blank line is an error: outputs line up "
+                                         "with the lines)")
+
+
+@dataclass
+class JsonOption:
+    json: str | None = option(None, help="write the results as JSON (a NaN or infinite figure is written null)")
+
+
+@dataclass
+class PlotOption:
+    plot: str | None = option(None, help="write pictures here")
+
+
+@dataclass
+class LimitOption:
+    limit: int | None = option(None, low=1, flag="--max-examples", metavar="N", requires=("evaluate",),
+                               help="evaluate at most this many examples")
+
+
+def check_device(device: str, flag: str = "--device") -> None:
+    """A ``ValueError`` naming ``flag`` unless ``device`` can be used on this machine: ``auto``, ``cpu``, ``cuda``
+    or ``cuda:N`` with CUDA and an N-th GPU, ``mps`` where Metal is."""
+    import torch
+
+    m = re.fullmatch(r"auto|cpu|mps|cuda(?::(\d+))?", device)
+    if not m:
+        raise ValueError(f"{flag} {device}: not a device qkv knows; use auto, cpu, cuda, cuda:N or mps")
+    if device.startswith("cuda"):
+        if not torch.cuda.is_available():
+            raise ValueError(f"{flag} {device}: CUDA is not available here (torch {torch.__version__} sees no GPU); "
+                             f"use {flag} cpu or auto")
+        count = torch.cuda.device_count()
+        if m.group(1) is not None and int(m.group(1)) >= count:
+            raise ValueError(f"{flag} {device}: this machine has {count} GPU{'s' if count != 1 else ''} "
+                             f"(cuda:0 to cuda:{count - 1})")
+    mps = getattr(torch.backends, "mps", None)
+    if device == "mps" and not (mps is not None and mps.is_available()):
+        raise ValueError(f"{flag} mps: Metal (MPS) is not available here; use {flag} cpu or auto")
+
+
+def plot_file(path: str, flag: str = "--plot") -> Path:
+    """``path`` as the picture that will be written (:func:`qkv.viz.files.picture_path`: ``.png`` added when it has
+    no extension) in a folder that can be written; else a ``ValueError`` naming ``flag`` and the path."""
+    from ..viz.files import picture_path
+
+    p = picture_path(path, option=flag)
+    _writable_folder(p.parent, flag, path)
+    return p
+
+
+def _writable_folder(folder: Path, flag: str, given: str) -> None:
+    """A ``ValueError`` naming ``flag`` and ``given`` unless ``folder`` is, or can be made as, a folder that can be
+    written into (nothing is made here: a command that fails later leaves nothing behind)."""
+    existing = folder
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise ValueError(f"{flag} {given}: cannot make the folder {folder}: {existing} is a file")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise ValueError(f"{flag} {given}: cannot write into the folder {existing} (permission denied)")
+
+
+def plot_folder(path: str, flag: str = "--plot") -> Path:
+    """``path`` as a folder that pictures can be written into (made when the first is written); a file in the way
+    or a folder that cannot be written is a ``ValueError`` naming ``flag`` and the path."""
+    p = Path(path)
+    if p.exists() and not p.is_dir():
+        raise ValueError(f"{flag} {path} is a file: give a folder for the pictures (one PNG per input)")
+    _writable_folder(p, flag, path)
+    return p
+
+
+def check_shared(o) -> None:
+    """The checks of the shared options of a command's options ``o``, before any work (``ValueError``)."""
+    if isinstance(o, DeviceOption):
+        check_device(o.device)

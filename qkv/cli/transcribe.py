@@ -1,0 +1,104 @@
+"""``qkv transcribe``: audio files transcribed by a speech run (:mod:`.predict`'s way), with its alignment
+pictures, or the run evaluated (WER and CER) on a split of its data or on a manifest (``--evaluate``:
+:func:`qkv.cli.evaluate.evaluation`, as ``qkv evaluate``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..options import option
+from .common import add_command, input_files, safe, unique_names, write_json
+from .evaluate import evaluation
+from .options import options_from_args
+from .predict import finish, load, read_inputs
+from .shared import DeviceOption, FileOption, JsonOption, LimitOption, PlotOption, RunArgument, plot_folder
+
+
+@dataclass
+class TranscribeCommand(JsonOption, LimitOption, PlotOption, DeviceOption, FileOption, RunArgument):
+    audio: list[str] = option(default_factory=list, positional=True, nargs="*", metavar="AUDIO",
+                              help="audio files (WAV, FLAC, OGG; any rate, any channels)")
+    beam: int = option(1, low=1, high=100, help="beam size (1 = greedy)")
+    ctc_weight: float | None = option(None, low=0, high=0.99, help="hybrid runs: weight of the CTC prefix scores "
+                                      "in joint decoding (default: the trained weight; 0: attention alone)")
+    max_len: int = option(300, low=1, help="longest transcript, in characters")
+    max_rate: float | None = option(None, low=0, low_open=True, help="at most this many characters per second of "
+                                    "audio, +5 (default: the run's, 40)")
+    window: tuple[int, ...] | None = option(None, low=0, metavar="LEFT,RIGHT", help="las runs: attend only to "
+                                            "these listener frames around the previous attention's median (default: "
+                                            "the run's, 8,32 for location-aware runs without CTC; '' for none)")
+    eos_threshold: float | None = option(None, low=0, high=1, help="end only where p(<eos>) >= this x the best "
+                                         "other character's (default: the run's, 0 = off)")
+    length_penalty: float | None = option(None, low=0, excludes={"beam": (1,)},
+                                          help="beam > 1: Wu et al.'s length normalisation alpha, ranking the final "
+                                               "beam (default: the run's, 0 = off)")
+    evaluate: str | None = option(None, metavar="MANIFEST_OR_SPLIT", help="print WER and CER on a split of the "
+                                  "run's data (test, long, valid) or on a manifest or LibriSpeech folder")
+    on_error: str = option("raise", choices=("raise", "skip"), requires=("evaluate",),
+                           help="--evaluate: unreadable audio files or bad manifest rows stop with file:line, or are "
+                                "skipped and counted")
+
+    FLAG_HELP = {"plot": "a folder: a picture per file, the log-mel spectrogram, each character's attention over "
+                         "the frames and (hybrid) the CTC alignment",
+                 "limit": "--evaluate at most this many utterances",
+                 "json": "write the transcripts as JSON rows, or with --evaluate the figures (NaN written null)",
+                 "file": "a file of audio file names, one per line"}
+    FLAG_ALIASES = {"limit": ("--max-utterances",)}
+
+
+def _settings(o: TranscribeCommand) -> dict:
+    return {"beam": o.beam, "max_len": o.max_len, "ctc_weight": o.ctc_weight, "window": o.window,
+            "max_rate": o.max_rate, "eos_threshold": o.eos_threshold, "length_penalty": o.length_penalty}
+
+
+def _evaluate(transcriber, o: TranscribeCommand) -> None:
+    target = o.evaluate
+    is_path = Path(target).exists()
+    if not is_path and target not in transcriber.data().splits:
+        raise ValueError(f"--evaluate {target}: no such manifest or folder, and not a split of the run's data "
+                         f"({', '.join(transcriber.data().splits)})")
+    m = evaluation(transcriber, target if is_path else None, split="test" if is_path else target, limit=o.limit,
+                   name=target, on_error=o.on_error, **_settings(o))
+    print(f"{safe(target)}: {int(m['utterances'])} utterances, beam {o.beam}"
+          + (f", {int(m['skipped'])} skipped" if m.get("skipped") else ""))
+    print(f"WER {m['wer']:.2f}%\nCER {m['cer']:.2f}%")
+    if o.json:
+        write_json(o.json, m)
+
+
+def transcribe(args) -> int:
+    from ..viz.speech import speech_alignment
+
+    o = options_from_args(args, TranscribeCommand)
+    if o.evaluate and (o.audio or o.file or o.plot):
+        raise ValueError("--evaluate reads its utterances from MANIFEST_OR_SPLIT: leave out the audio files, --file "
+                         "and --plot")
+    audio = [] if o.evaluate else input_files(read_inputs(o.audio, o.file, "audio files (or --evaluate "
+                                                                         "MANIFEST_OR_SPLIT)"), "audio file")
+    plots = plot_folder(o.plot) if o.plot else None
+    transcriber = load(o.run, o.device, "speech")
+    if o.ctc_weight and not transcriber.has_ctc:
+        raise ValueError("--ctc-weight needs a hybrid run (trained with --ctc-weight > 0)")
+    if o.evaluate:
+        _evaluate(transcriber, o)
+        return 0
+    settings = _settings(o)
+    results = transcriber.predict(audio, **settings)
+    for path, r in zip(audio, results, strict=True):
+        print(f"{safe(path)}\t{safe(r.text)}")
+    if plots:
+        names = unique_names([Path(p).stem for p in audio])
+        for name, r in zip(names, results, strict=True):
+            written = speech_alignment(r.features, r.tokens, r.attention, ctc=r.ctc,
+                                       vocab=transcriber.tokenizer.tokens_of_ids(
+                                           range(transcriber.tokenizer.vocab_size)),
+                                       title=f"{name}: {r.text}", path=plots / f"{name}.png")
+            print(f"wrote {safe(str(written))}")
+    finish(transcriber, audio, results, o.json, **settings)
+    return 0
+
+
+def register(commands, train_commands) -> None:
+    add_command(commands, "transcribe", "transcribe audio files with a speech run (PATH<TAB>transcript), draw each "
+                "character's attention over the audio, or --evaluate WER and CER", TranscribeCommand, transcribe)

@@ -1,0 +1,118 @@
+"""Language-model fusion in the one decoder: a causal language model's log-probabilities added to every step of a
+beam (shallow fusion), beside the model's own and, where there is one, the CTC prefix scores.
+
+Paper: Gulcehre et al., 2015, "On Using Monolingual Corpora in Neural Machine Translation"
+(https://arxiv.org/abs/1503.03535), shallow fusion; Kannan et al., 2018, "An analysis of incorporating an external
+language model into a sequence-to-sequence model" (https://arxiv.org/abs/1712.01996), with a length reward against
+the early stops that a language model's preference for short outputs causes. The joint score of a hypothesis is
+
+    log p_decoder(y) [+ lambda_ctc * log p_ctc(y)] + lambda_lm * log p_lm(y) + reward * |y|
+
+where ``|y|`` counts the tokens before ``<eos>``. :class:`LMScorer` is a :class:`~qkv.models.decoding.PrefixScorer`
+that keeps the language model's key/value caches per hypothesis (the prefix is read once); :class:`ScorerSum` adds
+several scorers (CTC and LM).
+
+The language model reads the decoder's tokens through a map of token strings (:func:`token_map`): both must
+tokenise the same way (characters for characters); a decoder token the model does not know is scored as its
+``<unk>``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from .decoding import PrefixScorer, reorder_state
+
+__all__ = ["LMScorer", "ScorerSum", "token_map"]
+
+
+def token_map(decoder_tokenizer, lm_tokenizer) -> tuple[Tensor, float]:
+    """``(map (V,), coverage)``: for every id of the decoder's vocabulary the language model's id of the same token
+    string (its ``<unk>`` where it has none; the four special ids map to themselves), and the share of the decoder's
+    ordinary tokens the language model knows. Tokenisers of different kinds are a ``ValueError``."""
+    if decoder_tokenizer.kind != lm_tokenizer.kind:
+        raise ValueError(f"the language model's tokens ({lm_tokenizer.kind}) are not the decoder's "
+                         f"({decoder_tokenizer.kind}): train the language model with --tokenizer "
+                         f"{decoder_tokenizer.kind}")
+    lm_ids = {tok: i for i, tok in enumerate(lm_tokenizer.tokens_of_ids(range(lm_tokenizer.vocab_size)))}
+    strings = decoder_tokenizer.tokens_of_ids(range(decoder_tokenizer.vocab_size))
+    specials = len(decoder_tokenizer.specials)
+    ids = [i if i < specials else lm_ids.get(s, lm_tokenizer.unk_id) for i, s in enumerate(strings)]
+    known = sum(s in lm_ids for s in strings[specials:])
+    return torch.tensor(ids, dtype=torch.long), known / max(len(strings) - specials, 1)
+
+
+class LMScorer(PrefixScorer):
+    """``weight * log p_lm(next token | prefix) + reward`` (the reward on every token but ``eos_id``) for
+    :func:`~qkv.models.decoding.search`.
+
+    Args:
+        lm: a :class:`~qkv.models.lm.CausalLM` (``new_caches()`` / ``step(tokens (N, L), caches)``).
+        weight: ``lambda_lm``.  reward: added per token (a length reward; 0 for none).
+        vocab_map: ``(V',)`` the language model's id of each decoder id (:func:`token_map`); ``None``: the same ids.
+        eos_id: the decoder's end token.  start_id: what the language model reads first (its own ``<eos>``: the
+            start of a document, as it was trained).
+
+    The state of ``N`` hypotheses is ``{"caches": [KVCache, ...]}``, updated in place by each call (the last token
+    of every prefix is read then) and reordered by the search like any other state.
+    """
+
+    def __init__(self, lm: torch.nn.Module, *, weight: float, reward: float = 0.0, vocab_map: Tensor | None = None,
+                 eos_id: int, start_id: int):
+        if weight < 0:
+            raise ValueError(f"the language model's weight must be >= 0, got {weight}")
+        self.lm, self.weight, self.reward, self.eos_id, self.start_id = lm, float(weight), float(reward), eos_id, \
+            start_id
+        self.vocab_map = vocab_map
+
+    def initial_state(self) -> dict[str, Any]:
+        """Empty caches (the search repeats them for the beams when they are still empty: nothing to copy)."""
+        return {"caches": self.lm.new_caches()}
+
+    @torch.no_grad()
+    def __call__(self, prefixes: Tensor, state: dict[str, Any]) -> tuple[Tensor, dict[str, Any]]:
+        n = prefixes.shape[0]
+        device = next(self.lm.parameters()).device
+        if prefixes.shape[1] == 0:
+            fed = torch.full((n, 1), self.start_id, dtype=torch.long, device=device)
+        else:
+            last = prefixes[:, -1:].to(device)
+            fed = last if self.vocab_map is None else self.vocab_map.to(device)[last]
+        context = getattr(self.lm, "context", None)
+        if context is not None and len(state["caches"][0]) + 1 > context:
+            raise ValueError(f"the language model reads at most {context} tokens; the hypotheses are longer "
+                             "(use a model with a longer context or ALiBi positions, or a smaller max_len)")
+        logp = torch.log_softmax(self.lm.step(fed, state["caches"])[:, -1].float(), dim=-1)
+        if self.vocab_map is not None:
+            logp = logp[:, self.vocab_map.to(device)]
+        scores = self.weight * logp
+        if self.reward:
+            bonus = torch.full_like(scores, self.reward)
+            bonus[:, self.eos_id] = 0.0
+            scores = scores + bonus
+        return scores.to(prefixes.device), state
+
+
+class ScorerSum(PrefixScorer):
+    """The sum of several prefix scorers' scores; its state is the list of theirs (each selected by its own)."""
+
+    def __init__(self, scorers: Sequence[PrefixScorer]):
+        if not scorers:
+            raise ValueError("ScorerSum needs at least one scorer")
+        self.scorers = list(scorers)
+
+    def __call__(self, prefixes: Tensor, state: list[Any]) -> tuple[Tensor, list[Any]]:
+        total, candidates = None, []
+        for scorer, own in zip(self.scorers, state, strict=True):
+            scores, cand = scorer(prefixes, own)
+            total = scores if total is None else total + scores
+            candidates.append(cand)
+        return total, candidates
+
+    def select(self, candidates: list[Any], rows: Tensor, tokens: Tensor) -> list[Any]:
+        return [scorer.select(c, rows, tokens) if hasattr(scorer, "select") else reorder_state(c, rows)
+                for scorer, c in zip(self.scorers, candidates, strict=True)]

@@ -1,0 +1,30 @@
+"""A language model of qkv's own: a causal Transformer (:class:`qkv.models.lm.CausalLM`) trained on any text, its
+bits per character on held-out documents, sampling, and every attention over a text.
+
+The data is a text file (one document per line), JSON lines or TSV (a field or column), or the corpora beside the
+project by name (``tatoeba``: the English sentences; ``debian``: the package descriptions); characters by default
+(bits per character are then exact), subwords or words.
+
+Example::
+
+    from qkv.tasks.lm import LMOptions, LMTask, LanguageModel, train_defaults
+    from qkv.train import train
+    options = LMOptions(data="tatoeba", dim=128, num_layers=4)
+    train(LMTask(options), train_defaults(options).replace(max_minutes=5, out="runs/lm"))
+    LanguageModel.load("runs/lm").predict(["The cat "], seed=0)[0].text
+"""
+
+from __future__ import annotations
+
+from ..base import Application
+from .options import LMOptions, train_defaults
+from .predictor import Generation, LanguageModel
+from .task import LMTask, evaluate_lm, load_data, model_spec
+
+__all__ = ["APPLICATION", "LMOptions", "train_defaults", "load_data", "model_spec", "LMTask", "evaluate_lm",
+           "LanguageModel", "Generation"]
+
+APPLICATION = Application(
+    name="lm", help="train a causal Transformer language model on a text file (or tatoeba, debian)",
+    options=LMOptions, train_defaults=train_defaults, load_data=load_data, model_spec=model_spec, task=LMTask,
+    predictor=LanguageModel)

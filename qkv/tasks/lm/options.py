@@ -1,0 +1,56 @@
+"""The language model's options (:class:`LMOptions`) and the trainer's preset (:func:`train_defaults`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ...models.lm import LM_POSITIONS
+from ...options import check_options, option
+
+__all__ = ["LMOptions", "train_defaults"]
+
+
+@dataclass
+class LMOptions:
+    """What to train on and which model; the trainer's settings are in :class:`qkv.train.TrainConfig`."""
+
+    # data
+    data: str = option("tatoeba", help="'tatoeba' or 'debian' (the corpora beside the project), or a text file "
+                       "(one document per line), .jsonl or .tsv; .gz allowed")
+    column: str | None = option(None, help=".jsonl: the field of the text (default text); .tsv: its 0-based column "
+                                "(default 0)")
+    max_documents: int | None = option(None, low=3, help="read at most this many documents")
+    data_seed: int = option(0, low=0, help="seed of the split into train/valid/test (not of training)")
+    tokenizer: str = option("char", choices=("char", "bpe", "unigram", "word"),
+                            help="characters (bits per character are exact), or subwords/words")
+    vocab_size: int = option(2000, low=8, excludes={"tokenizer": ("char", "word")}, help="subword vocabulary size")
+    # model
+    context: int = option(128, low=2, help="tokens the model reads at once (training windows; the most it reads "
+                          "with learned or sinusoidal positions)")
+    dim: int = option(128, low=2, help="model width")
+    num_heads: int = option(4, low=1, help="attention heads")
+    kv_heads: int | None = option(None, low=1, help="key/value heads (grouped-query attention; default num-heads)")
+    num_layers: int = option(4, low=1, help="Transformer layers")
+    ffn_dim: int | None = option(None, low=1, help="feed-forward width (default: 4 x dim)")
+    positions: str = option("learned", choices=LM_POSITIONS, help="learned or sinusoidal positions added to the "
+                            "embeddings, or ALiBi (a bias on the scores; reads past the context)")
+    score: str = option("scaled_dot", help="attention score, any qkv score name")
+    dropout: float = option(0.1, low=0, high=0.99, help="dropout")
+    # evaluation
+    eval_tokens: int = option(100_000, low=1, help="at most this many tokens of a split scored per evaluation")
+
+    def __post_init__(self):
+        check_options(self)
+        if self.dim % self.num_heads:
+            raise ValueError(f"num_heads ({self.num_heads}) must divide dim ({self.dim})")
+        if self.kv_heads is not None and self.num_heads % self.kv_heads:
+            raise ValueError(f"kv_heads ({self.kv_heads}) must divide num_heads ({self.num_heads})")
+
+
+def train_defaults(options: LMOptions):
+    """The trainer's settings for the language model (the ``qkv train lm`` defaults): AdamW with warm-up and a
+    cosine decay; the best run is the one of lowest bits per character (or per token) on valid."""
+    from ...train import TrainConfig
+
+    return TrainConfig(epochs=10, batch_size=32, lr=2e-3, warmup_steps=100, schedule="cosine", weight_decay=0.1,
+                       monitor="bpc", mode="min", eval_every=500)

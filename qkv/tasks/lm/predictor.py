@@ -1,0 +1,125 @@
+"""A trained language model read back: :class:`LanguageModel` (``predict`` continues prompts, ``evaluate`` gives
+bits per character, ``view`` shows every attention over a text); its result is :class:`Generation`."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import Any
+
+import torch
+
+from ..base import PageInput, Predictor, ViewInput, jsonable, need_text
+from .task import LMTask, evaluate_lm
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["LanguageModel", "Generation"]
+
+
+@dataclasses.dataclass
+class Generation:
+    """A prompt and what the model wrote after it.
+
+    Attributes:
+        prompt: the text given.  text: the continuation (without the prompt).
+        tokens: the continuation's token strings.  log_prob: the sum of its tokens' log-probabilities (nats).
+        stopped: ``"end"`` (the model ended the document), ``"max_new_tokens"`` or ``"context"`` (no room left
+            in the model's context).
+    """
+
+    prompt: str
+    text: str
+    tokens: list[str]
+    log_prob: float
+    stopped: str
+
+
+class LanguageModel(Predictor):
+    """A trained language model: ``LanguageModel.load("runs/lm").predict(["The cat"], seed=0)[0].text``."""
+
+    task_class = LMTask
+
+    @property
+    def context(self) -> int | None:
+        return self.model.context
+
+    def _prompt_ids(self, text: str, n: int) -> list[int]:
+        if not isinstance(text, str):
+            raise ValueError(f"prompt {n} is not a text")
+        ids = [self.tokenizer.eos_id] + self.tokenizer.encode(text)  # a prompt starts a document
+        if self.context is not None and len(ids) >= self.context:
+            raise ValueError(f"prompt {n} is {len(ids) - 1} tokens; the model reads at most {self.context - 1} "
+                             "before the first new one (its context): shorten it")
+        return ids
+
+    @torch.no_grad()
+    def predict(self, prompts: list[str], *, max_new_tokens: int = 200, temperature: float = 1.0,
+                top_k: int | None = None, top_p: float | None = None, greedy: bool = False,
+                seed: int | None = 0) -> list[Generation]:
+        """A continuation of each prompt (an empty prompt starts a document), sampled from the model with
+        ``temperature``, ``top_k`` and ``top_p``, or the most likely token at each step (``greedy``). The same
+        ``seed`` gives the same text (``None``: a fresh draw each call). It stops at the end of a document, after
+        ``max_new_tokens``, or where the model's context is full (said in ``stopped`` and logged). A prompt as
+        long as the context is a ``ValueError``."""
+        from ...models.lm import sample_next
+
+        if max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+        generator = None if seed is None else torch.Generator(device=self.device).manual_seed(seed)
+        results = []
+        for n, text in enumerate(prompts, 1):
+            ids = self._prompt_ids(text, n)
+            room = max_new_tokens if self.context is None else min(max_new_tokens, self.context - len(ids))
+            caches = self.model.new_caches()
+            logits = self.model.step(torch.tensor([ids], device=self.device), caches)[:, -1]
+            new, log_prob, stopped = [], 0.0, "max_new_tokens" if room == max_new_tokens else "context"
+            for step in range(room):
+                nxt = sample_next(logits, temperature=temperature, top_k=top_k, top_p=top_p, greedy=greedy,
+                                  generator=generator)
+                log_prob += float(logits.float().log_softmax(-1)[0, nxt])
+                if int(nxt) == self.tokenizer.eos_id:
+                    stopped = "end"
+                    break
+                new.append(int(nxt))
+                if step + 1 < room:
+                    logits = self.model.step(nxt[:, None], caches)[:, -1]
+            if stopped == "context":
+                logger.warning("prompt %d: stopped after %d new tokens, where the model's context (%d) is full", n,
+                               len(new), self.context)
+            results.append(Generation(text, self.tokenizer.decode(new), self.tokenizer.tokens_of_ids(new),
+                                      log_prob, stopped))
+        return results
+
+    def result_row(self, result: Generation) -> dict[str, Any]:
+        """``output`` (the prompt and its continuation), the ``continuation``, ``log_prob`` and ``stopped``."""
+        return jsonable({"output": result.prompt + result.text, "continuation": result.text,
+                         "log_prob": result.log_prob, "stopped": result.stopped})
+
+    def evaluate(self, data: str | None = None, *, split: str = "test", limit: int | None = None,
+                 max_tokens: int | None = None) -> dict[str, float]:
+        """``loss``, ``perplexity`` and ``bpc`` (bits per character) on ``split`` of the run's documents or of
+        ``data`` (another text file), its first ``limit`` documents, at most ``max_tokens`` tokens (default: the
+        run's ``eval_tokens``)."""
+        if split not in ("valid", "test"):
+            raise ValueError(f"no split {split!r}; one of valid, test")
+        return evaluate_lm(self.model, self.tokenizer, self.data(data).split(split)[:limit],
+                           context=self.context or self.options.context,
+                           max_tokens=self.options.eval_tokens if max_tokens is None else max_tokens)
+
+    def view(self, given: ViewInput) -> PageInput:
+        """Every attention of the model reading ``given.text`` (each layer's causal self-attention, per head)."""
+        from ...capture import capture_attention
+
+        text = need_text(given.text, "language-model")
+        ids = self._prompt_ids(text, 1) if self.context is None or len(self.tokenizer.encode(text)) < self.context \
+            else None
+        notes = [f"{self.options.num_layers}-layer causal language model; row t attends over tokens 0..t "
+                 "(the first, <eos>, marks the start of a document)"]
+        if ids is None:  # longer than the context: its first context tokens, said on the page
+            ids = ([self.tokenizer.eos_id] + self.tokenizer.encode(text))[: self.context]
+            notes.append(f"the text was cut to its first {self.context - 1} tokens (the model's context)")
+            logger.warning("the text was cut to its first %d tokens (the model's context)", self.context - 1)
+        with capture_attention(self.model) as records, torch.no_grad():
+            self.model(torch.tensor([ids], device=self.device))
+        return PageInput(records, self.tokenizer.tokens_of_ids(ids), title=text[:80], notes=notes)

@@ -1,0 +1,137 @@
+"""The language model's data, model, metric and the trainer's task: :func:`load_data`, :func:`model_spec`,
+:func:`evaluate_lm` and :class:`LMTask`.
+
+The documents of a split are one stream of tokens, each document followed by ``<eos>`` (and the stream starting
+with one, so that the first token is predicted too), cut into windows of ``context`` predicted tokens. Every token
+but the first is predicted once; bits per character divide the summed negative log-likelihood (in bits) by the
+characters of the documents, one more per document for its end.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from ..base import ApplicationTask
+from .options import LMOptions
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["load_data", "model_spec", "LMTask", "evaluate_lm", "token_stream", "windows"]
+
+
+def load_data(options: LMOptions):
+    """The :class:`qkv.data.documents.DocumentCorpus` that ``options`` describes."""
+    from ...data.documents import load_documents
+
+    return load_documents(options.data, options.column, seed=options.data_seed, max_documents=options.max_documents)
+
+
+def model_spec(options: LMOptions, *, vocab_size: int) -> dict[str, Any]:
+    """``{"name": "lm", "config"}`` for :func:`qkv.models.create`."""
+    o = options
+    return {"name": "lm", "config": {"vocab_size": vocab_size, "dim": o.dim, "num_heads": o.num_heads,
+                                     "num_layers": o.num_layers, "ffn_dim": o.ffn_dim, "kv_heads": o.kv_heads,
+                                     "max_len": o.context, "positions": o.positions, "dropout": o.dropout,
+                                     "score": o.score}}
+
+
+def token_stream(tokenizer, documents: list[str], max_tokens: int | None = None) -> tuple[list[int], int]:
+    """``[<eos>] + doc 1 + [<eos>] + doc 2 + [<eos>] ...`` and the characters it covers (each document's, plus one
+    for its end), stopping after the document that reaches ``max_tokens``."""
+    ids, chars = [tokenizer.eos_id], 0
+    for doc in documents:
+        ids += tokenizer.encode(doc) + [tokenizer.eos_id]
+        chars += len(doc) + 1
+        if max_tokens is not None and len(ids) > max_tokens:
+            break
+    return ids, chars
+
+
+def windows(ids: list[int], context: int) -> list[Tensor]:
+    """``ids`` as windows of ``context + 1`` tokens overlapping by one (the last one shorter), so that every token
+    but the first is a target exactly once."""
+    t = torch.tensor(ids, dtype=torch.long)
+    return [t[i:i + context + 1] for i in range(0, max(len(ids) - 1, 1), context) if len(t[i:i + context + 1]) > 1]
+
+
+def _pad(batch: list[Tensor]) -> Tensor:
+    return nn.utils.rnn.pad_sequence(batch, batch_first=True, padding_value=0)
+
+
+@torch.no_grad()
+def evaluate_lm(model: nn.Module, tokenizer, documents: list[str], *, context: int, max_tokens: int | None = None,
+                batch_size: int = 32) -> dict[str, float]:
+    """The language model's metric, for the trainer and the predictor alike: ``loss`` (nats per token),
+    ``perplexity``, ``bpc`` (bits per character of the documents) and ``tokens`` scored, over ``documents`` (up to
+    ``max_tokens``)."""
+    if not documents:
+        raise ValueError("no documents to evaluate")
+    ids, chars = token_stream(tokenizer, documents, max_tokens)
+    device = next(model.parameters()).device
+    total, count = 0.0, 0
+    chunks = windows(ids, context)
+    for i in range(0, len(chunks), batch_size):
+        batch = _pad(chunks[i:i + batch_size]).to(device)
+        lengths = torch.tensor([len(c) for c in chunks[i:i + batch_size]], device=device)
+        logits = model(batch[:, :-1]).float()
+        nll = F.cross_entropy(logits.transpose(1, 2), batch[:, 1:], reduction="none")
+        real = torch.arange(batch.shape[1] - 1, device=device)[None] < (lengths[:, None] - 1)
+        total += float(nll[real].sum())
+        count += int(real.sum())
+    loss = total / count
+    return {"loss": loss, "perplexity": math.exp(min(loss, 700.0)), "bpc": total / math.log(2) / chars,
+            "tokens": float(count)}
+
+
+class LMTask(ApplicationTask):
+    """Next-token cross-entropy over windows of the training stream."""
+
+    name = "lm"
+    unit = "tokens"
+    options_type = LMOptions
+    load_data = staticmethod(load_data)
+    model_spec = staticmethod(model_spec)
+    assets = ("tokenizer",)
+
+    def setup(self) -> None:
+        from ...data import train_tokenizer
+
+        corpus = self.read_data()
+        logger.info("data %s: %d train, %d valid, %d test documents", self.options.data, len(corpus.train),
+                    len(corpus.valid), len(corpus.test))
+        if self.tokenizer is None:
+            kind = self.options.tokenizer
+            kw = {"vocab_size": self.options.vocab_size} if kind in ("bpe", "unigram") else {}
+            self.tokenizer = train_tokenizer(kind, corpus.train, **kw)
+        ids, _ = token_stream(self.tokenizer, corpus.train)
+        self._train = windows(ids, self.options.context)
+
+    def train_examples(self):
+        return self._train
+
+    def collate(self, examples):
+        return _pad(examples)
+
+    def sizes(self) -> dict[str, Any]:
+        return {"vocab_size": self.tokenizer.vocab_size}
+
+    def loss(self, model, batch):
+        logits = model(batch[:, :-1])
+        target = batch[:, 1:]
+        real = target != 0  # padding of the last, shorter window (no real token has id 0)
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), target.reshape(-1), ignore_index=0,
+                               reduction="sum")
+        correct = ((logits.argmax(-1) == target) & real).sum()
+        return loss, real.sum(), {"token_acc": correct}
+
+    def evaluate(self, model, split: str) -> dict[str, float]:
+        if split not in ("valid", "test"):
+            raise ValueError(f"no split {split!r} (valid, test)")
+        return evaluate_lm(model, self.tokenizer, self.data.split(split), context=self.options.context,
+                           max_tokens=self.options.eval_tokens)

@@ -1,0 +1,125 @@
+"""The language-model application: `qkv train lm` learns a pattern, bits per character are the summed negative
+log-likelihood over the characters, generation is reproducible, and bad data or prompts are one-line errors."""
+
+import math
+
+import pytest
+import torch
+
+from qkv.cli import main
+from qkv.data import train_tokenizer
+from qkv.models.lm import CausalLM, LMConfig
+from qkv.tasks import load_predictor
+from qkv.tasks.lm import LanguageModel, evaluate_lm
+from qkv.tasks.lm.task import token_stream, windows
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def test_windows_predict_every_token_but_the_first_once():
+    for n, context in [(1, 4), (2, 4), (9, 4), (10, 3), (7, 20)]:
+        ids = list(range(1, n + 1))
+        targets = [t for w in windows(ids, context) for t in w[1:].tolist()]
+        assert targets == ids[1:]
+        assert all(len(w) <= context + 1 for w in windows(ids, context))
+
+
+def test_bits_per_character_is_the_summed_nll_over_the_characters(gen):
+    docs = ["the cat sat", "a dog ran far", "il pleut"]
+    tok = train_tokenizer("char", docs)
+    model = CausalLM(LMConfig(vocab_size=tok.vocab_size, dim=16, num_heads=2, num_layers=1, max_len=64,
+                              dropout=0.0)).eval()
+    ids, chars = token_stream(tok, docs)
+    assert chars == sum(len(d) + 1 for d in docs) and len(ids) == chars + 1  # characters: one token each
+    x = torch.tensor([ids])
+    with torch.no_grad():
+        nll = torch.nn.functional.cross_entropy(model(x[:, :-1])[0].double(), x[0, 1:], reduction="sum")
+    got = evaluate_lm(model, tok, docs, context=64)
+    assert got["tokens"] == len(ids) - 1
+    assert got["bpc"] == pytest.approx(float(nll) / math.log(2) / chars, rel=1e-5)
+    assert got["perplexity"] == pytest.approx(math.exp(float(nll) / (len(ids) - 1)), rel=1e-5)
+    # shorter windows score every token too (with less context each)
+    assert evaluate_lm(model, tok, docs, context=7)["tokens"] == len(ids) - 1
+
+
+@pytest.fixture(scope="module")
+def pattern_run(tmp_path_factory):
+    root = tmp_path_factory.mktemp("lm")
+    lines = [("abcde" * 8)[k:k + 30] for k in range(5)] * 40
+    (root / "pattern.txt").write_text("\n".join(f"{line} {i}" for i, line in enumerate(lines)) + "\n")
+    out = root / "run"
+    with torch.random.fork_rng():
+        torch.set_num_threads(1)
+        assert main(["train", "lm", "--data", str(root / "pattern.txt"), "--context", "32", "--dim", "32",
+                     "--num-heads", "2", "--num-layers", "2", "--dropout", "0", "--max-steps", "150",
+                     "--batch-size", "16", "--lr", "3e-3", "--eval-every", "0", "--no-progress", "--out",
+                     str(out)]) == 0
+    return out
+
+
+def test_a_tiny_model_learns_a_repeated_pattern(pattern_run, capsys):
+    lm = load_predictor(pattern_run, "cpu")
+    assert isinstance(lm, LanguageModel)
+    text = lm.predict(["abcdeab"], greedy=True, max_new_tokens=8)[0].text
+    assert text.startswith("cdeabcde")
+    figures = lm.evaluate(split="test")
+    assert figures["bpc"] < 1.5, figures
+    assert main(["evaluate", str(pattern_run)]) == 0
+    assert "bpc" in capsys.readouterr().out
+
+
+def test_generation_with_a_seed_is_reproducible_and_stops_at_the_context(pattern_run, caplog):
+    lm = load_predictor(pattern_run, "cpu")
+    a = lm.predict(["ab", "cd"], seed=3, temperature=1.5, top_k=5)
+    assert [r.text for r in a] == [r.text for r in lm.predict(["ab", "cd"], seed=3, temperature=1.5, top_k=5)]
+    long = lm.predict(["abcde" * 5], max_new_tokens=100, temperature=3.0, seed=0)[0]
+    assert long.stopped in ("context", "end")
+    if long.stopped == "context":
+        assert len(long.tokens) == 32 - 26 and "context" in caplog.text
+
+
+@pytest.mark.parametrize("bad, match", [
+    (dict(prompts=["x" * 40]), "prompt 1 is 40 tokens; the model reads at most 31"),
+    (dict(prompts=["ab"], temperature=0), "temperature must be a positive number"),
+    (dict(prompts=["ab"], top_p=1.5), "top_p"),
+    (dict(prompts=["ab"], max_new_tokens=0), "max_new_tokens"),
+])
+def test_bad_prompts_and_settings_are_errors(pattern_run, bad, match):
+    lm = load_predictor(pattern_run, "cpu")
+    with pytest.raises(ValueError, match=match):
+        lm.predict(**bad)
+
+
+@pytest.mark.parametrize("content, match", [(b"", "no text in the file"), (b"\x00\x01\x02\x03\n", "binary file"),
+                                            (b"only\ntwo\n", "2 distinct document")])
+def test_bad_text_files_are_one_line_errors(tmp_path, capsys, content, match):
+    path = tmp_path / "bad.txt"
+    path.write_bytes(content)
+    assert main(["train", "lm", "--data", str(path), "--max-steps", "1", "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("qkv: error:") and match in err and len(err.splitlines()) == 1
+
+
+def test_view_writes_every_layers_attention(pattern_run, tmp_path):
+    page = tmp_path / "lm.html"
+    assert main(["view", str(pattern_run), "abcdeabc", "--out", str(page)]) == 0
+    html = page.read_text()
+    assert "layers.0.self_attn" in html and "layers.1.self_attn" in html
+
+
+def test_qkv_generate_is_reproducible_and_refuses_what_it_would_ignore(pattern_run, tmp_path, capsys):
+    import json
+
+    argv = ["generate", str(pattern_run), "abc", "cde", "--max-new-tokens", "6", "--top-k", "4", "--seed", "5"]
+    assert main(argv) == 0
+    first = capsys.readouterr().out
+    assert main(argv + ["--json", str(tmp_path / "g.json")]) == 0
+    assert capsys.readouterr().out.startswith(first)
+    rows = json.loads((tmp_path / "g.json").read_text())
+    assert [r["input"] for r in rows] == ["abc", "cde"]
+    assert [f"{r['input']}\t{r['continuation']}" for r in rows] == first.splitlines()
+    for bad, flag in [(["--greedy", "--temperature", "0.5"], "--temperature"),
+                      (["--temperature", "0"], "--temperature"), (["--device", "tpu"], "--device")]:
+        assert main(["generate", str(pattern_run), "abc", *bad]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("qkv: error:") and flag in err and len(err.splitlines()) == 1
