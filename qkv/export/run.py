@@ -106,7 +106,7 @@ def export_run(run: str | os.PathLike, out: str | os.PathLike, *, with_weights: 
             module = WithWeights(module, predictor.model)
             outputs += weight_names(module, *example)
         path = to_onnx(module, example, out / f"{graph_name}.onnx", input_names=inputs, output_names=outputs,
-                       dynamic=dynamic)
+                       dynamic=dynamic, runtime_checks=graph_name == "decoder_step" and _grouped(predictor.model))
         manifest["graphs"][graph_name] = {"file": path.name, "inputs": inputs, "outputs": outputs, **extra}
     for asset in predictor.task_class.assets:
         getattr(predictor, asset).save(out / asset)
@@ -115,6 +115,14 @@ def export_run(run: str | os.PathLike, out: str | os.PathLike, *, with_weights: 
     (out / MANIFEST).write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     logger.info("exported %s run %s to %s", name, run, out)
     return manifest
+
+
+def _grouped(model: nn.Module) -> bool:
+    """Whether ``model`` has grouped-query attention: its decoder step over a key/value cache needs
+    ``runtime_checks`` (a stride comparison PyTorch's symbolic shapes cannot prove, true for every length)."""
+    from ..layers import MultiHeadAttention
+
+    return any(m.kv_heads != m.num_heads for m in model.modules() if isinstance(m, MultiHeadAttention))
 
 
 def _config_file(run: Path) -> Path:
