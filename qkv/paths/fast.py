@@ -25,7 +25,9 @@ def sdpa(q: Tensor, k: Tensor, v: Tensor, allowed: Tensor | None, bias: Tensor |
     if allowed is None:
         return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=dropout, scale=scale)
     rows = allowed.any(dim=-1, keepdim=True)
-    safe = torch.where(rows, allowed, True)  # a fully masked row attends everywhere (to finite keys), then is zeroed
+    # a fully masked row attends everywhere (to finite keys), then is zeroed; exported, as an OR (the same mask:
+    # ONNX Runtime has no Where on booleans)
+    safe = allowed | ~rows if torch.compiler.is_exporting() else torch.where(rows, allowed, True)
     attn_mask = safe if bias is None else bias.masked_fill(~safe, float("-inf"))
     out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout, scale=scale)
     if out.device.type == "cpu":  # (traced by torch.compile or torch.export: no branch on the values)
