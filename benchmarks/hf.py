@@ -19,8 +19,8 @@ tokens for each implementation): on a shared machine other processes only ever a
 passes still moved by 2x between runs.
 Generation (``--generate N``): a random Llama-style decoder (``--gen-layers`` layers, default 4; hidden 256, 4
 heads with 2 key/value heads) generates N tokens greedily from a random prompt of T tokens (``--seq``, default 256,
-1024 and 4096) with the KV cache, each way in a fresh process (the peak is that process's first full run; the time
-the fastest of ``--reps``, default 2):
+1024 and 4096) with the KV cache; the time is the fastest of ``--reps`` (default 2) runs of each way, the ways
+alternating in one process (side by side); the peak is each way's only run in a fresh process:
 
 - ``eager``: ``generate(output_attentions=True, return_dict_in_generate=True)``, every step's weights returned;
 - ``qkv, all``: :func:`qkv.integrations.generation.record_generation`, every layer and head recorded;
@@ -112,8 +112,10 @@ def measure(name: str, seq: int, reps: int, device: str) -> dict:
 GEN_WAYS = ("eager", "qkv, all", "qkv, 1 layer", "qkv, none")
 
 
-def measure_generation(way: str, seq: int, new: int, layers: int, reps: int) -> dict:
-    """In this process: ``{"s": fastest seconds, "peak": bytes}`` of one way of generating (see the docstring)."""
+def measure_generation(ways: list[str], seq: int, new: int, layers: int, reps: int) -> dict:
+    """In this process: ``{way: {"s": fastest seconds, "peak": bytes}}``: the ways run alternately, each going
+    first as often (times side by side); the peak is the first full run's, meaningful when ``ways`` is one way in
+    a fresh process (memory freed by glibc stays in the process after a run)."""
     import transformers as tf
 
     from qkv.integrations.generation import record_generation
@@ -124,10 +126,11 @@ def measure_generation(way: str, seq: int, new: int, layers: int, reps: int) -> 
                          intermediate_size=512, max_position_embeddings=seq + new + 8, vocab_size=8000,
                          bos_token_id=1, eos_token_id=2, pad_token_id=0)
     torch.manual_seed(0)
-    model = tf.AutoModelForCausalLM.from_config(cfg, attn_implementation="eager" if way == "eager" else "qkv").eval()
+    model = tf.AutoModelForCausalLM.from_config(cfg, attn_implementation="qkv").eval()
     ids = torch.randint(5, 8000, (1, seq))
 
-    def run(x):
+    def run(way, x):
+        model.set_attn_implementation("eager" if way == "eager" else "qkv")
         if way == "eager":
             out = model.generate(input_ids=x, max_new_tokens=new, min_new_tokens=new, do_sample=False,
                                  output_attentions=True, return_dict_in_generate=True, pad_token_id=0)
@@ -141,17 +144,20 @@ def measure_generation(way: str, seq: int, new: int, layers: int, reps: int) -> 
         assert rec.records
         return rec
 
+    times = {w: [] for w in ways}
+    peaks = {w: 0 for w in ways}
     with torch.no_grad():
-        run(ids[:, :16])
-        times, peak = [], 0
-        for _ in range(reps):
-            with RssPeak() as rss:
-                t0 = time.perf_counter()
-                r = run(ids)
-                times.append(time.perf_counter() - t0)
-            peak = peak or rss.bytes  # the first full run: memory freed by glibc stays in the process after it
-            del r
-    return {"s": min(times), "peak": peak}
+        for way in ways:
+            run(way, ids[:, :16])
+        for rep in range(reps):
+            for way in ways[rep % len(ways):] + ways[:rep % len(ways)]:
+                with RssPeak() as rss:
+                    t0 = time.perf_counter()
+                    r = run(way, ids)
+                    times[way].append(time.perf_counter() - t0)
+                peaks[way] = peaks[way] or rss.bytes
+                del r
+    return {w: {"s": min(times[w]), "peak": peaks[w]} for w in ways}
 
 
 def generation_table(results: dict, seqs: list[int]) -> list[str]:
@@ -226,24 +232,31 @@ def main():
 
 def generation_main(args) -> None:
     if args.child:
-        seq, way = args.child.split(":", 1)
-        print(json.dumps(measure_generation(way, int(seq), args.generate, args.gen_layers, args.reps or 2)))
+        seq, ways = args.child.split(":", 1)
+        print(json.dumps(measure_generation(ways.split("|"), int(seq), args.generate, args.gen_layers,
+                                            args.reps or 1)))
         return
     seqs = args.seq or [256, 1024, 4096]
     results = {}
+
+    def child(seq, ways, reps):
+        cmd = [sys.executable, __file__, "--generate", str(args.generate), "--gen-layers", str(args.gen_layers),
+               "--child", f"{seq}:{'|'.join(ways)}", "--reps", str(reps)] + (
+            ["--threads", str(args.threads)] if args.threads else [])
+        done = subprocess.run(cmd, capture_output=True, text=True, check=True)
+        return json.loads(done.stdout.strip().splitlines()[-1])
+
     for seq in seqs:
-        for way in GEN_WAYS:
-            cmd = [sys.executable, __file__, "--generate", str(args.generate), "--gen-layers", str(args.gen_layers),
-                   "--child", f"{seq}:{way}"] + (["--threads", str(args.threads)] if args.threads else []) + (
-                ["--reps", str(args.reps)] if args.reps else [])
-            done = subprocess.run(cmd, capture_output=True, text=True, check=True)
-            results[(seq, way)] = json.loads(done.stdout.strip().splitlines()[-1])
+        side_by_side = child(seq, list(GEN_WAYS), args.reps or 2)  # times: the ways alternately, one process
+        for way in GEN_WAYS:  # peaks: each way alone in a fresh process
+            results[(seq, way)] = {"s": side_by_side[way]["s"], "peak": child(seq, [way], 1)[way]["peak"]}
             print(f"T={seq} {way}: {results[(seq, way)]}", file=sys.stderr)
     import transformers
 
     print(f"{machine(torch.device('cpu'))}, transformers {transformers.__version__}, Llama-style {args.gen_layers} "
-          f"layers, hidden 256, 4 heads (2 key/value), {args.generate} tokens generated greedily, batch 1, float32, "
-          f"fastest of {args.reps or 2}\n")
+          f"layers, hidden 256, 4 heads (2 key/value), {args.generate} tokens generated greedily, batch 1, float32; "
+          f"time: the fastest of {args.reps or 2} runs of each way, the ways alternating in one process; peak: "
+          f"each way alone in a fresh process\n")
     print("\n".join(generation_table(results, seqs)))
 
 

@@ -33,7 +33,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from attention import RssPeak, machine, sync, timeit  # noqa: E402
 
 import qkv  # noqa: E402
-from qkv import mods  # noqa: E402
+from qkv import compiled, mods  # noqa: E402
 
 WINDOW = 256
 
@@ -70,10 +70,23 @@ def variants(b, h, t, d, device):
         "prefix_qkv": lambda: qkv.attention(q, k, v, mask_mod=prefix),
         "prefix_sdpa": lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=prefix_mask),
     }
-    return {**more, **{
+    qg, kg, vg = (t.clone().requires_grad_() for t in (q, k, v))
+
+    def train(fn):
+        def run():
+            with torch.enable_grad():
+                torch.autograd.grad(fn().sum(), (qg, kg, vg))
+        return run
+
+    training = {
+        "train_qkv": train(lambda: qkv.attention(qg, kg, vg, score_mod=alibi, mask_mod=mods.causal)),
+        "train_sdpa": train(lambda: F.scaled_dot_product_attention(qg, kg, vg, attn_mask=alibi_bias)),
+    }
+    return {**more, **training, **{
         "alibi_qkv": lambda: qkv.attention(q, k, v, score_mod=alibi, mask_mod=mods.causal),
         "alibi_sdpa": lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=alibi_bias),
         "alibi_weights": lambda: qkv.attention(q, k, v, score_mod=alibi, mask_mod=mods.causal, return_weights=True),
+        "alibi_reference": lambda: qkv.attention(q, k, v, score_mod=alibi, mask_mod=mods.causal, impl="reference"),
         "window_qkv": lambda: qkv.attention(q, k, v, mask_mod=window),
         "window_sdpa": lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=window_mask),
         "plain_qkv": lambda: qkv.attention(q, k, v),
@@ -126,8 +139,11 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true", help="2 repetitions and no memory rows: a smoke test")
     ap.add_argument("--more", action="store_true", help="only the rows of the other modifiers (T5 bias, soft-capping,"
                     " documents, prefix LM), times only")
+    ap.add_argument("--training", action="store_true", help="only forward + backward with ALiBi + causal: qkv (on the "
+                    "CPU, blocks of query rows, checkpointed) vs SDPA + (H, T, T) bias, times and peaks")
     ap.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     args = ap.parse_args()
+    compiled.set_compile(True)  # the fused kernels measured warm (compiled during the warm-up call)
     if args.threads:
         torch.set_num_threads(args.threads)
     b, h, d = args.batch, args.heads, args.head_dim
@@ -144,6 +160,20 @@ def main() -> int:
     print("|---|---|---|---|---|---|---|---|")
     for t in args.seq:
         fns = variants(b, h, t, d, device)
+        if args.training:
+            fns = {n: f for n, f in fns.items() if n.startswith("train_")}
+            times = timeit(fns, device, 2 if args.quick else args.reps)
+            mem = {}
+            if not args.quick:
+                for name in fns:
+                    cmd = [sys.executable, __file__, "--child", name, str(t), "--batch", str(b), "--heads", str(h),
+                           "--head-dim", str(d), "--device", args.device] + (["--threads", str(args.threads)]
+                                                                            if args.threads else [])
+                    out = subprocess.run(cmd, capture_output=True, text=True, check=True)
+                    mem[name] = json.loads(out.stdout.strip().splitlines()[-1])
+            row(t, times, mem, "training (fwd+bwd), ALiBi + causal: qkv vs SDPA + (H, T, T) bias (speed-up)",
+                "train_qkv", "train_sdpa")
+            continue
         if args.more:
             fns = {n: f for n, f in fns.items() if n.split("_")[0] in ("t5", "softcap", "document", "prefix")}
             with torch.no_grad():
@@ -169,6 +199,8 @@ def main() -> int:
         row(t, times, mem, "sliding window: qkv fused vs SDPA + (T, T) mask (speed-up)", "window_qkv", "window_sdpa")
         row(t, times, mem, "ALiBi + causal with weights vs fused without (cost)", "alibi_weights", "alibi_qkv",
             cost=True)
+        row(t, times, mem, "ALiBi + causal, impl=reference (blocks of rows) vs fused (cost)", "alibi_reference",
+            "alibi_qkv", cost=True)
         row(t, times, mem, "no modifier, with weights vs without (cost; plain path)", "plain_weights", "plain_qkv",
             cost=True)
         row(t, times, mem, "no modifier: qkv vs SDPA (speed)", "plain_qkv", "plain_sdpa")

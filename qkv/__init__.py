@@ -10,6 +10,7 @@ __version__ = "0.2.0"
 
 from . import hooks, masks, mods, normalize, scores
 from .capture import AttentionRecord, attention_rollout, capture_attention
+from .compiled import set_compile
 from .functional import attention, compute_scores, normalize_scores, weighted_sum
 from .layers import Attention, AttentionPooling, KVCache, MultiHeadAttention, SelfAttention
 from .location import Coverage, LocationAware, StatefulScore
@@ -31,6 +32,7 @@ __all__ = [
     "capture_attention",
     "AttentionRecord",
     "attention_rollout",
+    "set_compile",
     "hooks",
     "masks",
     "mods",

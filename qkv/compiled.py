@@ -282,18 +282,20 @@ def failed(error: BaseException, what: str) -> None:
 
 
 class recompiles:
-    """Allow more recompilations than dynamo's default (qkv compiles once per shape and modifier)."""
+    """Allow more recompilations than dynamo's default (qkv compiles once per shape and modifier): the limit is
+    raised to at least 256 once, for the process (setting it around every call cost more CPU time than a GPU
+    kernel)."""
+
+    raised = False
 
     def __enter__(self):
-        import torch._dynamo
+        if not recompiles.raised:
+            import torch._dynamo
 
-        cfg = torch._dynamo.config
-        self.name = "recompile_limit" if hasattr(cfg, "recompile_limit") else "cache_size_limit"
-        self.before = getattr(cfg, self.name)
-        setattr(cfg, self.name, max(self.before, 256))
+            cfg = torch._dynamo.config
+            name = "recompile_limit" if hasattr(cfg, "recompile_limit") else "cache_size_limit"
+            setattr(cfg, name, max(getattr(cfg, name), 256))
+            recompiles.raised = True
 
     def __exit__(self, *exc):
-        import torch._dynamo
-
-        setattr(torch._dynamo.config, self.name, self.before)
         return False

@@ -65,7 +65,7 @@ def walkthrough(score: str | Score | Callable = "dot", *, scale: float | None = 
     x = torch.tensor(SEED_INPUTS, dtype=dtype)
     with torch.no_grad():
         q, k, v = layer.q_proj(x), layer.k_proj(x), layer.v_proj(x)
-        factor = sc.default_scale(q, k) if scale is None else scale
+        factor = sc.factor(q, k, scale)
         s = compute_scores(q, k, sc, scale=factor)
         w = normalize_scores(s, normalize=normalize)
         out = weighted_sum(w, v)

@@ -36,6 +36,7 @@ from torch import Tensor
 from . import compiled
 from .mods import MaskMod, ScoreMod, and_masks, causal, is_builtin, offset, uses
 from .normalize import softmax
+from .paths.chunked import chunked
 from .paths.common import finish, masked_normalize, needs_grad, scaled_scores, zero_unseen_keys
 
 logger = logging.getLogger(__name__)
@@ -181,7 +182,21 @@ def attention_with_mods(query: Tensor, key: Tensor, value: Tensor, *, sc, score_
 
 def _reference(query, key, value, sc, pair, smod, mmod, score_mod, mask_mod, allowed, bias, normalizer, dropout,
                scale, key_prepared, return_weights, tq, tk, ndim, v4):
-    """Explicit scores, the modifiers on broadcast indices, masked normalisation, weighted sum."""
+    """Explicit scores, the modifiers on broadcast indices, masked normalisation, weighted sum: on the CPU for the
+    dot family with softmax a block of query rows at a time (:mod:`qkv.paths.chunked`), else whole."""
+    if pair is not None and normalizer is softmax and query.device.type == "cpu" and tq > 0 and tk > 0:
+        score_fn = None if smod is None else (
+            lambda s, b, h, q, k: _call_score_mod(score_mod, smod, s, b, h, q, k))
+        mask_fn = None if mmod is None else (
+            lambda b, h, q, k: _call_mask_mod(mask_mod, mmod, b, h, q, k, (b.shape[0], h.shape[1], q.shape[2],
+                                                                           k.shape[3])))
+        grad = needs_grad(query, key, value, score_mod, mask_mod)
+        result = chunked(_as_4d(pair[0]), _as_4d(pair[1]), v4, sc.factor(query, key, scale), score_fn, mask_fn,
+                         None if allowed is None else _as_4d(allowed), None if bias is None else _as_4d(bias),
+                         dropout, return_weights, query.dtype, grad)
+        if return_weights:
+            return _from_4d(result[0], ndim), _from_4d(result[1], ndim)
+        return _from_4d(result, ndim)
     scores = scaled_scores(sc, query, key, scale, key_prepared)
     s4 = base = _as_4d(scores)
     bi, hi, qi, ki = _indices(s4.shape[0], s4.shape[1], tq, tk, scores.device)

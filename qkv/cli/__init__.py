@@ -3,10 +3,12 @@
 One module per command, named after it (:mod:`.explain`, :mod:`.train` for ``qkv train NAME`` of every
 application, :mod:`.predict`, :mod:`.evaluate`, :mod:`.view`, :mod:`.faithfulness`, and the friendly verbs
 :mod:`.translate`, :mod:`.classify`, :mod:`.show_attention`, :mod:`.caption`, :mod:`.answer`, :mod:`.segment`,
-:mod:`.summarize`, :mod:`.transcribe`), each with ``register(commands, train_commands)``. The flags every command
-shares are defined once (:mod:`.shared`); every predicting command goes :mod:`.predict`'s way and every evaluation
-:func:`.evaluate.evaluation`'s. Every failure a user can cause ends in one line on stderr, ``qkv: error: ...``, with
-exit code 2 (130 after Ctrl-C); ``-v`` adds the traceback. An error never advises a flag the command does not have.
+:mod:`.summarize`, :mod:`.transcribe`, :mod:`.generate`), each stating ``COMMAND = (name, help, options dataclass,
+function)``; :mod:`.train`, which adds a command per application, has ``register(commands, train_commands)``. The
+flags every command shares are defined once (:mod:`.shared`); every predicting command goes :mod:`.predict`'s way and
+every evaluation :func:`.evaluate.evaluation`'s. Every failure a user can cause ends in one line on stderr,
+``qkv: error: ...``, with exit code 2 (130 after Ctrl-C); ``-v`` adds the traceback. An error never advises a flag
+the command does not have.
 """
 
 from __future__ import annotations
@@ -53,7 +55,13 @@ def build_parser() -> ArgumentParser:
     train = commands.add_parser("train", help="train a model for one of the applications")
     train_commands = train.add_subparsers(dest="task", required=True, metavar="TASK", parser_class=ArgumentParser)
     for name in COMMAND_MODULES:
-        importlib.import_module(f"{__name__}.{name}").register(commands, train_commands)
+        module = importlib.import_module(f"{__name__}.{name}")
+        if hasattr(module, "COMMAND"):  # one command: (name, help, options dataclass, function)
+            from .common import add_command
+
+            add_command(commands, *module.COMMAND)
+        else:  # several, or the training commands
+            module.register(commands, train_commands)
     return parser
 
 
@@ -70,38 +78,49 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     return tuple(errors)
 
 
-def _one_line(e: BaseException, flags: frozenset[str] | None = None) -> str:
+def _one_line(e: BaseException, flags: frozenset[str] | None = None, parser=None) -> str:
     text = str(e).strip() or type(e).__name__
     if isinstance(e, OSError) and e.filename and str(e.filename) not in text:
         text = f"{text} ({e.filename})"
-    return own_flags(" ".join(text.split()), flags)
+    return own_flags(" ".join(text.split()), flags, parser)
 
 
 _FLAG = re.compile(r"(?<![\w-])--[a-z][a-z0-9-]*")
+_COMMAND = re.compile(r"\bqkv ((?:train )?[a-z][a-z-]*)")
 
 
-def own_flags(text: str, flags: frozenset[str] | None) -> str:
+def own_flags(text: str, flags: frozenset[str] | None, parser=None) -> str:
     """``text`` with every ``--flag`` that the command does not have (``flags``: its option strings) written as the
     option's name (``--source-column`` -> ``source_column``): a library's advice never names a flag the user
-    cannot give to this command."""
+    cannot give to this command, unless it names the command that has it (``qkv train summarize: --source-column``;
+    its flags are read from ``parser``)."""
     if flags is None:
         return text
-    return _FLAG.sub(lambda m: m.group(0) if m.group(0) in flags else m.group(0)[2:].replace("-", "_"), text)
+    named = set(flags)
+    for m in _COMMAND.finditer(text) if parser is not None else ():
+        named |= _flags_of(parser, m.group(1).split())
+    return _FLAG.sub(lambda m: m.group(0) if m.group(0) in named else m.group(0)[2:].replace("-", "_"), text)
 
 
-def command_flags(parser, args) -> frozenset[str]:
-    """The option strings of the command ``args`` ran (its parser's and the global ones)."""
+def _flags_of(parser, words: list[str]) -> set[str]:
+    """The option strings of the command ``qkv WORDS`` (its parser's and the global ones)."""
     import argparse
 
     flags = {s for a in parser._actions for s in a.option_strings}
     sub = parser
-    for dest in ("command", "task"):
+    for word in words:
         action = next((a for a in sub._actions if isinstance(a, argparse._SubParsersAction)), None)
-        if action is None or getattr(args, dest, None) not in action.choices:
+        if action is None or word not in action.choices:
             break
-        sub = action.choices[getattr(args, dest)]
+        sub = action.choices[word]
         flags |= {s for a in sub._actions for s in a.option_strings}
-    return frozenset(flags)
+    return flags
+
+
+def command_flags(parser, args) -> frozenset[str]:
+    """The option strings of the command ``args`` ran (its parser's and the global ones)."""
+    words = [w for w in (getattr(args, "command", None), getattr(args, "task", None)) if w]
+    return frozenset(_flags_of(parser, words))
 
 
 def _interrupted(args, e: BaseException | None = None) -> str:
@@ -141,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
     except _user_errors() as e:
         if options.verbose:
             traceback.print_exc()
-        print(f"qkv: error: {_one_line(e, command_flags(parser, args))}", file=sys.stderr)
+        print(f"qkv: error: {_one_line(e, command_flags(parser, args), parser)}", file=sys.stderr)
         return 2
 
 

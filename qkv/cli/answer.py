@@ -8,10 +8,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..options import option
-from .common import add_command, safe, use_color, write_json
+from .common import safe, use_color, write_json
 from .evaluate import evaluation
 from .options import options_from_args
-from .predict import finish, inputs_of, load
+from .predict import finish, load
 from .shared import DeviceOption, JsonOption, RunArgument
 
 
@@ -70,8 +70,8 @@ def answer(args) -> int:
     if not o.context or not o.question:
         raise ValueError("give --context and --question (or --evaluate --data PATH)")
     reader = load(o.run, o.device, "qa")
-    given = [f"{o.context}\t{o.question}"]
-    results = reader.predict(inputs_of(reader, given))
+    given = [f"{o.context}\t{o.question}"]  # as qkv predict takes it
+    results = reader.predict([(o.context, o.question)])
     (a,) = results
     color = use_color(o.color)
     print(f"answer: {safe(a.answer)}\tprobability {a.probability:.3f}\ttokens {a.start_token}-{a.end_token}")
@@ -91,6 +91,7 @@ def answer(args) -> int:
     return 0
 
 
-def register(commands, train_commands) -> None:
-    add_command(commands, "answer", "answer a question about a context with a trained qa run, showing its attention",
-                AnswerCommand, answer)
+
+#: ``qkv NAME``: its name, its help, its options and what runs it (:func:`qkv.cli.build_parser` adds it)
+COMMAND = ("answer", "answer a question about a context with a trained qa run, showing its attention",
+            AnswerCommand, answer)

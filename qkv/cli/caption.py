@@ -9,10 +9,10 @@ from pathlib import Path
 import torch
 
 from ..options import option
-from .common import add_command, input_files, safe, unique_names, write_json
+from .common import safe, unique_names
 from .evaluate import evaluation
 from .options import options_from_args
-from .predict import finish, load, read_inputs
+from .predict import finish, input_paths, load
 from .shared import DeviceOption, FileOption, JsonOption, LimitOption, PlotOption, RunArgument, plot_folder
 
 
@@ -43,9 +43,7 @@ class CaptionCommand(JsonOption, LimitOption, PlotOption, DeviceOption, FileOpti
     FLAG_ALIASES = {"limit": ("--max-images",)}
 
 
-def _evaluate(captioner, o: CaptionCommand) -> None:
-    m = evaluation(captioner, o.data, split=o.split, limit=o.limit, beam=o.beam, max_len=o.max_len,
-                   hard_test=o.hard_test, on_error=o.on_error)
+def _table(o: CaptionCommand, m: dict[str, float]) -> None:
     print(f"split {o.split}, beam {o.beam}, {int(m['images'])} images")
     print("| BLEU-1 | BLEU-2 | BLEU-3 | BLEU-4 | exact match |" + (" grounding | > 0.5 |" if "grounding" in m else ""))
     print("|---|---|---|---|---|" + ("---|---|" if "grounding" in m else ""))
@@ -58,27 +56,22 @@ def _evaluate(captioner, o: CaptionCommand) -> None:
                                                              for n in range(1, 5)))
         print(f"held-out item/position combinations: {m['exact_match_unseen']:.4f}; "
               f"layout (positions and relations, items masked): {m['layout_match']:.4f}")
-    if o.json:
-        write_json(o.json, m)
 
 
 def caption(args) -> int:
     from ..viz.captions import caption_attention
 
     o = options_from_args(args, CaptionCommand)
-    if o.evaluate and (o.images or o.file or o.index or o.plot):
-        raise ValueError("--evaluate captions the whole split: leave out the image files, --file, --index and --plot")
     if o.split != "test" and not (o.index or o.evaluate):
         raise ValueError("--split goes with --index or --evaluate (without them, it would be ignored)")
-    if not (o.images or o.file or o.index or o.evaluate):
-        raise ValueError("give image files, --index N (an image of the test split) or --evaluate")
-    files = input_files(read_inputs(o.images, o.file, "image files"), "image file") if o.images or o.file else []
-    plots = plot_folder(o.plot) if o.plot else None
+    plots = plot_folder(o.plot) if o.plot else None  # settled first: printed == written
+    files = input_paths(o, o.images, "image file", ", --index N (an image of the test split)")
     captioner = load(o.run, o.device, "caption")
     if o.hard_test and not hasattr(captioner.model, "test_attention"):
         raise ValueError("--hard-test applies to hard attention runs only")
     if o.evaluate:
-        _evaluate(captioner, o)
+        evaluation(captioner, o.data, split=o.split, limit=o.limit, beam=o.beam, max_len=o.max_len,
+                   hard_test=o.hard_test, on_error=o.on_error, json_path=o.json, report=lambda m: _table(o, m))
         return 0
     pictures = [captioner.read(path) for path in files]
     names = [Path(path).stem for path in files]
@@ -104,6 +97,7 @@ def caption(args) -> int:
     return 0
 
 
-def register(commands, train_commands) -> None:
-    add_command(commands, "caption", "caption images with a trained run, draw where each word looked, or "
-                "--evaluate it (BLEU-1..4, exact match, grounding)", CaptionCommand, caption)
+
+#: ``qkv NAME``: its name, its help, its options and what runs it (:func:`qkv.cli.build_parser` adds it)
+COMMAND = ("caption", "caption images with a trained run, draw where each word looked, or "
+            "--evaluate it (BLEU-1..4, exact match, grounding)", CaptionCommand, caption)

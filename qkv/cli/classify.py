@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from ..options import option
 from ..viz.files import page_path
-from .common import add_command, safe, use_color
+from .common import safe, use_color
 from .options import options_from_args
 from .predict import finish, load, read_inputs
 from .shared import DeviceOption, FileOption, JsonOption, RunArgument
@@ -48,6 +48,7 @@ def classify(args) -> int:
     return 0
 
 
-def register(commands, train_commands) -> None:
-    add_command(commands, "classify", "classify text with a trained sentiment run, showing its attention",
-                ClassifyCommand, classify)
+
+#: ``qkv NAME``: its name, its help, its options and what runs it (:func:`qkv.cli.build_parser` adds it)
+COMMAND = ("classify", "classify text with a trained sentiment run, showing its attention",
+            ClassifyCommand, classify)

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 __all__ = ["add_command", "print_result", "safe", "use_color", "numbered_paths", "unique_names", "command_line",
-           "is_main", "read_lines", "input_texts", "input_files", "finite", "write_json", "warn"]
+           "is_main", "read_lines", "input_files", "finite", "write_json", "warn"]
 
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
 
@@ -70,14 +70,6 @@ def unique_names(names: list[str]) -> list[str]:
             candidate = f"{name}-{seen[name]}"
         seen.setdefault(candidate, 1)
         out.append(candidate)
-    return out
-
-
-def input_texts(texts: list[str], file: str | None, what: str) -> list[str]:
-    """The inputs given as arguments, then the lines of ``--file`` (:func:`read_lines`); none at all is an error."""
-    out = list(texts) + (read_lines(file) if file else [])
-    if not out:
-        raise ValueError(f"give {what}, or --file")
     return out
 
 

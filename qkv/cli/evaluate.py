@@ -6,17 +6,18 @@ stderr, the figures written by ``--json``."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..options import option
-from .common import add_command, safe, warn, write_json
+from .common import safe, warn, write_json
 from .options import options_from_args
 from .predict import load
 from .shared import DeviceOption, JsonOption, LimitOption, PlotOption, plot_file
 
-__all__ = ["register", "EvaluateCommand", "evaluation"]
+__all__ = ["COMMAND", "EvaluateCommand", "evaluation"]
 
 
 @dataclass
@@ -31,7 +32,7 @@ class EvaluateCommand(JsonOption, PlotOption, LimitOption, DeviceOption):
     max_len: int | None = option(None, low=1, help="generators: longest output (default: the application's)")
     buckets: str | None = option(None, help="translate: edges of the source-length buckets, e.g. 0,10,20,30,40,60")
     length_unit: str | None = option(None, choices=("tokens", "words"), help="translate: unit of the source lengths")
-    on_error: str | None = option(None, choices=("raise", "skip"),
+    on_error: str | None = option(None, choices=("raise", "skip"), requires=("data",),
                                   help="another data file (--data): bad rows stop with file:line, or are skipped "
                                        "and counted")
 
@@ -40,9 +41,11 @@ class EvaluateCommand(JsonOption, PlotOption, LimitOption, DeviceOption):
 
 
 def evaluation(predictor, data: str | None = None, *, split: str = "test", limit: int | None = None,
-               name: str = "", **settings: Any) -> dict[str, float]:
-    """``predictor.evaluate`` with the settings given (``None``: the application's default); the examples it
-    skipped are said on stderr."""
+               name: str = "", report: Callable[[dict[str, float]], None] | None = None, json_path: str | None = None,
+               **settings: Any) -> dict[str, float]:
+    """``predictor.evaluate`` with the settings given (``None``: the application's default; one the application
+    does not take is a ``ValueError`` naming its flag); the examples it skipped are said on stderr, ``report``
+    prints the figures, and they are written to ``json_path``."""
     import inspect
 
     given = {k: v for k, v in settings.items() if v is not None}
@@ -55,6 +58,10 @@ def evaluation(predictor, data: str | None = None, *, split: str = "test", limit
     skipped = int(figures.get("skipped") or 0)
     if skipped:
         warn(f"{safe(name or data or predictor.task)}: {skipped} bad example(s) skipped and not scored")
+    if report is not None:
+        report(figures)
+    if json_path:
+        write_json(json_path, figures)
     return figures
 
 
@@ -94,6 +101,7 @@ def evaluate(args) -> int:
     return 0
 
 
-def register(commands, train_commands) -> None:
-    add_command(commands, "evaluate", "the metrics of runs of any application on a split of their data (or "
-                "--data), side by side", EvaluateCommand, evaluate)
+
+#: ``qkv NAME``: its name, its help, its options and what runs it (:func:`qkv.cli.build_parser` adds it)
+COMMAND = ("evaluate", "the metrics of runs of any application on a split of their data (or "
+            "--data), side by side", EvaluateCommand, evaluate)

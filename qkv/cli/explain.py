@@ -9,7 +9,6 @@ import torch
 
 from ..options import option
 from ..scores import score_names
-from .common import add_command
 from .options import options_from_args
 from .shared import PlotOption, plot_file
 
@@ -78,6 +77,7 @@ def run(args) -> int:
     return 0
 
 
-def register(commands, train_commands) -> None:
-    add_command(commands, "explain", "walk through similarity -> normalisation -> weighted sum on seed 001's "
-                "example", ExplainCommand, run)
+
+#: ``qkv NAME``: its name, its help, its options and what runs it (:func:`qkv.cli.build_parser` adds it)
+COMMAND = ("explain", "walk through similarity -> normalisation -> weighted sum on seed 001's "
+            "example", ExplainCommand, run)

@@ -5,7 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..options import option
-from .common import add_command
 from .options import options_from_args
 
 
@@ -32,6 +31,6 @@ def run(args) -> int:
     return 0
 
 
-def register(commands, train_commands) -> None:
-    add_command(commands, "export", "export a trained run to ONNX (graphs, tokenisers, configuration) for serving "
-                "without PyTorch", ExportCommand, run)
+#: ``qkv NAME``: its name, its help, its options and what runs it (:func:`qkv.cli.build_parser` adds it)
+COMMAND = ("export", "export a trained run to ONNX (graphs, tokenisers, configuration) for serving without PyTorch",
+           ExportCommand, run)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..options import option
-from .common import add_command, read_lines
+from .common import read_lines
 from .options import options_from_args
 from .predict import load
 from .shared import DeviceOption, FileOption, RunArgument
@@ -40,6 +40,7 @@ def faithfulness(args) -> int:
     return 0
 
 
-def register(commands, train_commands) -> None:
-    add_command(commands, "faithfulness", "does a sentiment model's attention explain? remove the most attended "
-                "words vs random ones (ERASER comprehensiveness)", FaithfulnessCommand, faithfulness)
+
+#: ``qkv NAME``: its name, its help, its options and what runs it (:func:`qkv.cli.build_parser` adds it)
+COMMAND = ("faithfulness", "does a sentiment model's attention explain? remove the most attended "
+            "words vs random ones (ERASER comprehensiveness)", FaithfulnessCommand, faithfulness)

@@ -1,17 +1,17 @@
 """``qkv generate RUN PROMPT...``: a language-model run (``qkv train lm``) continues prompts, sampled with a seed
-(temperature, top-k, top-p) or greedily (:mod:`.predict`'s way)."""
+(temperature, top-k, top-p) or greedily (``--strategy greedy``; :mod:`.predict`'s way)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from ..options import option
-from .common import add_command, safe
+from .common import safe
 from .options import options_from_args
 from .predict import finish, load, read_inputs
 from .shared import DeviceOption, FileOption, JsonOption, RunArgument
 
-_SAMPLING = {"greedy": (False,)}
+_SAMPLING = {"strategy": ("sample",)}
 
 
 @dataclass
@@ -19,7 +19,8 @@ class GenerateCommand(JsonOption, DeviceOption, FileOption, RunArgument):
     prompts: list[str] = option(default_factory=list, positional=True, nargs="*", metavar="PROMPT",
                                 help="texts to continue (each starts a document)")
     max_new_tokens: int = option(200, low=1, help="the most tokens written after each prompt")
-    greedy: bool = option(False, help="the most likely token at every step (no sampling)")
+    strategy: str = option("sample", choices=("sample", "greedy"), help="sample each token (with --temperature, "
+                           "--top-k, --top-p, --seed), or take the most likely one")
     temperature: float = option(1.0, low=0, low_open=True, applies=_SAMPLING,
                                 help="sampling: divide the logits by this (below 1: safer, above: more varied)")
     top_k: int | None = option(None, low=1, applies=_SAMPLING, help="sampling: only the k most likely tokens")
@@ -36,14 +37,15 @@ def generate(args) -> int:
     o = options_from_args(args, GenerateCommand)
     prompts = read_inputs(o.prompts, o.file, "prompts to continue")
     lm = load(o.run, o.device, "lm")
-    results = lm.predict(prompts, max_new_tokens=o.max_new_tokens, greedy=o.greedy, temperature=o.temperature,
-                         top_k=o.top_k, top_p=o.top_p, seed=o.seed)
+    results = lm.predict(prompts, max_new_tokens=o.max_new_tokens, greedy=o.strategy == "greedy",
+                         temperature=o.temperature, top_k=o.top_k, top_p=o.top_p, seed=o.seed)
     for r in results:  # a continuation stopped by a full context is logged by the library
         print(f"{safe(r.prompt)}\t{safe(r.text)}")
     finish(lm, prompts, results, o.json)
     return 0
 
 
-def register(commands, train_commands) -> None:
-    add_command(commands, "generate", "continue prompts with a language-model run (sampling with a seed, or "
-                "greedy)", GenerateCommand, generate)
+
+#: ``qkv NAME``: its name, its help, its options and what runs it (:func:`qkv.cli.build_parser` adds it)
+COMMAND = ("generate", "continue prompts with a language-model run (sampling with a seed, or "
+            "greedy)", GenerateCommand, generate)

@@ -5,21 +5,22 @@ command goes (``qkv translate``, ``classify``, ``caption``, ``answer``, ``summar
 written by ``--json``.
 
 An input is what the application reads, written as a string: a sentence or a text, an image or audio file, or
-``CONTEXT<TAB>QUESTION`` for question answering. A result is one JSON row (:func:`row_of`): ``input`` and what the
-application found.
+``CONTEXT<TAB>QUESTION`` for question answering (the predictor's ``inputs_from_strings``). A result is one JSON
+row (:func:`row_of`): ``input``, then the predictor's ``result_row``: ``output``, the line a person reads, and what
+the application found.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from ..options import option
-from .common import add_command, input_files, input_texts, safe, warn, write_json
+from .common import input_files, read_lines, safe, warn, write_json
 from .shared import DeviceOption, FileOption, JsonOption, RunArgument
 
-__all__ = ["register", "PredictCommand", "load", "read_inputs", "inputs_of", "row_of", "cut_of", "finish"]
+__all__ = ["COMMAND", "PredictCommand", "load", "read_inputs", "inputs_of", "row_of", "cut_of", "finish"]
 
 
 @dataclass
@@ -39,68 +40,40 @@ def load(run: str, device: str = "auto", name: str | None = None):
 
 
 def read_inputs(given: Sequence[str], file: str | None, what: str) -> list[str]:
-    """The inputs given as arguments, then the lines of ``--file`` (a blank line is an error: outputs line up)."""
-    return input_texts(list(given), file, what)
+    """The inputs given as arguments, then the lines of ``--file`` (a blank line is an error: outputs line up with
+    lines); none at all is an error."""
+    out = list(given) + (read_lines(file) if file else [])
+    if not out:
+        raise ValueError(f"give {what}, or --file")
+    return out
 
 
-# ---------------------------------------------------------------------------------- what each application reads
+def input_paths(o, given: Sequence[str], what: str, others: str = "") -> list[str]:
+    """The files a command predicts on: ``given`` then the lines of ``o.file``, each an existing ``what``; none
+    (and no ``others``, e.g. ``--index``) is an error. A command's ``--evaluate`` reads its own data: with it, files,
+    ``--file``, ``--index`` and ``--plot`` are refused (they would be ignored)."""
+    evaluate = getattr(o, "evaluate", None)
+    index = getattr(o, "index", None)
+    if evaluate and (given or o.file or index or getattr(o, "plot", None)):
+        raise ValueError(f"--evaluate reads its examples from its data: leave out the {what}s, --file"
+                         f"{', --index' if hasattr(o, 'index') else ''} and --plot")
+    if not (given or o.file or index or evaluate):
+        raise ValueError(f"give {what}s{others}" + (" or --evaluate" if hasattr(o, "evaluate") else ""))
+    return input_files(read_inputs(given, o.file, f"{what}s"), what) if given or o.file else []
 
 
-def _pairs(strings: Sequence[str]) -> list[tuple[str, str]]:
-    pairs = []
-    for n, s in enumerate(strings, 1):
-        context, tab, question = s.rpartition("\t")
-        if not tab:
-            raise ValueError(f"input {n}: a question-answering input is CONTEXT<TAB>QUESTION, got no tab")
-        pairs.append((context, question))
-    return pairs
-
-
-def _caption_images(predictor, strings: Sequence[str]):
-    import torch
-
-    return torch.stack([predictor.read(p) for p in input_files(list(strings), "image file")])
-
-
-@dataclass(frozen=True)
-class _Io:
-    inputs: Callable[[Any, Sequence[str]], Any]  #: (predictor, strings) -> what predict takes
-    row: Callable[[str, Any], dict[str, Any]]  #: (input as given, result) -> a JSON row
-
-
-def _probabilities(r) -> dict[str, Any]:
-    return {"label": r.label, "probability": r.probability, "probabilities": r.probabilities}
-
-
-_IO: dict[str, _Io] = {
-    "translate": _Io(lambda p, s: list(s), lambda s, r: {"input": s, "text": r.text, "score": r.score, "cut": r.cut}),
-    "sentiment": _Io(lambda p, s: list(s),
-                     lambda s, r: {"input": s, **_probabilities(r), "value": r.value, "cut": r.cut}),
-    "images": _Io(lambda p, s: input_files(list(s), "image file"), lambda s, r: {"input": s, **_probabilities(r)}),
-    "caption": _Io(_caption_images, lambda s, r: {"input": s, "text": r.text, "score": r.score}),
-    "qa": _Io(lambda p, s: _pairs(s),
-              lambda s, r: {"input": r.question, "context": r.context, "answer": r.answer,
-                            "probability": r.probability, "start": r.start, "end": r.end, "cut": r.cut}),
-    "segment": _Io(lambda p, s: input_files(list(s), "image file"),
-                   lambda s, r: {"input": s, "size": [int(r.labels.shape[-1]), int(r.labels.shape[-2])],
-                                 "shares": r.shares()}),
-    "summarize": _Io(lambda p, s: list(s), lambda s, r: {"input": s, "text": r.text, "score": r.score, "cut": r.cut}),
-    "speech": _Io(lambda p, s: input_files(list(s), "audio file"),
-                  lambda s, r: {"input": s, "text": r.text, "score": r.score}),
-}
-
-
-def inputs_of(predictor, strings: Sequence[str]) -> Any:
-    """What ``predictor.predict`` takes, from inputs written as strings (its own ``inputs_from_strings`` where it
-    has one)."""
-    own = getattr(predictor, "inputs_from_strings", None)
-    return own(list(strings)) if own is not None else _IO[predictor.task].inputs(predictor, strings)
+def inputs_of(predictor, strings: Sequence[str], **given: Any) -> Any:
+    """What ``predictor.predict`` takes, from inputs written as strings: files are checked first (a folder is "is a
+    directory", a missing file named), then the application's own ``inputs_from_strings``."""
+    kind = getattr(predictor, "input_kind", "text")
+    if kind.endswith(" file"):
+        input_files(list(strings), kind)
+    return predictor.inputs_from_strings(list(strings), **given)
 
 
 def row_of(predictor, given: str, result: Any) -> dict[str, Any]:
-    """One JSON row of a result: ``input`` (as given) and what the application found."""
-    own = getattr(predictor, "result_row", None)
-    return {"input": given, **own(result)} if own is not None else _IO[predictor.task].row(given, result)
+    """One JSON row of a result: ``input`` (as given), then the application's ``result_row`` (``output`` first)."""
+    return {"input": given, **predictor.result_row(result)}
 
 
 def cut_of(predictor, result: Any, settings: dict[str, Any]) -> str | None:
@@ -135,15 +108,7 @@ def finish(predictor, given: Sequence[str], results: Sequence[Any], json_path: s
 
 
 def _line(row: dict[str, Any]) -> str:
-    if "shares" in row:
-        out = ", ".join(f"{c} {v:.1%}" for c, v in sorted(row["shares"].items(), key=lambda kv: -kv[1]))
-    else:
-        out = str(row.get("text", row.get("answer", row.get("label", ""))))
-        if isinstance(row.get("probability"), float) and row["probability"] == row["probability"]:
-            out += f"\t{row['probability']:.3f}"
-        elif row.get("value") is not None:
-            out += f"\t{row['value']:+.3f}"
-    return f"{safe(str(row['input']))}\t{safe(out)}"
+    return f"{safe(str(row['input']))}\t{safe(str(row.get('output', '')))}"
 
 
 def predict(args) -> int:
@@ -161,6 +126,7 @@ def predict(args) -> int:
     return 0
 
 
-def register(commands, train_commands) -> None:
-    add_command(commands, "predict", "any application's run on inputs: sentences, texts, image or audio files, "
-                "CONTEXT<TAB>QUESTION (one line each; --json for rows)", PredictCommand, predict)
+
+#: ``qkv NAME``: its name, its help, its options and what runs it (:func:`qkv.cli.build_parser` adds it)
+COMMAND = ("predict", "any application's run on inputs: sentences, texts, image or audio files, "
+            "CONTEXT<TAB>QUESTION (one line each; --json for rows)", PredictCommand, predict)

@@ -8,10 +8,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..options import option
-from .common import add_command, input_files, safe, unique_names, write_json
+from .common import safe, unique_names
 from .evaluate import evaluation
 from .options import options_from_args
-from .predict import finish, load, read_inputs
+from .predict import finish, input_paths, load
 from .shared import DeviceOption, FileOption, JsonOption, LimitOption, PlotOption, RunArgument, plot_folder
 
 
@@ -36,8 +36,7 @@ class SegmentCommand(JsonOption, LimitOption, PlotOption, DeviceOption, FileOpti
     FLAG_ALIASES = {"limit": ("--max-images",)}
 
 
-def _evaluate(segmenter, o: SegmentCommand) -> None:
-    m = evaluation(segmenter, o.data, split=o.split, limit=o.limit)
+def _table(segmenter, o: SegmentCommand, m: dict[str, float]) -> None:
     print(f"split {o.split}, {int(m['examples'])} images, {int(m['pixels'])} pixels scored")
     print(f"mIoU {m['miou']:.4f}  pixel accuracy {m['pixel_accuracy']:.4f}" +
           (f"  mIoU of scenes with held-out item/cell combinations {m['miou_held_out']:.4f}"
@@ -47,23 +46,18 @@ def _evaluate(segmenter, o: SegmentCommand) -> None:
     for name in segmenter.class_names:
         v = m[f"iou/{name}"]
         print(f"| {safe(name)} | {'absent' if math.isnan(v) else f'{v:.4f}'} |")
-    if o.json:
-        write_json(o.json, m)
 
 
 def segment(args) -> int:
     from ..viz.segmentation import segmentation_figure
 
     o = options_from_args(args, SegmentCommand)
-    if o.evaluate and (o.images or o.file or o.index or o.plot):
-        raise ValueError("--evaluate scores the whole split: leave out the image files, --file, --index and --plot")
-    if not (o.images or o.file or o.index or o.evaluate):
-        raise ValueError("give image files, --index N (an image of the test split) or --evaluate")
-    files = input_files(read_inputs(o.images, o.file, "image files"), "image file") if o.images or o.file else []
-    plots = plot_folder(o.plot) if o.plot else None
+    plots = plot_folder(o.plot) if o.plot else None  # settled first: printed == written
+    files = input_paths(o, o.images, "image file", ", --index N (an image of the test split)")
     segmenter = load(o.run, o.device, "segment")
     if o.evaluate:
-        _evaluate(segmenter, o)
+        evaluation(segmenter, o.data, split=o.split, limit=o.limit, json_path=o.json,
+                   report=lambda m: _table(segmenter, o, m))
         return 0
     pictures = [segmenter.read(path) for path in files]
     names = [Path(path).stem for path in files]
@@ -85,6 +79,7 @@ def segment(args) -> int:
     return 0
 
 
-def register(commands, train_commands) -> None:
-    add_command(commands, "segment", "label images with a segmentation run, draw them with the ARM/FFM channel "
-                "weights (--plot), or --evaluate it (mIoU, per-class IoU, pixel accuracy)", SegmentCommand, segment)
+
+#: ``qkv NAME``: its name, its help, its options and what runs it (:func:`qkv.cli.build_parser` adds it)
+COMMAND = ("segment", "label images with a segmentation run, draw them with the ARM/FFM channel "
+            "weights (--plot), or --evaluate it (mIoU, per-class IoU, pixel accuracy)", SegmentCommand, segment)

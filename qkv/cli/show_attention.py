@@ -9,9 +9,9 @@ from pathlib import Path
 import torch
 
 from ..options import option
-from .common import add_command, input_files, safe, unique_names
+from .common import safe, unique_names
 from .options import options_from_args
-from .predict import finish, load, read_inputs
+from .predict import finish, input_paths, load
 from .shared import DeviceOption, FileOption, JsonOption, RunArgument, plot_folder
 
 
@@ -49,12 +49,10 @@ def show_attention(args) -> int:
     from ..viz.plots import image_attention
 
     o = options_from_args(args, ShowAttentionCommand)
-    if not (o.images or o.file or o.index):
-        raise ValueError("give image files and/or --index N (an image of the test split)")
+    out = plot_folder(o.out, "--out")  # settled first: printed == written
+    files = input_paths(o, o.images, "image file", " and/or --index N (an image of the test split)")
     if o.invert and not (o.images or o.file):
         raise ValueError("--invert goes with image files (the test split's images are read as they are)")
-    files = input_files(read_inputs(o.images, o.file, "image files"), "image file") if o.images or o.file else []
-    out = plot_folder(o.out, "--out")
     clf = load(o.run, o.device, "images")
     query = _pixel(o.query_pixel, clf.image_size)
     pictures = [clf.read(path, invert=o.invert) for path in files]
@@ -92,6 +90,7 @@ def show_attention(args) -> int:
     return 0
 
 
-def register(commands, train_commands) -> None:
-    add_command(commands, "show-attention", "draw an image model's attention maps (PNG)",
-                ShowAttentionCommand, show_attention)
+
+#: ``qkv NAME``: its name, its help, its options and what runs it (:func:`qkv.cli.build_parser` adds it)
+COMMAND = ("show-attention", "draw an image model's attention maps (PNG)",
+            ShowAttentionCommand, show_attention)

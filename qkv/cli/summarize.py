@@ -8,7 +8,7 @@ from pathlib import Path
 
 from ..options import option
 from ..viz.files import page_path, write_atomic
-from .common import add_command, safe, write_json
+from .common import safe
 from .evaluate import evaluation
 from .options import options_from_args
 from .predict import cut_of, finish, load, read_inputs
@@ -52,20 +52,21 @@ def _evaluate(o: SummarizeCommand) -> int:
                          "--min-len")
     summarizer = load(o.run, o.device, "summarize")
     own = o.evaluate in ("debian", "facts") and o.evaluate == summarizer.options.data
-    m = evaluation(summarizer, None if own else o.evaluate, split=o.split, limit=o.limit, on_error=o.on_error,
-                   **_settings(o))
-    print(f"{int(m['examples'])} examples of {safe(o.evaluate)}, beam {o.beam}")
-    print("| | ROUGE-1 | ROUGE-2 | ROUGE-L | repeated trigrams | copied words | outside-vocabulary copies |")
-    print("|---|---|---|---|---|---|---|")
-    print(f"| {summarizer.options.model} | {m['rouge1']:.2f} | {m['rouge2']:.2f} | {m['rougeL']:.2f} | "
-          f"{100 * m['repeated_trigrams']:.2f}% | {100 * m['copied']:.1f}% | {100 * m['copied_oov']:.1f}% |")
-    for name, label in (("lead", "lead sentence"), ("first8", "first 8 words")):
-        print(f"| {label} | {m[f'{name}_rouge1']:.2f} | {m[f'{name}_rouge2']:.2f} | {m[f'{name}_rougeL']:.2f} "
-              "| | | |")
-    if "exact_match" in m:
-        print(f"exact match {100 * m['exact_match']:.2f}%, F1 {100 * m['f1']:.2f}%")
-    if o.json:
-        write_json(o.json, m)
+
+    def table(m: dict[str, float]) -> None:
+        print(f"{int(m['examples'])} examples of {safe(o.evaluate)}, beam {o.beam}")
+        print("| | ROUGE-1 | ROUGE-2 | ROUGE-L | repeated trigrams | copied words | outside-vocabulary copies |")
+        print("|---|---|---|---|---|---|---|")
+        print(f"| {summarizer.options.model} | {m['rouge1']:.2f} | {m['rouge2']:.2f} | {m['rougeL']:.2f} | "
+              f"{100 * m['repeated_trigrams']:.2f}% | {100 * m['copied']:.1f}% | {100 * m['copied_oov']:.1f}% |")
+        for name, label in (("lead", "lead sentence"), ("first8", "first 8 words")):
+            print(f"| {label} | {m[f'{name}_rouge1']:.2f} | {m[f'{name}_rouge2']:.2f} | {m[f'{name}_rougeL']:.2f} "
+                  "| | | |")
+        if "exact_match" in m:
+            print(f"exact match {100 * m['exact_match']:.2f}%, F1 {100 * m['f1']:.2f}%")
+
+    evaluation(summarizer, None if own else o.evaluate, split=o.split, limit=o.limit, on_error=o.on_error,
+               json_path=o.json, report=table, **_settings(o))
     return 0
 
 
@@ -94,6 +95,7 @@ def summarize(args) -> int:
     return 0
 
 
-def register(commands, train_commands) -> None:
-    add_command(commands, "summarize", "summarise texts with a trained summarize run (or --evaluate its ROUGE), "
-                "with a page of the words it copied", SummarizeCommand, summarize)
+
+#: ``qkv NAME``: its name, its help, its options and what runs it (:func:`qkv.cli.build_parser` adds it)
+COMMAND = ("summarize", "summarise texts with a trained summarize run (or --evaluate its ROUGE), "
+            "with a page of the words it copied", SummarizeCommand, summarize)

@@ -8,10 +8,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..options import option
-from .common import add_command, input_files, safe, unique_names, write_json
+from .common import safe, unique_names
 from .evaluate import evaluation
 from .options import options_from_args
-from .predict import finish, load, read_inputs
+from .predict import finish, input_paths, load
 from .shared import DeviceOption, FileOption, JsonOption, LimitOption, PlotOption, RunArgument, plot_folder
 
 
@@ -58,25 +58,21 @@ def _evaluate(transcriber, o: TranscribeCommand) -> None:
     if not is_path and target not in transcriber.data().splits:
         raise ValueError(f"--evaluate {target}: no such manifest or folder, and not a split of the run's data "
                          f"({', '.join(transcriber.data().splits)})")
-    m = evaluation(transcriber, target if is_path else None, split="test" if is_path else target, limit=o.limit,
-                   name=target, on_error=o.on_error, **_settings(o))
-    print(f"{safe(target)}: {int(m['utterances'])} utterances, beam {o.beam}"
-          + (f", {int(m['skipped'])} skipped" if m.get("skipped") else ""))
-    print(f"WER {m['wer']:.2f}%\nCER {m['cer']:.2f}%")
-    if o.json:
-        write_json(o.json, m)
+    def table(m: dict[str, float]) -> None:
+        print(f"{safe(target)}: {int(m['utterances'])} utterances, beam {o.beam}"
+              + (f", {int(m['skipped'])} skipped" if m.get("skipped") else ""))
+        print(f"WER {m['wer']:.2f}%\nCER {m['cer']:.2f}%")
+
+    evaluation(transcriber, target if is_path else None, split="test" if is_path else target, limit=o.limit,
+               name=target, on_error=o.on_error, json_path=o.json, report=table, **_settings(o))
 
 
 def transcribe(args) -> int:
     from ..viz.speech import speech_alignment
 
     o = options_from_args(args, TranscribeCommand)
-    if o.evaluate and (o.audio or o.file or o.plot):
-        raise ValueError("--evaluate reads its utterances from MANIFEST_OR_SPLIT: leave out the audio files, --file "
-                         "and --plot")
-    audio = [] if o.evaluate else input_files(read_inputs(o.audio, o.file, "audio files (or --evaluate "
-                                                                         "MANIFEST_OR_SPLIT)"), "audio file")
-    plots = plot_folder(o.plot) if o.plot else None
+    plots = plot_folder(o.plot) if o.plot else None  # settled first: printed == written
+    audio = input_paths(o, o.audio, "audio file")
     transcriber = load(o.run, o.device, "speech")
     if o.ctc_weight and not transcriber.has_ctc:
         raise ValueError("--ctc-weight needs a hybrid run (trained with --ctc-weight > 0)")
@@ -99,6 +95,7 @@ def transcribe(args) -> int:
     return 0
 
 
-def register(commands, train_commands) -> None:
-    add_command(commands, "transcribe", "transcribe audio files with a speech run (PATH<TAB>transcript), draw each "
-                "character's attention over the audio, or --evaluate WER and CER", TranscribeCommand, transcribe)
+
+#: ``qkv NAME``: its name, its help, its options and what runs it (:func:`qkv.cli.build_parser` adds it)
+COMMAND = ("transcribe", "transcribe audio files with a speech run (PATH<TAB>transcript), draw each "
+            "character's attention over the audio, or --evaluate WER and CER", TranscribeCommand, transcribe)

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from ..options import option
 from ..viz.files import write_atomic
-from .common import add_command, numbered_paths, safe
+from .common import numbered_paths, safe
 from .options import options_from_args
 from .predict import finish, load, read_inputs
 from .shared import DeviceOption, FileOption, JsonOption, PlotOption, RunArgument, plot_file
@@ -45,6 +45,7 @@ def translate(args) -> int:
     return 0
 
 
-def register(commands, train_commands) -> None:
-    add_command(commands, "translate", "translate text with a trained run, and plot its alignment",
-                TranslateCommand, translate)
+
+#: ``qkv NAME``: its name, its help, its options and what runs it (:func:`qkv.cli.build_parser` adds it)
+COMMAND = ("translate", "translate text with a trained run, and plot its alignment",
+            TranslateCommand, translate)

@@ -12,11 +12,12 @@ from typing import Any
 from ..options import option
 from ..tasks import ViewInput
 from ..viz.files import page_path
-from .common import add_command, input_texts, numbered_paths
+from .common import numbered_paths
 from .options import given, options_from_args
+from .predict import read_inputs
 from .shared import DeviceOption, FileOption, RunArgument
 
-__all__ = ["register", "ViewCommand", "viewer_of", "VIEWERS", "HuggingFaceViewer"]
+__all__ = ["COMMAND", "ViewCommand", "viewer_of", "VIEWERS", "HuggingFaceViewer"]
 
 
 def _numbers(xs: list[str]) -> list[int]:
@@ -132,7 +133,7 @@ def view(args) -> int:
         [ViewInput(index=i, question=o.question) for i in o.index or []]
     if o.text or o.file or not inputs:
         inputs += [ViewInput(text=t, question=o.question)
-                   for t in input_texts(o.text, o.file, "a text to look at (or --image FILE)")]
+                   for t in read_inputs(o.text, o.file, "a text to look at (or --image FILE)")]
     settings = {k: getattr(o, k) for k in given(args, ViewCommand) if k in HuggingFaceViewer.takes}
     viewer = viewer_of(o.run, o.device, **settings)
     for path, one in zip(numbered_paths(str(out), len(inputs)), inputs, strict=True):
@@ -142,6 +143,7 @@ def view(args) -> int:
     return 0
 
 
-def register(commands, train_commands) -> None:
-    add_command(commands, "view", "write one offline HTML page showing every attention of a run's model (or of a "
-                "saved Hugging Face model)", ViewCommand, view)
+
+#: ``qkv NAME``: its name, its help, its options and what runs it (:func:`qkv.cli.build_parser` adds it)
+COMMAND = ("view", "write one offline HTML page showing every attention of a run's model (or of a "
+            "saved Hugging Face model)", ViewCommand, view)

@@ -72,6 +72,16 @@ class _Collector:
             self._checked[file] = _open_problem(file)
         return self._checked[file]
 
+    def image_ok(self, file: Path, name: str, folder: Path, where: str) -> bool:
+        """Whether the image ``name`` (``file`` in ``folder``) exists and opens; else its problem, at ``where``."""
+        if not file.is_file():
+            self.problem(where, f"image {name} not found in {folder}")
+            return False
+        if (why := self.unreadable(file)) is not None:
+            self.problem(where, why)
+            return False
+        return True
+
     def add(self, image: Path, caption: str, where: str) -> None:
         self.by_image.setdefault(image, []).append(caption)
         self.where.setdefault(image, where)
@@ -126,11 +136,7 @@ def read_flickr_captions(path: str | os.PathLike, images: str | os.PathLike | No
             out.problem(f"{path}:{n}", f"empty caption for {image}")
             continue
         file = folder / image
-        if not file.is_file():
-            out.problem(f"{path}:{n}", f"image {image} not found in {folder}")
-            continue
-        if (why := out.unreadable(file)) is not None:
-            out.problem(f"{path}:{n}", why)
+        if not out.image_ok(file, image, folder, f"{path}:{n}"):
             continue
         out.add(file, " ".join(caption.split()), f"{path}:{n}")
     return out.result(path)
@@ -158,11 +164,7 @@ def read_coco_captions(path: str | os.PathLike, images: str | os.PathLike | None
             out.problem(f"{path}: images[{i}]", "expected {'id': ..., 'file_name': '...'}")
             continue
         file = folder / entry["file_name"]
-        if not file.is_file():
-            out.problem(f"{path}: images[{i}]", f"image {entry['file_name']} not found in {folder}")
-            continue
-        if (why := out.unreadable(file)) is not None:
-            out.problem(f"{path}: images[{i}]", why)
+        if not out.image_ok(file, entry["file_name"], folder, f"{path}: images[{i}]"):
             continue
         files[entry["id"]] = file
         named.setdefault(file, f"{path}: images[{i}]")

@@ -122,6 +122,9 @@ def table_rows(path: str | os.PathLike, *, delimiter: str = ",", quoting: bool =
             if "end of data" in str(e):
                 raise ValueError(f"{path}:{opened}: a quote opens a field on this line and never closes "
                                  f"({_QUOTING_HINT})") from None
+            if "new-line character" in str(e):
+                raise ValueError(f"{path}:{lines[-1][0] if lines else opened}: a carriage return (\\r) alone inside "
+                                 "a line; save the file with \\n or \\r\\n line ends") from None
             raise ValueError(f"{path}:{opened}: not a valid table ({e}; {_QUOTING_HINT})") from None
         if not lines:
             continue

@@ -131,13 +131,20 @@ def check_selection(config, layers: Sequence[int] | None, heads: Sequence[int] |
 
 @dataclass
 class _Recorder:
-    """The recorder of :func:`qkv.integrations.transformers.recording` for one ``generate`` call."""
+    """The recorder of :func:`qkv.integrations.transformers.recording` for one ``generate`` call.
+
+    A call with many query rows (a prompt's, an encoder's) is written, piece by piece as the backend computes it,
+    into one buffer per module of the size the joined record will have (room for ``extra`` generated rows and
+    keys), from the first row of the batch (the beams of a prompt are copies); the one-row calls of the steps are
+    kept per step, every beam, until the kept hypothesis is known."""
 
     names: dict[nn.Module, str]
     layers: set[int] | None
     heads: list[int] | None
+    extra: int = 0  # rows and keys a decoder's self-attention gains after the prompt
     step: int = -1  # calls before the model's first forward (an encoder's) are step -1
     calls: list[tuple[int, str, str, bool, Tensor]] = field(default_factory=list)
+    buffers: dict[str, tuple[Tensor, int, int, int]] = field(default_factory=dict)  # buffer, rows, keys, room
     cache: dict[int, tuple[str, str, bool, bool]] = field(default_factory=dict)
 
     def _info(self, module: nn.Module) -> tuple[str, str, bool, bool]:
@@ -147,7 +154,8 @@ class _Recorder:
             kind = attention_kind(module)
             layer = _layer_index(module, name)
             wanted = self.layers is None or layer in self.layers
-            causal = kind == "self" and not re.search(r"(^|\.)encoder(\.|$)", name)
+            in_encoder = bool(re.search(r"(^|\.)encoder(\.|$)", name))
+            causal = kind == "self" and bool(getattr(module, "is_causal", not in_encoder)) and not in_encoder
             self.cache[key] = (name, kind, causal, wanted)
         return self.cache[key]
 
@@ -161,13 +169,19 @@ class _Recorder:
             raise ValueError(f"--heads {self.heads[-1]}: {name} has {num_heads} heads (0-{num_heads - 1})")
         return self.heads
 
-    def add(self, module: nn.Module, weights: Tensor) -> None:
+    def add(self, module: nn.Module, first: int, weights: Tensor, rows: int) -> None:
         name, kind, causal, _ = self._info(module)
-        self.calls.append((self.step, name, kind, causal, weights.detach().float().cpu()))
-
-
-def _pad_right(t: Tensor, n: int) -> Tensor:
-    return nn.functional.pad(t, (0, n - t.shape[-1])) if t.shape[-1] < n else t
+        w = weights.detach()
+        if rows > 1 and self.step <= 0:  # a prompt's or an encoder's call, given in pieces of rows
+            if first == 0:
+                grow = self.extra if causal and self.step == 0 else 0
+                buf = torch.zeros(1, w.shape[1], rows + grow, w.shape[-1] + grow)
+                self.buffers[name] = (buf, rows, w.shape[-1], grow)
+                self.calls.append((self.step, name, kind, causal, buf))
+            buf = self.buffers[name][0]
+            buf[:, :, first:first + w.shape[-2], :w.shape[-1]] = w[:1].float().cpu()
+            return
+        self.calls.append((self.step, name, kind, causal, w.float().cpu()))
 
 
 @torch.no_grad()
@@ -199,7 +213,8 @@ def record_generation(model: nn.Module, input_ids: Tensor, *, max_new_tokens: in
         raise ValueError(f"{type(model).__name__} has no generation head: it cannot generate")
     layers, heads = check_selection(model.config, layers, heads)
     enc_dec = bool(getattr(model.config, "is_encoder_decoder", False))
-    rec = _Recorder({m: n for n, m in model.named_modules()}, None if layers is None else set(layers), heads)
+    rec = _Recorder({m: n for n, m in model.named_modules()}, None if layers is None else set(layers), heads,
+                    extra=max_new_tokens - 1)
     gen = getattr(model, "generation_config", None)
     pad = getattr(gen, "pad_token_id", None)
     if pad is None:
@@ -238,32 +253,57 @@ def record_generation(model: nn.Module, input_ids: Tensor, *, max_new_tokens: in
         best = torch.topk(p, min(top, p.numel()))
         steps.append(Step(int(generated[s]), float(p[generated[s]]),
                           [(int(i), float(v)) for i, v in zip(best.indices, best.values, strict=True)], rows[s]))
-    records = _join(rec.calls, rows, enc_dec)
+    records = _join(rec.calls, rec.buffers, rows)
     return Recorded(sequence, generated, steps, records, prompt_len - 1 if not enc_dec else 0, enc_dec, layers, heads)
 
 
-def _join(calls: list[tuple[int, str, str, bool, Tensor]], rows: list[int], enc_dec: bool) -> list[AttentionRecord]:
-    """One record per module: the encoder's call as it is, the decoder's calls of the kept hypothesis joined
-    along the query axis (later, longer key axes padded on the right with zeros)."""
+def record_forward(model: nn.Module, layers: Sequence[int] | None = None, heads: Sequence[int] | None = None,
+                   **inputs: Any) -> list[AttentionRecord]:
+    """One forward pass of ``model`` (on qkv's backend) with the weights of ``layers`` and ``heads`` recorded (None:
+    all), a few hundred query rows at a time: the records of ``capture_attention`` for the first example of the
+    batch, at the memory of what is kept."""
+    layers, heads = check_selection(model.config, layers, heads)
+    rec = _Recorder({m: n for n, m in model.named_modules()}, None if layers is None else set(layers), heads)
+    with torch.no_grad(), recording(rec):
+        model(**inputs)
+    return _join(rec.calls, rec.buffers, [])
+
+
+def _join(calls: list[tuple[int, str, str, bool, Tensor]], buffers: dict[str, tuple[Tensor, int, int, int]],
+          rows: list[int]) -> list[AttentionRecord]:
+    """One record per module: a prompt's or an encoder's call (already in its buffer, with room for the steps) and
+    the rows of the steps of the kept hypothesis (``rows[s]``: the beam of step ``s``), joined along the query
+    axis; keys that were not there yet are 0. ``calls`` is emptied as it goes."""
     by_name: dict[str, list[tuple[int, str, bool, Tensor]]] = {}
     for step, name, kind, causal, w in calls:
         by_name.setdefault(name, []).append((step, kind, causal, w))
+    calls.clear()
     out = []
-    for name, items in by_name.items():
+    for name in list(by_name):
+        items = by_name.pop(name)
         kind, causal = items[0][1], items[0][2]
-        parts = []
-        for step, _, _, w in items:
-            if step < 0:  # the encoder, run once on the source (batch 1)
-                parts.append(w[:1])
-            elif step < len(rows):
-                parts.append(w[rows[step]:rows[step] + 1] if w.shape[0] > rows[step] else w[:1])
-        if not parts:
+        buffer = buffers[name][0] if name in buffers else None
+        kept = [(step, w[:1] if step < 0 else w[rows[step]:rows[step] + 1] if w.shape[0] > rows[step] else w[:1])
+                for step, _, _, w in items if w is not buffer and step < len(rows)]
+        del items
+        if name in buffers:  # a prompt (step 0) or an encoder: its buffer, the steps' rows written after it
+            buf, prompt, keys, grow = buffers[name]
+            for step, w in kept:
+                buf[:, :, prompt - 1 + step, :w.shape[-1]] = w[:, :, 0]
+            n = min(grow, len(rows) - 1) if grow else 0
+            weights = buf[:, :, :prompt + n, :keys + n]
+        elif kept:
+            tk = max(w.shape[-1] for _, w in kept)
+            weights = kept[0][1].new_zeros(1, kept[0][1].shape[1], sum(w.shape[-2] for _, w in kept), tk)
+            at = 0
+            for _, w in kept:
+                weights[:, :, at:at + w.shape[-2], :w.shape[-1]] = w
+                at += w.shape[-2]
+        else:
             continue
-        tk = max(p.shape[-1] for p in parts)
-        weights = torch.cat([_pad_right(p, tk) for p in parts], dim=-2)
         numbers = re.findall(r"(?:^|\.)(\d+)(?=\.|$)", name)
         out.append(AttentionRecord(name, name.rsplit(".", 1)[-1], kind, int(numbers[0]) if numbers else None,
-                                   weights, calls=len(parts), causal=causal))
+                                   weights, calls=1 + len(kept) if name in buffers else len(kept), causal=causal))
     return out
 
 
@@ -277,9 +317,12 @@ def _page_input_class():
 
 def view_generation(path: str | os.PathLike, prompt: str, generate: int = 20, *, strategy: str = "greedy",
                     beams: int = 4, seed: int = 0, layers: Sequence[int] | None = None,
-                    heads: Sequence[int] | None = None, device: str | torch.device = "cpu", top: int = 5):
+                    heads: Sequence[int] | None = None, device: str | torch.device = "cpu", top: int = 5,
+                    beam: int | None = None):
     """The page input of ``qkv view DIR "prompt" --generate N``: the model saved at ``path`` generates up to
     ``generate`` tokens from ``prompt`` (see :func:`record_generation`); the page shows each step.
+
+    ``beam`` is another name of ``beams`` (the command line's ``--beam``).
 
     Returns a ``PageInput`` whose ``page_kwargs()`` include ``generation`` (the steps, for the page's step view).
     The prompt (or source) is cut at the model's position limit, less the tokens to generate, with a warning and a
@@ -288,6 +331,7 @@ def view_generation(path: str | os.PathLike, prompt: str, generate: int = 20, *,
     """
     from .hf_load import fit_tokens, load_model, position_limit
 
+    beams = beams if beam is None else beam
     if not isinstance(prompt, str) or not prompt.strip():
         raise ValueError("--generate needs a prompt: the text is empty")
     if not isinstance(generate, int) or isinstance(generate, bool) or generate < 1:

@@ -90,7 +90,7 @@ class BackendOptions:
 _REGISTERED: dict[str, BackendOptions] = {}
 
 #: the recorder of :func:`recording` while one is active: ``heads_of(module, H)`` -> the head indices to record
-#: (None: not this module), ``add(module, weights (B, h, Tq, Tk))``
+#: (None: not this module), ``add(module, first_row, weights (B, h, rows, Tk), Tq)`` (a call's rows, in pieces)
 _RECORDER: Any = None
 
 
@@ -98,7 +98,8 @@ _RECORDER: Any = None
 def recording(recorder: Any) -> Iterator[Any]:
     """While the block runs, every attention call of a model on a registered name gives ``recorder`` the weights
     of the heads it asks for (``recorder.heads_of(module, num_heads)``: a list of head indices, or None), computed
-    beside the fused path for those heads only (or taken from the weights path when every head is asked for).
+    beside the fused path for those heads only, a few hundred query rows at a time (or taken from the weights path
+    when the model asked for its weights).
     Used by :mod:`qkv.integrations.generation`; recordings do not nest."""
     global _RECORDER
     if _RECORDER is not None:
@@ -215,6 +216,35 @@ def _window_mask(tq: int, tk: int, window: int, device: torch.device) -> Tensor:
     return (dist >= 0) & (dist < window)
 
 
+#: query rows whose weights a recording computes at once (its memory beyond the weights it keeps)
+RECORD_ROWS = 256
+
+
+def _record_weights(recorder: Any, module: nn.Module, options: BackendOptions, query: Tensor, key: Tensor,
+                    value: Tensor, mask: Tensor | None, scale: float | None, is_causal: bool, score_mod: Any,
+                    mask_mod: Any, heads: list[int]) -> None:
+    """The weights of the heads asked for, beside the fused path, :data:`RECORD_ROWS` query rows at a time (a value
+    of width 1 keeps each weighted sum cheap), given to ``recorder.add(module, first_row, weights, rows)``."""
+    h, tq, tk = query.shape[1], query.shape[2], key.shape[2]
+    all_heads = score_mod is not None  # a modifier may depend on the head's number
+    sel = slice(None) if all_heads else heads
+    if not all_heads and mask is not None and mask.dim() == 4 and mask.shape[1] == h:
+        mask = mask[:, heads]
+    q, k, v = query[:, sel], key[:, sel], value[:, sel, :, :1]
+    for i in range(0, tq, RECORD_ROWS):
+        n = min(RECORD_ROWS, tq - i)
+        m = mask[..., i:i + n, :] if mask is not None and mask.dim() >= 2 and mask.shape[-2] == tq else mask
+        if is_causal:  # queries are the last tq of the tk positions
+            allowed = torch.arange(tk, device=query.device)[None, :] <= \
+                torch.arange(tk - tq + i, tk - tq + i + n, device=query.device)[:, None]
+            m = allowed if m is None else (m & allowed if m.dtype == torch.bool
+                                           else m.masked_fill(~allowed, float("-inf")))
+        _, w = attention(q[:, :, i:i + n], k, v, score=options.score, mask=m, normalize=options.normalize,
+                         scale=scale, return_weights=True, score_mod=score_mod, mask_mod=mask_mod,
+                         q_offset=tk - tq + i if score_mod is not None or mask_mod is not None else 0)
+        recorder.add(module, i, w[:, heads] if all_heads else w, tq)
+
+
 def _backend(options: BackendOptions) -> Callable[..., tuple[Tensor, Tensor | None]]:
     def qkv_attention_forward(module: nn.Module, query: Tensor, key: Tensor, value: Tensor,
                               attention_mask: Tensor | None, dropout: float = 0.0, scaling: float | None = None,
@@ -266,7 +296,7 @@ def _backend(options: BackendOptions) -> Callable[..., tuple[Tensor, Tensor | No
         scale = scaling if options.scale == "model" else options.scale
         recorder = _RECORDER
         heads = recorder.heads_of(module, h) if recorder is not None else None
-        want = _weights_wanted(kwargs) or (heads is not None and len(heads) == h)
+        want = _weights_wanted(kwargs)
         result = attention(query, key, value, score=options.score, mask=mask, normalize=options.normalize,
                            dropout=dropout, scale=scale, is_causal=is_causal, return_weights=want,
                            score_mod=score_mod, mask_mod=mask_mod,
@@ -274,17 +304,11 @@ def _backend(options: BackendOptions) -> Callable[..., tuple[Tensor, Tensor | No
         out, weights = result if want else (result, None)
         if heads is not None:
             if weights is not None:
-                recorder.add(module, weights[:, heads] if len(heads) < h else weights)
-            else:  # the weights of the heads asked for only; a value of width 1 keeps the weighted sum cheap
-                all_heads = score_mod is not None  # a modifier may depend on the head's number
-                sel = slice(None) if all_heads else heads
-                m = mask if all_heads or mask is None or mask.dim() < 4 or mask.shape[1] == 1 else mask[:, heads]
-                _, w = attention(query[:, sel], key[:, sel], value[:, sel, :, :1], score=options.score, mask=m,
-                                 normalize=options.normalize, scale=scale,
-                                 is_causal=is_causal, return_weights=True, score_mod=score_mod, mask_mod=mask_mod,
-                                 q_offset=tk - tq if score_mod is not None or mask_mod is not None else 0)
-                recorder.add(module, w[:, heads] if all_heads else w)
-        return out.transpose(1, 2).contiguous(), weights if _weights_wanted(kwargs) else None
+                recorder.add(module, 0, weights[:, heads] if len(heads) < h else weights, tq)
+            else:
+                _record_weights(recorder, module, options, query, key, value, mask, scale, is_causal, score_mod,
+                                mask_mod, heads)
+        return out.transpose(1, 2).contiguous(), weights
 
     qkv_attention_forward.options = options
     return qkv_attention_forward

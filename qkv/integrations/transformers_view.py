@@ -86,7 +86,7 @@ def view_page_input(path: str | os.PathLike, text: str, device: str | torch.devi
         from .generation import view_generation
 
         return view_generation(path, text, max_new_tokens, device=device, layers=layers, heads=heads)
-    from .generation import check_selection
+    from .generation import check_selection, record_forward
 
     PageInput = _page_input_class()
     model, tok = load_model(path, device)
@@ -105,11 +105,8 @@ def view_page_input(path: str | os.PathLike, text: str, device: str | torch.devi
     notes = [f"{type(model).__name__} ({model.config.model_type}) from {os.fspath(path)}, on qkv's attention backend"]
     if note:
         notes.append(note)
-    with capture_attention(model) as records:
-        model(**x)
+    records = record_forward(model, layers, heads, **x)
     if layers is not None or heads is not None:
-        records = [dataclasses.replace(r, weights=r.weights if heads is None else r.weights[:, heads])
-                   for r in records if layers is None or _first_number(r.name) in layers]
         notes.append(f"shown: layers {'all' if layers is None else ', '.join(map(str, layers))}; heads "
                      f"{'all' if heads is None else ', '.join(map(str, heads))}")
     return PageInput(records, source, title=text, notes=notes)

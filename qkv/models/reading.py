@@ -112,7 +112,28 @@ class _Embedder(nn.Module):
         return x
 
 
-class AttentiveReader(nn.Module):
+class _RecurrentReader(nn.Module):
+    """What the recurrent readers share: the embedder (with the question-word flag) and a BiGRU over each side."""
+
+    def __init__(self, vocab_size: int, embed_dim: int, hidden_dim: int, num_layers: int, dropout: float,
+                 match_feature: bool):
+        super().__init__()
+        self.embedder = _Embedder(vocab_size, embed_dim, dropout, match_feature)
+        self.context_rnn = _BiRNN(self.embedder.context_dim, hidden_dim, num_layers, dropout)
+        self.question_rnn = _BiRNN(embed_dim, hidden_dim, num_layers, dropout)
+        self.dropout = nn.Dropout(dropout)
+
+    def _read(self, context: Tensor, context_mask: Tensor, question: Tensor, question_mask: Tensor,
+              match: Tensor | None) -> tuple[Tensor, Tensor]:
+        """The inputs checked, then the context's encoding ``(B, Tc, H)`` (after dropout) and the question's
+        ``(B, Tq, H)``."""
+        _check(context, context_mask, question, question_mask, match)
+        h = self.dropout(self.context_rnn(self.embedder(context, context_mask, match), context_mask))
+        u = self.question_rnn(self.embedder(question, question_mask, context=False), question_mask)
+        return h, u
+
+
+class AttentiveReader(_RecurrentReader):
     """The Attentive Reader as a span reader: the question vector's attention over the context points at the answer.
 
     Args:
@@ -124,22 +145,16 @@ class AttentiveReader(nn.Module):
 
     def __init__(self, vocab_size: int, *, embed_dim: int = 64, hidden_dim: int = 128, num_layers: int = 1,
                  score: str = "general", dropout: float = 0.1, match_feature: bool = True):
-        super().__init__()
-        self.embedder = _Embedder(vocab_size, embed_dim, dropout, match_feature)
-        self.context_rnn = _BiRNN(self.embedder.context_dim, hidden_dim, num_layers, dropout)
-        self.question_rnn = _BiRNN(embed_dim, hidden_dim, num_layers, dropout)
+        super().__init__(vocab_size, embed_dim, hidden_dim, num_layers, dropout, match_feature)
         self.question_pool = AttentionPooling(hidden_dim)
         self.start_attn = Attention(score, query_dim=hidden_dim, key_dim=hidden_dim, hidden_dim=hidden_dim)
         self.end_query = nn.Linear(2 * hidden_dim, hidden_dim)  # [question; start's read] -> the end's query
         self.end_attn = Attention(score, query_dim=hidden_dim, key_dim=hidden_dim, hidden_dim=hidden_dim)
-        self.dropout = nn.Dropout(dropout)
 
     def forward(self, context: Tensor, context_mask: Tensor, question: Tensor, question_mask: Tensor,
                 match: Tensor | None = None) -> ReaderOutput:
         """``context (B, Tc)``, ``question (B, Tq)`` ids and bool masks, ``match (B, Tc)`` -> :class:`ReaderOutput`."""
-        _check(context, context_mask, question, question_mask, match)
-        h = self.dropout(self.context_rnn(self.embedder(context, context_mask, match), context_mask))  # (B, Tc, H)
-        u = self.question_rnn(self.embedder(question, question_mask, context=False), question_mask)
+        h, u = self._read(context, context_mask, question, question_mask, match)  # (B, Tc, H), (B, Tq, H)
         q, _ = self.question_pool(u, question_mask)  # (B, H)
         keep = context_mask[:, None, :]
         # the question attends over the context: the start pointer, and what it read (B, 1, H)
@@ -153,7 +168,7 @@ class AttentiveReader(nn.Module):
         return ReaderOutput(_masked(start[:, 0], context_mask), _masked(end[:, 0], context_mask), attention)
 
 
-class BiDAFReader(nn.Module):
+class BiDAFReader(_RecurrentReader):
     """Bi-directional attention flow: context-to-question and question-to-context attention, then two pointers.
 
     Args: as :class:`AttentiveReader`; ``score`` is the similarity ``S (B, Tc, Tq)`` between context and question.
@@ -161,24 +176,18 @@ class BiDAFReader(nn.Module):
 
     def __init__(self, vocab_size: int, *, embed_dim: int = 64, hidden_dim: int = 128, num_layers: int = 1,
                  score: str = "general", dropout: float = 0.1, match_feature: bool = True):
-        super().__init__()
-        self.embedder = _Embedder(vocab_size, embed_dim, dropout, match_feature)
-        self.context_rnn = _BiRNN(self.embedder.context_dim, hidden_dim, num_layers, dropout)
-        self.question_rnn = _BiRNN(embed_dim, hidden_dim, num_layers, dropout)
+        super().__init__(vocab_size, embed_dim, hidden_dim, num_layers, dropout, match_feature)
         self.similarity = Attention(score, query_dim=hidden_dim, key_dim=hidden_dim, hidden_dim=hidden_dim)
         self.modelling = _BiRNN(4 * hidden_dim, hidden_dim, num_layers, dropout)
         self.end_rnn = _BiRNN(hidden_dim, hidden_dim, 1)
         self.start_head = nn.Linear(5 * hidden_dim, 1)
         self.end_head = nn.Linear(5 * hidden_dim, 1)
-        self.dropout = nn.Dropout(dropout)
 
     def forward(self, context: Tensor, context_mask: Tensor, question: Tensor, question_mask: Tensor,
                 match: Tensor | None = None) -> ReaderOutput:
         """As :meth:`AttentiveReader.forward`."""
-        _check(context, context_mask, question, question_mask, match)
-        h = self.dropout(self.context_rnn(self.embedder(context, context_mask, match), context_mask))  # (B, Tc, H)
-        u = self.dropout(self.question_rnn(self.embedder(question, question_mask, context=False),
-                                                 question_mask))
+        h, u = self._read(context, context_mask, question, question_mask, match)
+        u = self.dropout(u)
         s = compute_scores(h, u, self.similarity.score, scale=self.similarity.scale)  # (B, Tc, Tq)
         c2q = self.similarity(h, u, mask=question_mask[:, None, :])  # context-to-question (B, Tc, H)
         best = s.masked_fill(~question_mask[:, None, :], float("-inf")).amax(-1)  # (B, Tc)

@@ -7,6 +7,7 @@ Private to the core: :mod:`qkv.functional` and :mod:`qkv.flex` call these once t
 from __future__ import annotations
 
 import math
+import weakref
 
 import torch
 import torch.nn.functional as F
@@ -108,11 +109,14 @@ def zero_unseen_keys(allowed: Tensor, key: Tensor, value: Tensor, query_dim: int
     key that is not finite or so large that its product with a query could overflow. On GPUs the copies are
     cheap and the check would cost a sync, so they are always made.
     """
-    used = allowed if allowed.shape[-2] == 1 else allowed.any(dim=-2, keepdim=True)  # some query sees the key
     traced = torch.compiler.is_compiling()  # torch.compile, torch.export: always zero, never branch on values
-    if used.device.type == "cpu" and not traced and bool(used.all()):
-        return key, value
-    unseen = ~used.transpose(-2, -1)  # (..., Tk, 1)
+    if allowed.device.type == "cpu":
+        used = allowed if allowed.shape[-2] == 1 else allowed.any(dim=-2, keepdim=True)  # some query sees the key
+        if not traced and bool(used.all()):
+            return key, value
+        unseen = ~used.transpose(-2, -1)  # (..., Tk, 1)
+    else:
+        unseen = derived(allowed, "unseen", _unseen)
     k_unseen = _reduce_to(unseen, key.shape)
     v_unseen = k_unseen if value.shape[:-1] == key.shape[:-1] else _reduce_to(unseen, value.shape)
     if key.device.type == "cpu" and not traced:
@@ -120,7 +124,33 @@ def zero_unseen_keys(allowed: Tensor, key: Tensor, value: Tensor, query_dim: int
         if (_harmless(key, k_unseen, math.sqrt(finfo.max) / max(key.shape[-1], query_dim, 1))
                 and _harmless(value, v_unseen, finfo.max)):
             return key, value
-    return torch.where(k_unseen, 0.0, key), torch.where(v_unseen, 0.0, value)  # one pass each (masked_fill: two)
+    zero = _ZERO if key.device.type != "cpu" else 0.0  # (a CPU scalar: no fill kernel on the GPU)
+    return torch.where(k_unseen, zero, key), torch.where(v_unseen, zero, value)  # one pass each (masked_fill: two)
+
+
+_ZERO = torch.zeros(())
+_derived: dict[int, tuple] = {}  # id(mask) -> (weak reference, version, {name: tensor})
+
+
+def _unseen(allowed: Tensor) -> Tensor:
+    used = allowed if allowed.shape[-2] == 1 else allowed.any(dim=-2, keepdim=True)
+    return ~used.transpose(-2, -1)
+
+
+def derived(allowed: Tensor, name: str, make) -> Tensor:
+    """``make(allowed)``, kept while ``allowed`` lives unchanged: the layers of a model share one mask, and on a GPU
+    each small kernel launched costs more CPU time than its work (not kept inside a compilation)."""
+    if torch.compiler.is_compiling() or allowed.requires_grad:
+        return make(allowed)
+    key = id(allowed)
+    entry = _derived.get(key)
+    if entry is None or entry[0]() is not allowed or entry[1] != allowed._version:
+        entry = (weakref.ref(allowed, lambda _, key=key: _derived.pop(key, None)), allowed._version, {})
+        _derived[key] = entry
+    found = entry[2].get(name)
+    if found is None:
+        found = entry[2][name] = make(allowed)
+    return found
 
 
 @torch.no_grad()

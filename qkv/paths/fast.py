@@ -13,6 +13,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from .common import derived
+
 __all__ = ["sdpa", "sdpa_causal"]
 
 
@@ -24,10 +26,9 @@ def sdpa(q: Tensor, k: Tensor, v: Tensor, allowed: Tensor | None, bias: Tensor |
         bias = bias.to(q.dtype)
     if allowed is None:
         return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=dropout, scale=scale)
-    rows = allowed.any(dim=-1, keepdim=True)
-    # a fully masked row attends everywhere (to finite keys), then is zeroed; exported, as an OR (the same mask:
-    # ONNX Runtime has no Where on booleans)
-    safe = allowed | ~rows if torch.compiler.is_exporting() else torch.where(rows, allowed, True)
+    rows = allowed.any(dim=-1, keepdim=True) if allowed.device.type == "cpu" else derived(allowed, "rows", _rows)
+    # a fully masked row attends everywhere (to finite keys), then is zeroed
+    safe = derived(allowed, "safe", _safe) if allowed.device.type != "cpu" else allowed | ~rows
     attn_mask = safe if bias is None else bias.masked_fill(~safe, float("-inf"))
     out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout, scale=scale)
     if out.device.type == "cpu":  # (traced by torch.compile or torch.export: no branch on the values)
@@ -35,6 +36,14 @@ def sdpa(q: Tensor, k: Tensor, v: Tensor, allowed: Tensor | None, bias: Tensor |
     if bias is None and _values_zeroed(allowed, v):
         return out  # every key of a fully masked row was zeroed: its output (the mean of zero values) is zero
     return torch.where(rows, out, 0.0)  # (on GPUs, checking the rows would cost a sync)
+
+
+def _rows(allowed: Tensor) -> Tensor:
+    return allowed.any(dim=-1, keepdim=True)
+
+
+def _safe(allowed: Tensor) -> Tensor:
+    return allowed | ~derived(allowed, "rows", _rows)
 
 
 def _values_zeroed(allowed: Tensor, v: Tensor) -> bool:

@@ -23,11 +23,12 @@ add an application.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import os
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -41,7 +42,8 @@ from .run import LoadedRun, load_run, model_from_spec, upgrade_options
 logger = logging.getLogger(__name__)
 
 __all__ = ["Application", "ApplicationTask", "Predictor", "PageInput", "ViewInput", "load_run", "upgrade_options",
-           "model_from_spec", "LoadedRun", "need_text", "text_inputs", "file_inputs", "refuse_settings", "jsonable"]
+           "model_from_spec", "LoadedRun", "need_text", "text_inputs", "file_inputs", "refuse_settings", "jsonable",
+           "length_batches", "evaluating"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -293,6 +295,26 @@ class Predictor(ABC):
         return next(self.model.parameters()).device
 
 
+def length_batches(items: Sequence[Any], batch_size: int) -> Iterator[list[int]]:
+    """The indices of ``items`` (texts, token lists: anything with a length) in batches of at most ``batch_size``,
+    shortest first: batches of similar lengths pad less."""
+    order = sorted(range(len(items)), key=lambda i: len(items[i]))
+    for start in range(0, len(order), batch_size):
+        yield order[start:start + batch_size]
+
+
+@contextlib.contextmanager
+def evaluating(model: nn.Module) -> Iterator[None]:
+    """``model`` in eval mode and no gradients inside the block; its mode restored after, whatever happens."""
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            yield
+    finally:
+        model.train(was_training)
+
+
 def refuse_settings(given: Mapping[str, Any], task: str) -> None:
     """A ``ValueError`` naming the settings in ``given`` (those that are not ``None``): ``task`` takes none."""
     extra = sorted(k for k, v in given.items() if v is not None)
@@ -327,12 +349,17 @@ def file_inputs(strings: Sequence[str], what: str) -> list[str]:
 
 
 def jsonable(value: Any) -> Any:
-    """``value`` with what JSON cannot hold replaced: tensors become lists (a 0-d one a number), tuples lists, and
-    non-finite floats (NaN, infinities) ``None``."""
+    """``value`` with what JSON cannot hold replaced: tensors and numpy arrays become lists (a 0-d one a number),
+    numpy numbers Python ones, tuples lists, and non-finite floats (NaN, infinities) ``None``."""
     import math
+    import numbers
 
-    if isinstance(value, torch.Tensor):
+    if isinstance(value, torch.Tensor) or (hasattr(value, "tolist") and hasattr(value, "dtype")):  # numpy too
         value = value.tolist()
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+        return int(value)
+    if isinstance(value, numbers.Real):
+        value = float(value)
     if isinstance(value, float):
         return value if math.isfinite(value) else None
     if isinstance(value, Mapping):

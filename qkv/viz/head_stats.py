@@ -50,40 +50,51 @@ def head_statistics(weights: Tensor, tokens: Sequence[Hashable] | None = None, *
     """
     if weights.dim() != 3:
         raise ValueError(f"weights must be (H, Tq, Tk), got {tuple(weights.shape)}")
-    w = weights if weights.dtype == torch.float64 else weights.float()
-    h, tq, tk = w.shape
+    h, tq, tk = weights.shape
     if tokens is not None and len(tokens) != tk:
         raise ValueError(f"tokens must give the {tk} key positions, got {len(tokens)}")
-    live = w.sum(-1) > 0  # (H, Tq) rows with any weight
-
-    def mean_rows(x: Tensor, rows: Tensor | None = None) -> Tensor:  # x (H, Tq) -> (H,)
-        keep = live if rows is None else live & rows
-        count = keep.sum(-1)
-        out = (x * keep).sum(-1) / count.clamp_min(1)
-        return torch.where(count > 0, out, torch.full_like(out, float("nan")))
-
-    nan = torch.full((h,), float("nan"), dtype=w.dtype)
-    entropy = -(w * torch.log(w.clamp_min(1e-30))).sum(-1)
-    out = {"entropy": mean_rows(entropy), "first": mean_rows(w[..., 0])}
-    if not self_attention or tq > tk:
-        out.update(distance=nan, previous=nan, induction=nan)
-        return {k: v.float() for k, v in out.items()}
-    qpos = torch.arange(tk - tq, tk, dtype=w.dtype)  # (Tq,) position of each query
-    kpos = torch.arange(tk, dtype=w.dtype)
-    out["distance"] = mean_rows((w * (qpos[:, None] - kpos[None, :]).abs()).sum(-1))
-    prev_idx = (qpos - 1).long()
-    has_prev = prev_idx >= 0
-    prev = w[:, torch.arange(tq), prev_idx.clamp_min(0)] * has_prev
-    out["previous"] = mean_rows(prev, has_prev[None].expand(h, tq))
-    if tokens is None:
-        out["induction"] = nan
-    else:
+    dtype = torch.float64 if weights.dtype == torch.float64 else torch.float32
+    positional = self_attention and tq <= tk
+    follows = None
+    if positional and tokens is not None:
         # follows[i, j]: key j followed an earlier occurrence of query i's token (token[j-1] == token[i], j <= i)
         ids = {t: n for n, t in enumerate(dict.fromkeys(tokens))}
         key_ids = torch.tensor([ids[t] for t in tokens])
-        q_ids = key_ids[tk - tq:]
-        before = torch.cat([torch.tensor([-1]), key_ids[:-1]])  # token before each key position
-        follows = (before[None, :] == q_ids[:, None]) & (kpos[None, :] <= qpos[:, None])
-        rows = follows.any(-1)
-        out["induction"] = mean_rows((w * follows).sum(-1), rows[None].expand(h, tq))
-    return {k: v.float() for k, v in out.items()}
+        before = torch.cat([torch.tensor([-1]), key_ids[:-1]])
+        follows = (before[None, :] == key_ids[tk - tq:, None]) & torch.ones(tq, tk, dtype=torch.bool).tril(tk - tq)
+    per_head = [_one_head(weights[i].to(dtype), positional, follows) for i in range(h)]
+    return {k: torch.stack([p[k] for p in per_head]).float() for k in STATISTICS}
+
+
+def _mean(x: Tensor, rows: Tensor) -> Tensor:
+    """The mean of ``x (Tq,)`` over ``rows`` (bool), NaN when there are none."""
+    n = int(rows.sum())
+    return (x * rows).sum() / n if n else torch.tensor(float("nan"), dtype=x.dtype)
+
+
+def _one_head(w: Tensor, positional: bool, follows: Tensor | None) -> dict[str, Tensor]:
+    """The statistics of one head's weights ``(Tq, Tk)``: a few passes over the matrix, no (Tq, Tk) temporaries
+    but a lower triangle (the sums of ``|i - j| w_ij`` come from prefix sums)."""
+    tq, tk = w.shape
+    total = w.sum(-1)
+    live = total > 0
+    nan = torch.tensor(float("nan"), dtype=w.dtype)
+    out = {"entropy": _mean(torch.special.entr(w).sum(-1), live), "first": _mean(w[:, 0], live)}
+    if not positional:
+        return {**out, "distance": nan, "previous": nan, "induction": nan}
+    i = torch.arange(tk - tq, tk, dtype=w.dtype)  # (Tq,) position of each query
+    k = torch.arange(tk, dtype=w.dtype)
+    lower = torch.tril(w, diagonal=tk - tq)  # keys at or before each query
+    below, below_pos = lower.sum(-1), lower @ k
+    del lower
+    # sum_j w_ij |i - j| = i (2 L - S) - 2 M + T, with L, M the sums of w and j w over j <= i, S, T over all j
+    distance = i * (2 * below - total) - 2 * below_pos + w @ k
+    out["distance"] = _mean(distance, live)
+    has_prev = i >= 1
+    prev = w[torch.arange(tq), (i - 1).clamp_min(0).long()] * has_prev
+    out["previous"] = _mean(prev, live & has_prev)
+    if follows is None:
+        out["induction"] = nan
+    else:
+        out["induction"] = _mean(torch.where(follows, w, 0).sum(-1), live & follows.any(-1))
+    return out

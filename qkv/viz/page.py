@@ -187,12 +187,12 @@ def _overview(w: Tensor) -> dict[str, Any]:
 
 
 def _stats_json(r: AttentionRecord, w: Tensor, lists: dict[str, list[str]], ktok: str | None) -> dict | None:
-    """The head statistics of a self/cross record (per head, one at a time: long records stay in memory once)."""
+    """The head statistics of a self/cross record (computed one head at a time)."""
     if r.kind not in ("self", "cross") or w.dim() != 3:
         return None
     tokens = lists.get(ktok) if ktok else None
-    per_head = [head_statistics(w[i:i + 1], tokens, self_attention=r.kind == "self") for i in range(w.shape[0])]
-    return {k: [None if v[k].isnan().item() else round(float(v[k]), 4) for v in per_head] for k in STATISTICS}
+    stats = head_statistics(w, tokens, self_attention=r.kind == "self")
+    return {k: [None if v != v else round(v, 4) for v in stats[k].tolist()] for k in STATISTICS}
 
 
 def _record_json(r: AttentionRecord, i: int, example: int, lists: dict[str, list[str]],

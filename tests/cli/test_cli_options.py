@@ -186,6 +186,19 @@ def _flag(cls, f, spec) -> str:
     return spec.flag or "--" + f.name.replace("_", "-")
 
 
+def _given(cls, f, spec, value: str) -> list[str]:
+    """``f``'s flag with ``value``, and the options ``f`` itself requires (so that the rule under test is the one
+    that refuses)."""
+    from qkv.options import base_type, field_type
+
+    fields = {g.name: (g, s) for g, s in option_fields(cls)}
+    needed = [arg for r in spec.requires if r in fields for arg in (_flag(cls, *fields[r]), *_value(cls, *fields[r]))]
+    if base_type(field_type(cls, f.name))[0] is bool:  # a switch: given means on
+        assert value == "True" and f.default is False, (cls.__name__, f.name, value)
+        return [_flag(cls, f, spec), *needed]
+    return [_flag(cls, f, spec), value, *needed]
+
+
 def _rule_cases():
     """``(argv, flag)``: for every command but training (its options are checked above), every option with a rule
     (``requires``, ``excludes``, ``applies``) given where the rule says it means nothing."""
@@ -201,12 +214,12 @@ def _rule_cases():
                     yield pytest.param(base, _flag(cls, f, spec), id=f"{' '.join(path)}-{f.name}-without-{needed[0]}")
                 for other, values in (spec.excludes or {}).items():
                     of, ospec = fields[other]
-                    yield pytest.param([*base, _flag(cls, of, ospec), str(values[0])], _flag(cls, f, spec),
+                    yield pytest.param([*base, *_given(cls, of, ospec, str(values[0]))], _flag(cls, f, spec),
                                        id=f"{' '.join(path)}-{f.name}-{other}={values[0]}")
                 for other, values in (spec.applies or {}).items():
                     of, ospec = fields[other]
-                    bad = next(c for c in ospec.choices if c not in values)
-                    yield pytest.param([*base, _flag(cls, of, ospec), str(bad)], _flag(cls, f, spec),
+                    bad = True if ospec.choices is None else next(c for c in ospec.choices if c not in values)
+                    yield pytest.param([*base, *_given(cls, of, ospec, str(bad))], _flag(cls, f, spec),
                                        id=f"{' '.join(path)}-{f.name}-{other}={bad}")
 
 

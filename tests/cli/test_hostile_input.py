@@ -71,7 +71,7 @@ def test_readers_take_truncated_gzip(reader, cut, tmp_path):
 
 
 @FUZZ
-@given(data=st.binary(max_size=300), name=st.sampled_from(["m.csv", "m.tsv", "m.txt"]))
+@given(data=st.binary(max_size=300), name=st.sampled_from(["m.csv", "m.tsv", "m.txt", "m.jsonl"]))
 def test_manifests_and_librispeech_take_random_bytes(data, name, tmp_path):
     manifest = tmp_path / name
     manifest.write_bytes(data)
@@ -92,14 +92,15 @@ ROW_KINDS = ["good", "missing", "empty", "short", "blank", "quote", "closing", "
 WORDS = st.lists(st.sampled_from(["one", "two", "three", "it's", "Four", "five"]), min_size=1, max_size=4).map(" ".join)
 
 
-@pytest.mark.parametrize("fmt", ["csv", "tsv"])
+@pytest.mark.parametrize("fmt", ["csv", "tsv", "jsonl"])
 @FUZZ
 @given(rows=st.lists(st.tuples(st.sampled_from(ROW_KINDS), WORDS), min_size=1, max_size=8), header=st.booleans())
 @example(rows=[("quote", "one"), ("good", "two"), ("closing", "three"), ("good", "four")], header=True)  # 4 rows, not 2
 def test_speech_manifests_take_random_rows(fmt, rows, header, tmp_path):
     """Random good and bad rows, read then loaded as audio as training reads them: one error naming the file:line
     of the first bad row (a stray quote in a CSV first: it is found while reading the table), or with
-    ``on_error="skip"`` the good rows, in order, with every bad one counted."""
+    ``on_error="skip"`` the good rows, in order, with every bad one counted. In JSON lines a "stray quote" is a line
+    that is not JSON: a bad row like the others."""
     sf = pytest.importorskip("soundfile")
     import numpy as np
 
@@ -112,13 +113,23 @@ def test_speech_manifests_take_random_rows(fmt, rows, header, tmp_path):
     cells = {"good": "clip.wav{}{}", "missing": "nothere.wav{}{}", "empty": "clip.wav{}!!! ...", "short": "clip.wav",
              "blank": "", "quote": 'clip.wav{}"{}', "closing": 'clip.wav{}{}"', "garbage": "garbage.wav{}{}",
              "folder": "sub{}{}"}
-    lines = ([f"path{sep}sentence"] if header else []) + [cells[k].format(sep, w) for k, w in rows]
+    if fmt == "jsonl":
+        header = False
+        objects = {"good": ("clip.wav", "{}"), "missing": ("nothere.wav", "{}"), "empty": ("clip.wav", "!!! ..."),
+                   "short": ("clip.wav", None), "closing": ("clip.wav", '{}"'), "garbage": ("garbage.wav", "{}"),
+                   "folder": ("sub", "{}")}
+        lines = ["" if k == "blank" else '{"audio_filepath": "clip.wav", "text": "' + w if k == "quote" else
+                 json.dumps({"audio_filepath": objects[k][0], **({"text": objects[k][1].format(w)}
+                                                                 if objects[k][1] else {})}) for k, w in rows]
+    else:
+        lines = ([f"path{sep}sentence"] if header else []) + [cells[k].format(sep, w) for k, w in rows]
     path = tmp_path / f"m.{fmt}"
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     first = 2 if header else 1
     numbered = [(n, k, w) for n, (k, w) in enumerate(rows, first)]
     quote = next((n for n, k, _ in numbered if k == "quote" and fmt == "csv"), None)
-    row_bad = [n for n, k, _ in numbered if k in ("missing", "empty", "short", "folder")]
+    row_bad = [n for n, k, _ in numbered if k in ("missing", "empty", "short", "folder") or
+               k == "quote" and fmt == "jsonl"]
     audio_bad = [n for n, k, _ in numbered if k == "garbage"]
 
     def read(on_error):
@@ -142,7 +153,8 @@ def test_speech_manifests_take_random_rows(fmt, rows, header, tmp_path):
         first_bad = quote or (row_bad or audio_bad or [None])[0] if on_error == "raise" else quote
         if first_bad is None:
             texts, skipped, unreadable = read(on_error)
-            assert texts == [normalize_transcript(w) for _, k, w in numbered if k in ("good", "quote", "closing")]
+            assert texts == [normalize_transcript(w) for _, k, w in numbered
+                             if k in ("good", "closing") or k == "quote" and fmt != "jsonl"]
             assert (skipped, unreadable) == (len(row_bad), len(audio_bad))
             continue
         with pytest.raises(ValueError) as info:

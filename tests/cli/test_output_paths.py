@@ -68,3 +68,36 @@ def test_write_over_a_folder_names_the_path(tmp_path):
     with pytest.raises(OSError, match=rf"cannot write {tmp_path / 'x.html'} \(--out\)") as e:
         write_atomic(tmp_path / "x.html", "<p>", option="--out")
     assert ".tmp-" not in str(e.value) and [p.name for p in tmp_path.iterdir()] == ["x.html"]
+
+
+def _picture_commands():
+    """Every command with a picture flag (``--plot``, and ``--out`` of ``show-attention``), with its required
+    positionals: a run that does not exist (the flag must be settled before any work)."""
+    import argparse
+
+    from qkv.cli import build_parser
+
+    def walk(parser, path=()):
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for name, sub in action.choices.items():
+                    yield from walk(sub, (*path, name))
+        flags = {s for a in parser._actions for s in a.option_strings}
+        flag = "--plot" if "--plot" in flags else "--out" if path == ("show-attention",) else None
+        if flag and path[0] != "train":
+            positionals = ["no-such-run" for a in parser._actions if not a.option_strings and a.nargs in (None, "+")]
+            yield pytest.param([*path, *positionals], flag, id=" ".join(path))
+
+    return list(walk(build_parser()))
+
+
+@pytest.mark.parametrize("command,flag", _picture_commands())
+def test_a_picture_path_that_cannot_be_written_names_the_flag_and_the_path(command, flag, tmp_path, capsys):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("in the way")
+    target = blocker / "pictures" / "p.png"
+    assert main([*command, flag, str(target)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and err.startswith(f"qkv: error: {flag} {target}") and "(path)" not in err, err
+    assert f"{blocker} is a file" in err and "no-such-run" not in err
+    assert blocker.read_text() == "in the way"

@@ -207,3 +207,23 @@ def test_garbage_under_the_mask_changes_nothing_sdpa_would_see():
     want = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
     k[1, 3:], v[1, 3:] = math.nan, math.inf
     torch.testing.assert_close(qkv.attention(q, k, v, mask=mask), want)
+
+
+def test_what_is_derived_from_a_mask_is_kept_while_the_mask_is_unchanged():
+    """The small tensors the GPU path derives from a mask (rows with a key, unseen keys) are made once per mask,
+    and again after the mask changes in place."""
+    from qkv.paths import common
+
+    made = []
+
+    def make(m):
+        made.append(1)
+        return m.any(dim=-1, keepdim=True)
+
+    mask = torch.tensor([[True, False], [False, False]])
+    first = common.derived(mask, "rows", make)
+    assert common.derived(mask, "rows", make) is first and len(made) == 1
+    mask[1, 0] = True
+    again = common.derived(mask, "rows", make)
+    assert len(made) == 2 and again.tolist() == [[True], [True]]
+    assert common.derived(mask.clone(), "rows", make) is not again  # another tensor: its own

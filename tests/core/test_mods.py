@@ -348,3 +348,46 @@ def test_a_user_modifier_that_cannot_compile_runs_on_the_reference_path_alone(ge
     with torch.no_grad():
         qkv.attention(q, k, v, mask_mod=mods.sliding_window(9))  # qkv's own: the compiler's fault
     assert not flex.fused_available() and "Unsupported" in compiled.reason()
+
+
+@pytest.mark.parametrize("rows", [1, 3])
+def test_blocks_of_query_rows_against_the_formula(gen, monkeypatch, rows):
+    """The CPU path that runs the stages a block of query rows at a time (here 1 or 3 rows per block, checkpointed
+    in training): outputs, weights and gradients (inputs and a learned T5 bias) against the explicit float64 formula,
+    with a document mask, key padding that empties a whole sequence, and a query offset."""
+    from qkv.paths import chunked
+
+    monkeypatch.setattr(chunked, "BLOCK_ELEMENTS", rows * 11)  # blocks of one head and `rows` query rows
+    monkeypatch.setattr(chunked, "MIN_ROWS", 1)
+    q, k, v = (t.requires_grad_() for t in qkv_(gen, tq=7, tk=11))
+    t5 = mods.RelativePositionBias(H, 8, 16).double()
+    with torch.no_grad():
+        t5.bias.normal_(generator=gen)
+    ids = torch.tensor([[0] * 5 + [1] * 6, [0] * 11])
+    pad = (torch.arange(11)[None] < torch.tensor([11, 0])[:, None])[:, None, None]  # the second sequence: no key
+    offset = 4
+    calls = []
+    real = chunked.chunked
+    monkeypatch.setattr(flex, "chunked", lambda *a, **kw: calls.append(1) or real(*a, **kw))
+    out, w = qkv.attention(q, k, v, mask=pad, score_mod=t5, mask_mod=mods.document(ids), q_offset=offset,
+                           return_weights=True)
+    assert calls == [1]
+    d = (torch.arange(7)[:, None] + offset) - torch.arange(11)[None]
+    bias = t5.bias[t5.bucket(-d)].permute(2, 0, 1)[None]
+    qpos = torch.arange(7) + offset
+    allowed = (ids[:, qpos][:, :, None] == ids[:, None, :])[:, None] & pad
+    want_out, want_w = explicit(q, k, v, bias, allowed.expand(B, H, 7, 11))
+    torch.testing.assert_close(out, want_out)
+    torch.testing.assert_close(w, want_w)
+    assert torch.equal(out[1], torch.zeros_like(out[1]))  # no key at all: zero output
+    params = [q, k, v, t5.bias]
+    got = torch.autograd.grad(out.square().sum() + (w * w.detach()).sum(), params)
+    want = torch.autograd.grad(want_out.square().sum() + (want_w * want_w.detach()).sum(), params, retain_graph=True)
+    for a, b in zip(got, want, strict=True):
+        torch.testing.assert_close(a, b)
+    out2 = qkv.attention(q, k, v, mask=pad, score_mod=t5, mask_mod=mods.document(ids), q_offset=offset)
+    torch.testing.assert_close(out2, want_out)  # without weights, the same
+    grads2 = torch.autograd.grad(out2.square().sum(), params)
+    want2 = torch.autograd.grad(want_out.square().sum(), params)
+    for a, b in zip(grads2, want2, strict=True):
+        torch.testing.assert_close(a, b)

@@ -178,6 +178,9 @@ def test_manifest_bad_rows_name_file_and_line_or_are_skipped(tmp_path):
     (tmp_path / "empty.tsv").write_text("\n")
     with pytest.raises(ValueError, match="empty"):
         read_manifest(tmp_path / "empty.tsv")
+    (tmp_path / "odd.csv").write_text("path,text\n,no path\n~nosuchuser-qkv/a.wav,no home\n")
+    assert read_manifest(tmp_path / "odd.csv", on_error="skip") == ([], {"empty audio path": 1,
+                                                                         "no such audio file": 1})
     with pytest.raises(ValueError, match=r"is a folder, not a manifest file"):
         read_manifest(tmp_path)
     (tmp_path / "bin.tsv").write_bytes(b"\xff\xfe\x00bad")
@@ -196,6 +199,10 @@ def test_librispeech_layout(tmp_path):
     utts, skipped = read_librispeech(tmp_path, on_error="skip")
     assert [(u.text, u.speaker) for u in utts] == [("hello there", "84"), ("general kenobi", "84")]
     assert skipped == {"no such audio file": 1}
+    (d / "84-121.trans.txt").write_bytes(b"84-121-0000 HELLO THERE\n84-121-0001 GENERAL \xffKENOBI\n")
+    with pytest.raises(ValueError, match=r"84-121\.trans\.txt:2: not UTF-8 text"):
+        read_librispeech(tmp_path)
+    assert read_librispeech(tmp_path, on_error="skip")[1] == {"not UTF-8 text": 1}
     (tmp_path / "nothing").mkdir()
     with pytest.raises(ValueError, match="no \\*.trans.txt"):
         read_librispeech(tmp_path / "nothing")
@@ -259,3 +266,17 @@ def test_two_writers_of_one_cached_utterance_both_succeed(tmp_path):
     wave, rate = soundfile.read(path)
     assert rate == 16000 and len(wave) > 1600
     assert sorted(p.name for p in tmp_path.iterdir()) == ["one.wav"]  # no temporary file left
+
+
+def test_manifest_json_lines_nemo_style(tmp_path):
+    _clip(tmp_path / "a.wav")
+    m = tmp_path / "train_manifest.json"
+    m.write_text('{"audio_filepath": "a.wav", "duration": 0.5, "text": "Hello there"}\n\n'
+                 '{"audio_filepath": "gone.wav", "text": "x"}\n{"audio_filepath": "a.wav"}\n[1, 2]\n{"audio": "a.wav", '
+                 '"sentence": "again", "speaker_id": 7}\n{broken\n', encoding="utf-8")
+    with pytest.raises(ValueError, match=r"train_manifest\.json:3: no such audio file"):
+        read_manifest(m)
+    utts, skipped = read_manifest(m, on_error="skip")
+    assert [(u.text, u.speaker, u.where.rsplit(":", 1)[1]) for u in utts] == [("hello there", "", "1"),
+                                                                              ("again", "7", "6")]
+    assert skipped == {"no such audio file": 1, "no transcript": 1, "not a JSON object": 1, "not JSON": 1}

@@ -13,19 +13,20 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from qkv.data.files import table_rows
+from qkv.data.speech import read_manifest
 from qkv.data.summaries import read_table_summaries
 from qkv.data.text_classification import read_table
 from tests import ROOT
-
-sf = pytest.importorskip("soundfile")
-
-from qkv.data.speech import read_manifest  # noqa: E402
 
 FUZZ = settings(max_examples=30, deadline=None, derandomize=True,
                 suppress_health_check=[HealthCheck.function_scoped_fixture])
 
 
-def _clip(folder):
+def _clip(folder, name="manifest"):
+    """The audio file the manifests name (only they need one: soundfile is the speech extra's)."""
+    if not name.startswith("manifest"):
+        return None
+    sf = pytest.importorskip("soundfile")
     path = folder / "clip.wav"
     if not path.exists():
         sf.write(path, (0.3 * np.sin(np.arange(8000) / 5)).astype(np.float32), 16_000)
@@ -69,7 +70,7 @@ def _expected(name, text):
 @given(texts=st.lists(TEXT, min_size=2, max_size=6), data=st.data())
 def test_a_stray_quote_is_an_error_at_its_line_or_said(name, texts, data, tmp_path, caplog):
     file, header, row, multiline, read = READERS[name]
-    _clip(tmp_path)
+    _clip(tmp_path, name)
     delimiter = "\t" if file.endswith(".tsv") else ","
     path = tmp_path / file
     _write(path, header, [row(t) for t in texts], delimiter)
@@ -97,7 +98,7 @@ def test_a_stray_quote_is_an_error_at_its_line_or_said(name, texts, data, tmp_pa
 @pytest.mark.parametrize("name", READERS)
 def test_the_error_names_the_opening_line_not_the_end_of_the_file(name, tmp_path):
     file, header, row, _, read = READERS[name]
-    _clip(tmp_path)
+    _clip(tmp_path, name)
     delimiter = "\t" if file.endswith(".tsv") else ","
     path = tmp_path / file
     rows = [row(t) for t in ["one", "two", "three", "four", "five"]]
@@ -143,6 +144,13 @@ def test_multiline_fields_are_read_with_their_first_line_and_counted(tmp_path, c
         list(table_rows(path, multiline=True))
 
 
+def test_a_lone_carriage_return_names_its_line(tmp_path):
+    path = tmp_path / "cr.csv"
+    path.write_bytes(b"text,summary\nfine,x\nab\rcd,x\n")
+    with pytest.raises(ValueError, match=r"cr\.csv:3: a carriage return \(\\r\) alone inside a line"):
+        list(table_rows(path))
+
+
 def test_every_table_reader_reads_through_table_rows():
     """A CSV reader written apart would not be strict: only qkv/data/files.py may call the csv module's reader."""
     users = [p.relative_to(ROOT) for p in (ROOT / "qkv").rglob("*.py")
@@ -158,6 +166,11 @@ def test_a_comma_in_an_unquoted_field_is_a_row_too_long_never_a_cut_text(tmp_pat
         read_manifest(manifest)
     utterances, skipped = read_manifest(manifest, on_error="skip")
     assert [u.text for u in utterances] == ["one two", "five"] and skipped == {"more fields than the header": 1}
+    headerless_manifest = tmp_path / "h.csv"
+    headerless_manifest.write_text("clip.wav\nclip.wav,one\nclip.wav,two, three\nclip.wav,four\n", encoding="utf-8")
+    utterances, skipped = read_manifest(headerless_manifest, on_error="skip")
+    assert [u.text for u in utterances] == ["one", "four"]
+    assert skipped == {"more fields than most rows": 1, "expected 2 columns (audio path, transcript)": 1}
     table = tmp_path / "t.csv"
     table.write_text('text,label\nLoved it, truly,pos\n"Fine, really",pos\nBad,neg\nAwful,neg\n', encoding="utf-8")
     with pytest.raises(ValueError, match=r"t\.csv:2: 3 fields, the header has 2: a comma inside an unquoted field"):

@@ -135,3 +135,26 @@ def test_the_inline_output_draws_in_a_browser(executed_tutorial, tmp_path):
         browser.close()
     assert errors == []
     assert [u for u in requests if not u.startswith(("file:", "about:", "data:", "blob:"))] == []
+
+
+def test_the_page_of_a_hugging_face_model(tmp_path):
+    pytest.importorskip("transformers", reason="transformers is not installed (the hf extra)")
+    from qkv.integrations.transformers import register
+    from qkv.integrations.transformers_view import view_page_input
+    from tests.integrations import hf_models
+
+    hf_models.save("gpt2", tmp_path / "gpt2")  # a saved directory: the page qkv view writes for it
+    page = show(tmp_path / "gpt2", "the cat sat")
+    given = view_page_input(tmp_path / "gpt2", "the cat sat")
+    assert page.html == attention_page(given.records, **given.page_kwargs())
+
+    register()  # a model object on qkv's backend: every layer's attention, as given
+    model = hf_models.model("llama", "qkv")
+    ids = torch.randint(3, hf_models.VOCAB, (1, 6))
+    page = show(model, ids, tokens=[f"t{i}" for i in range(6)])
+    with torch.no_grad(), qkv.capture_attention(model) as records:
+        model(ids)
+    assert len(records) == model.config.num_hidden_layers
+    assert page.html == attention_page(records, tokens=[f"t{i}" for i in range(6)], title=type(model).__name__)
+    with pytest.raises(ValueError, match="ran no qkv attention"):
+        show(hf_models.model("llama", "eager"), ids)

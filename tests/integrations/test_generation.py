@@ -85,6 +85,19 @@ def test_recorded_generation_equals_eager_at_every_step(name, strategy, gen):
             torch.testing.assert_close(r.weights[0], eager.encoder_attentions[layer][0], atol=2e-6, rtol=1e-4)
 
 
+@pytest.mark.parametrize("name,strategy", [("llama", "beam"), ("marian", "greedy")])
+def test_weights_computed_a_few_rows_at_a_time_are_the_same(name, strategy, gen, monkeypatch):
+    """A prompt's (and an encoder's) weights are computed in pieces of rows: pieces of 3 rows give the same."""
+    ids = _prompt(gen, 8)
+    whole = record_generation(hf.model(name, "qkv"), ids, max_new_tokens=4, strategy=strategy, beams=3)
+    monkeypatch.setattr(backend, "RECORD_ROWS", 3)
+    pieces = record_generation(hf.model(name, "qkv"), ids, max_new_tokens=4, strategy=strategy, beams=3)
+    assert torch.equal(whole.sequence, pieces.sequence) and len(whole.records) == len(pieces.records)
+    for a, b in zip(whole.records, pieces.records, strict=True):
+        assert a.name == b.name
+        torch.testing.assert_close(a.weights, b.weights, atol=1e-6, rtol=1e-5)
+
+
 @pytest.mark.parametrize("name", ["llama", "t5"])
 def test_steps_carry_the_probability_of_the_chosen_token(name, gen):
     ids = _prompt(gen)
@@ -137,3 +150,28 @@ def test_bad_selection_is_a_one_line_error(given, match, gen):
 def test_a_model_without_a_generation_head_is_refused(gen):
     with pytest.raises(ValueError, match="generat"):
         record_generation(hf.model("bert", "qkv"), _prompt(gen), max_new_tokens=3)
+
+
+@pytest.mark.parametrize("name", list(hf.MODELS))
+def test_one_forward_recorded_equals_the_capture(name, gen):
+    """record_forward (what qkv view records of one text) gives the weights qkv.capture_attention gives, for the
+    layers and heads asked for only."""
+    import qkv
+    from qkv.integrations.generation import record_forward
+
+    model = hf.model(name, "qkv")
+    x = hf.inputs(name, False, gen)
+    with torch.no_grad(), qkv.capture_attention(model) as captured:
+        model(**x)
+    got = record_forward(model, **x)
+    assert [r.name for r in got] == [r.name for r in captured] or sorted(r.name for r in got) == \
+        sorted(r.name for r in captured)
+    by_name = {r.name: r for r in captured}
+    for r in got:
+        c = by_name[r.name]
+        assert r.kind == c.kind
+        torch.testing.assert_close(r.weights, c.weights[:1], atol=1e-6, rtol=1e-5)
+    part = record_forward(model, layers=[1], heads=[3], **x)
+    assert part and all(r.weights.shape[1] == 1 for r in part)
+    for r in part:
+        torch.testing.assert_close(r.weights[0, 0], by_name[r.name].weights[0, 3], atol=1e-6, rtol=1e-5)

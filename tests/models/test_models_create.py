@@ -28,6 +28,7 @@ from qkv.models import (
 )
 from qkv.models.bisenet import FCN, BiSeNet
 from qkv.models.captioning import FixedCaptioner, HardCaptioner, SoftCaptioner, TransformerCaptioner
+from qkv.models.lm import CausalLM, LMConfig
 from qkv.models.pointer import PointerGenerator, TransformerPointer
 from qkv.models.reading import AttentiveReader, BiDAFReader, TransformerReader
 from qkv.models.speech import LAS, CTCModel
@@ -62,6 +63,8 @@ CASES = {
        for name in ("resnet18", "resnet34", "resnet50", "resnet101")},
     "sknet50": ({"num_classes": 5, "attn_kwargs": {"reduction": 8}},
                 lambda: sknet50(num_classes=5, attn_kwargs={"reduction": 8})),
+    "lm": ({"vocab_size": 30, "dim": 16, "num_heads": 2, "num_layers": 1, "kv_heads": 1, "max_len": 12},
+           lambda: CausalLM(LMConfig(vocab_size=30, dim=16, num_heads=2, num_layers=1, kv_heads=1, max_len=12))),
     **{name: (cfg, lambda cls=cls, cfg=cfg: cls(**cfg)) for name, cls, cfg in (
         ("caption-soft", SoftCaptioner, {"vocab_size": 20, "widths": [4, 4, 4, 8], "embed_dim": 8, "hidden_dim": 12}),
         ("caption-hard", HardCaptioner, {"vocab_size": 20, "widths": [4, 4, 4, 8], "attn_dim": 6,
@@ -78,6 +81,8 @@ CASES = {
         ("speech-transformer", SpeechTransformer, {"vocab_size": 12, "n_mels": 8, "dim": 16, "num_heads": 2}),
         ("bisenet", BiSeNet, {"num_classes": 3, "in_channels": 1, "widths": [4, 8, 8, 16]}),
         ("fcn", FCN, {"num_classes": 3, "in_channels": 1, "widths": [4, 8, 8, 16]}),
+        ("lm", lambda **cfg: CausalLM(LMConfig(**cfg)), {"vocab_size": 30, "dim": 16, "num_heads": 2, "num_layers": 1,
+                                                           "positions": "alibi"}),
         ("pointer", PointerGenerator, {"vocab": 20, "embed_dim": 8, "hidden_dim": 12, "attn_dim": 6}),
         ("transformer-pointer", TransformerPointer, {"vocab": 20, "dim": 16, "num_heads": 2, "ffn_dim": 24,
                                                      "num_layers": 1}),

@@ -92,5 +92,42 @@ def test_bad_strings_are_errors_that_name_the_input(name, tiny_run, tmp_path):
     if name == "qa":
         with pytest.raises(ValueError, match="input 1 must be context<TAB>question"):
             predictor.inputs_from_strings(["a context without its question"])
+        with pytest.raises(ValueError, match="input 2: the question is empty"):
+            predictor.inputs_from_strings(["Paris is in France.\tWhere?", "Rome is in Italy.\t "])
+        with pytest.raises(ValueError, match="^the context is empty"):
+            predictor.inputs_from_strings([" \tWhere?"])
         asked = predictor.inputs_from_strings(["Paris is in France.", "Rome is in Italy."], question="Where?")
         assert asked == [("Paris is in France.", "Where?"), ("Rome is in Italy.", "Where?")]
+
+
+def test_jsonable_leaves_nothing_json_cannot_hold():
+    import torch
+
+    from qkv.tasks.base import jsonable
+
+    value = {"t": torch.tensor([1.5, float("nan")]), "s": torch.tensor(2), "n": np.float32(0.25), "i": np.int64(3),
+             "b": True, "inf": float("-inf"), "nested": ({"a": np.array([1, 2])},), 4: "x"}
+    out = jsonable(value)
+    assert out == {"t": [1.5, None], "s": 2, "n": 0.25, "i": 3, "b": True, "inf": None, "nested": [{"a": [1, 2]}],
+                   "4": "x"}
+    assert json.loads(json.dumps(out, allow_nan=False)) == out
+
+
+@pytest.mark.parametrize("name", APPLICATIONS)
+def test_qkv_predict_prints_and_writes_each_result_row(name, tiny_run, tmp_path, capsys):
+    if name == "speech" and (shutil.which("espeak-ng") is None or shutil.which("flite") is None):
+        pytest.skip("espeak-ng and flite are not installed (make data)")
+    from qkv.cli import main
+
+    run = tiny_run(name)
+    strings, _ = _strings(name, tmp_path)
+    predictor = load_predictor(run, "cpu")
+    rows = [predictor.result_row(r) for r in predictor.predict(predictor.inputs_from_strings(strings))]
+    capsys.readouterr()
+    assert main(["predict", str(run), *strings, "--device", "cpu", "--json", str(tmp_path / "rows.json")]) == 0
+    printed = [line for line in capsys.readouterr().out.strip().splitlines() if not line.startswith("wrote ")]
+    assert len(printed) == len(strings)
+    for line, row in zip(printed, rows, strict=True):
+        assert line.endswith("\t" + row["output"].replace("\t", " ")) or line.endswith("\t" + row["output"])
+    written = json.loads((tmp_path / "rows.json").read_text(encoding="utf-8"))
+    assert [{k: v for k, v in w.items() if k not in ("input", "note")} for w in written] == rows

@@ -129,7 +129,9 @@ def test_a_toy_application_trains_evaluates_views_and_predicts_through_the_cli(t
         pytest.skip("qkv predict is not a command of this qkv yet")
     capsys.readouterr()
     assert main(["predict", str(run), "1 7 3", "4 4"]) == 0
-    assert len(capsys.readouterr().out.strip().splitlines()) >= 2
+    printed = [line.split("\t") for line in capsys.readouterr().out.strip().splitlines()]
+    want = [predictor.result_row(r)["output"] for r in predictor.predict(["1 7 3", "4 4"])]
+    assert printed == [["1 7 3", want[0]], ["4 4", want[1]]]
 
 
 def test_a_name_is_registered_once(toy):

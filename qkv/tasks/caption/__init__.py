@@ -11,6 +11,10 @@ doubly stochastic penalty), ``hard`` (a sampled location per word, REINFORCE wit
 an entropy bonus; evaluated with the expected context or the argmax location, ``hard_test``), ``fixed`` (the
 mean-pooled image, no attention) and ``transformer`` (cross-attention to the grid).
 
+Its parts under the contract of :mod:`qkv.tasks.base`: :class:`CaptionTask` (the trainer's task), :class:`Captioner`
+(a run read back: ``predict``, ``evaluate``, ``view``, ``result_row``; command-line inputs are image files) and
+:func:`evaluate_captions`, the one metric both evaluate with.
+
 Example::
 
     from qkv.tasks.caption import CaptionOptions, CaptionTask, Captioner, train_defaults

@@ -13,6 +13,10 @@ channel and, by default, the CIFAR stem (``stem="cifar"``: a 3x3 stride-1 convol
 ResNet paper does for CIFAR-10, so a 28x28 image keeps 28x28 features in the first stage). ``attn`` takes any
 :mod:`qkv.vision` block name; each block goes where its paper puts it.
 
+Its parts under the contract of :mod:`qkv.tasks.base`: :class:`ImageTask` (the trainer's task),
+:class:`ImageClassifier` (a run read back: ``predict``, ``evaluate``, ``view``, ``result_row``; command-line inputs
+are image files) and :meth:`~qkv.tasks.images.task.ImageTask.evaluate`, the one metric both evaluate with.
+
 Example::
 
     from qkv.tasks.images import ImageClassifier, ImageOptions, ImageTask, train_defaults

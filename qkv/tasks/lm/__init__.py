@@ -5,6 +5,10 @@ The data is a text file (one document per line), JSON lines or TSV (a field or c
 project by name (``tatoeba``: the English sentences; ``debian``: the package descriptions); characters by default
 (bits per character are then exact), subwords or words.
 
+Its parts under the contract of :mod:`qkv.tasks.base`: :class:`LMTask` (the trainer's task), :class:`LanguageModel`
+(a run read back: ``predict``, ``evaluate``, ``view``, ``result_row``; command-line inputs are prompts) and
+:func:`evaluate_lm`, the one metric both evaluate with.
+
 Example::
 
     from qkv.tasks.lm import LMOptions, LMTask, LanguageModel, train_defaults
@@ -26,5 +30,4 @@ __all__ = ["APPLICATION", "LMOptions", "train_defaults", "load_data", "model_spe
 
 APPLICATION = Application(
     name="lm", help="train a causal Transformer language model on a text file (or tatoeba, debian)",
-    options=LMOptions, train_defaults=train_defaults, load_data=load_data, model_spec=model_spec, task=LMTask,
-    predictor=LanguageModel)
+    train_defaults=train_defaults, task=LMTask, predictor=LanguageModel)

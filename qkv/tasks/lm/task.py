@@ -89,15 +89,9 @@ def evaluate_lm(model: nn.Module, tokenizer, documents: list[str], *, context: i
             "tokens": float(count)}
 
 
-class LMTask(ApplicationTask):
+class LMTask(ApplicationTask, name="lm", unit="tokens", options=LMOptions, load_data=load_data, model_spec=model_spec,
+             assets=("tokenizer",)):
     """Next-token cross-entropy over windows of the training stream."""
-
-    name = "lm"
-    unit = "tokens"
-    options_type = LMOptions
-    load_data = staticmethod(load_data)
-    model_spec = staticmethod(model_spec)
-    assets = ("tokenizer",)
 
     def setup(self) -> None:
         from ...data import train_tokenizer

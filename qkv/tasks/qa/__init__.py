@@ -8,6 +8,10 @@ SQuAD v1.1 JSON and ``context<TAB>question<TAB>answer`` files work too (:mod:`qk
 than ``max_context`` tokens is read in overlapping windows. Models: the Attentive Reader, a BiDAF-style reader and
 a Transformer encoder (:mod:`qkv.models.reading`). Metrics: SQuAD's exact match and F1 (characters for Chinese).
 
+Its parts under the contract of :mod:`qkv.tasks.base`: :class:`QATask` (the trainer's task), :class:`Reader` (a run
+read back: ``predict``, ``evaluate``, ``view``, ``result_row``; command-line inputs are ``context<TAB>question``
+strings) and :func:`evaluate_reader`, the one metric both evaluate with.
+
 Example::
 
     from qkv.tasks.qa import QAOptions, QATask, Reader, train_defaults

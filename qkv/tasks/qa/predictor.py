@@ -70,9 +70,12 @@ class Reader(Predictor):
         pairs = []
         for n, t in enumerate(texts, 1):
             context, tab, asked = t.rpartition("\t")
-            if not tab or not context.strip() or not asked.strip():
+            if not tab:
                 raise ValueError(f"input {n} must be context<TAB>question (or give the question apart), got "
                                  f"{t[:40]!r}")
+            for what, text in (("context", context), ("question", asked)):
+                if not text.strip():
+                    raise ValueError(f"the {what} is empty" if len(texts) == 1 else f"input {n}: the {what} is empty")
             pairs.append((context, asked))
         return pairs
 

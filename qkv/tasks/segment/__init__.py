@@ -11,6 +11,10 @@ Models (:mod:`qkv.models.bisenet`): ``bisenet`` with its ablations ``arm=False``
 ``context_only=True``, and ``fcn`` (FCN-8s on the same ResNet-18-style backbone). ``widths``, ``spatial_widths`` and
 ``dim`` make a tiny network.
 
+Its parts under the contract of :mod:`qkv.tasks.base`: :class:`SegmentTask` (the trainer's task), :class:`Segmenter`
+(a run read back: ``predict``, ``evaluate``, ``view``, ``result_row``; command-line inputs are image files) and
+:func:`score`, the one metric both evaluate with.
+
 Example::
 
     from qkv.tasks.segment import SegmentOptions, SegmentTask, Segmenter, train_defaults

@@ -4,6 +4,10 @@ The default data format is the movie-review snippets (``id<TAB>rating<TAB>text``
 or the rating itself with ``regression``); ``text_col``/``label_col`` read any CSV/TSV file instead. The
 model's pooled attention weights are its visible output: each prediction carries a weight per word.
 
+Its parts under the contract of :mod:`qkv.tasks.base`: :class:`SentimentTask` (the trainer's task),
+:class:`SentimentClassifier` (a run read back: ``predict``, ``evaluate``, ``view``, ``result_row``; command-line
+inputs are texts) and :func:`evaluate_classifier`, the one metric both evaluate with.
+
 Example::
 
     from qkv.tasks.sentiment import SentimentClassifier, SentimentOptions, train_defaults, train_folds

@@ -13,6 +13,10 @@ hybrid, decoded jointly with CTC prefix scores), ``ctc`` (no attention; best pat
 location-aware LAS's default), at most ``max_rate`` characters a second, an ``<eos>`` threshold and length
 normalisation (:func:`transcribe_batch`); training can join utterances two by two (``concat``).
 
+Its parts under the contract of :mod:`qkv.tasks.base`: :class:`SpeechTask` (the trainer's task),
+:class:`Transcriber` (a run read back: ``predict``, ``evaluate``, ``view``, ``result_row``; command-line inputs are
+audio files) and :func:`evaluate_transcripts`, the one metric both evaluate with.
+
 Example::
 
     from qkv.tasks.speech import SpeechOptions, SpeechTask, Transcriber, train_defaults

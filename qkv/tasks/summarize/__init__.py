@@ -9,6 +9,10 @@ Models: ``pointer``, ``seq2seq`` (the same without copying) and ``transformer`` 
 cross-attention layer), in :mod:`qkv.models.pointer`. Metrics: ROUGE-1/2/L (rouge-score), the repeated-trigram
 rate and the share of copied words; exact match for the facts.
 
+Its parts under the contract of :mod:`qkv.tasks.base`: :class:`SummarizeTask` (the trainer's task),
+:class:`Summarizer` (a run read back: ``predict``, ``evaluate``, ``view``, ``result_row``; command-line inputs are
+texts) and :func:`evaluate_summaries`, the one metric both evaluate with.
+
 Example::
 
     from qkv.tasks.summarize import SummarizeOptions, SummarizeTask, Summarizer, train_defaults

@@ -7,10 +7,11 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-import torch
 from torch import Tensor, nn
+
+from ..base import evaluating, length_batches
 
 __all__ = ["Encoded", "SummaryBatch", "Summary", "encode_example", "collate", "summarize_batch", "summary_metrics",
            "rouge_words", "lead", "first_words", "output_text", "written_out", "output_words"]
@@ -94,7 +95,9 @@ class Summary:
     source words read, the attention ``(T, S)`` (a row per output
     token, the end token's included), ``p_gen (T,)`` (the probability of generating rather than copying, at each
     step), ``copied`` (per output word: a source word outside the vocabulary, which only copying can give), the
-    ``coverage (S,)`` after the last step (the attention rows summed), the beam ``score`` and the source words cut."""
+    ``coverage (S,)`` after the last step (the attention rows summed), the beam ``score``, the source words cut and
+    what the decoder gave at each of its steps (``decoded``: special tokens included, which ``tokens`` and ``text``
+    leave out; a page of its attention rows names them so)."""
 
     source: str
     text: str
@@ -106,6 +109,7 @@ class Summary:
     coverage: Tensor
     score: float
     cut: int = 0
+    decoded: list[str] = field(default_factory=list)
 
 
 def output_text(words: Sequence[str]) -> str:
@@ -169,13 +173,9 @@ def summarize_batch(model: nn.Module, tok, texts: Sequence[str], *, beam: int = 
     from ...models.decoding import beam_search
 
     device = next(model.parameters()).device
-    was_training = model.training
-    model.eval()
-    order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
     out: dict[int, Summary] = {}
-    with torch.no_grad():
-        for start in range(0, len(order), batch_size):
-            idx = order[start:start + batch_size]
+    with evaluating(model):
+        for idx in length_batches(texts, batch_size):
             enc = [encode_example(tok, texts[i], max_source=max_source) for i in idx]
             b = collate(enc)
             src, mask, ext = b.src.to(device), b.src_mask.to(device), b.src_ext.to(device)
@@ -195,9 +195,10 @@ def summarize_batch(model: nn.Module, tok, texts: Sequence[str], *, beam: int = 
                 attn = attn[rows]
                 spans = tok.spans(texts[i]) if hasattr(tok, "spans") else None
                 text = written_out(words, e.words, texts[i], spans)
+                decoded = [e.oovs[t - tok.vocab_size] if t >= tok.vocab_size else tok.tokens_of_ids([t])[0]
+                           for t in h.tokens]
                 out[i] = Summary(texts[i], text, words, e.words, attn, p_gen[row, :n][rows], copied,
-                                 attn.sum(0), float(h.score), e.cut)
-    model.train(was_training)
+                                 attn.sum(0), float(h.score), e.cut, decoded)
     return [out[i] for i in range(len(texts))]
 
 

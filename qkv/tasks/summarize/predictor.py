@@ -118,7 +118,7 @@ class Summarizer(Predictor):
                                max_len=max_len or self.options.max_decode_len, max_source=self.options.max_source,
                                records=records)
         finished = s.attention.shape[0] > len(s.tokens)
-        target = s.tokens + (["<eos>"] if finished else [])
+        target = (s.decoded or s.tokens) + (["<eos>"] if finished else [])  # a row per step of the recorded decoding
         words = ", ".join(f"{w} {float(p):.2f}{' (copied)' if c else ''}"
                           for w, p, c in zip(s.tokens, s.p_gen, s.copied, strict=False))
         notes = [f"{self.options.model} model; target rows are the words it produced (greedy)",

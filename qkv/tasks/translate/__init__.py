@@ -4,6 +4,10 @@ The default data is the multilingual date task (human-written dates in 14 locale
 any Tatoeba/Anki file works too (subword tokens trained on its training split). Models: the fixed-context
 baseline (seed 002's "distracted" model), Bahdanau and Luong attention, and the Transformer.
 
+Its parts under the contract of :mod:`qkv.tasks.base`: :class:`TranslateTask` (the trainer's task),
+:class:`Translator` (a run read back: ``predict``, ``evaluate``, ``view``, ``result_row``; command-line inputs are
+texts) and :func:`evaluate_translations`, the one metric both evaluate with.
+
 Example::
 
     from qkv.tasks.translate import TranslateOptions, TranslateTask, Translator, train_defaults

@@ -6,8 +6,9 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-import torch
 from torch import Tensor, nn
+
+from ..base import evaluating, length_batches
 
 __all__ = ["Translation", "translate_batch", "source_ids", "MAX_SOURCE_TOKENS"]
 
@@ -50,13 +51,9 @@ def translate_batch(model: nn.Module, src_tok, tgt_tok, texts: list[str], *, bea
     from ...models.decoding import beam_search
 
     device = next(model.parameters()).device
-    was_training = model.training
-    model.eval()
-    order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
     results: dict[int, Translation] = {}
-    with torch.no_grad():
-        for start in range(0, len(order), batch_size):
-            idx = order[start:start + batch_size]
+    with evaluating(model):
+        for idx in length_batches(texts, batch_size):
             read = [source_ids(src_tok, texts[i], i + 1) for i in idx]
             ids = [x for x, _ in read]
             src, _, mask = pad_sequences(ids)
@@ -66,5 +63,4 @@ def translate_batch(model: nn.Module, src_tok, tgt_tok, texts: list[str], *, bea
                 results[i] = Translation(texts[i], tgt_tok.decode(h.tokens), tgt_tok.tokens_of_ids(h.tokens),
                                          src_tok.tokens_of_ids(ids_i), h.attention[:, :len(ids_i)], float(h.score),
                                          cut)
-    model.train(was_training)
     return [results[i] for i in range(len(texts))]

@@ -118,7 +118,7 @@ def test_qkv_generate_is_reproducible_and_refuses_what_it_would_ignore(pattern_r
     rows = json.loads((tmp_path / "g.json").read_text())
     assert [r["input"] for r in rows] == ["abc", "cde"]
     assert [f"{r['input']}\t{r['continuation']}" for r in rows] == first.splitlines()
-    for bad, flag in [(["--greedy", "--temperature", "0.5"], "--temperature"),
+    for bad, flag in [(["--strategy", "greedy", "--temperature", "0.5"], "--temperature"),
                       (["--temperature", "0"], "--temperature"), (["--device", "tpu"], "--device")]:
         assert main(["generate", str(pattern_run), "abc", *bad]) == 2
         err = capsys.readouterr().err.strip()
