@@ -156,7 +156,9 @@ def attention_with_mods(query: Tensor, key: Tensor, value: Tensor, *, sc, score_
     pair = sc.dot_form(query, key, key_prepared=key_prepared)
     padding = _key_padding(allowed, b, tk) if allowed is not None else None
     cpu = query.device.type == "cpu"
-    fused = (impl == "auto" and pair is not None and normalizer is softmax and dropout == 0.0 and not return_weights
+    # (not under torch.export: ONNX and other exporters have no FlexAttention; the reference path computes the same)
+    fused = (impl == "auto" and not torch.compiler.is_exporting() and pair is not None and normalizer is softmax
+             and dropout == 0.0 and not return_weights
              and bias is None and (allowed is None or padding is not None) and tq * tk >= FUSED_MIN_SIZE
              and query.dtype in ((torch.float32,) if cpu else (torch.float32, torch.bfloat16, torch.float16))
              and not (cpu and needs_grad(query, key, value, score_mod, mask_mod))

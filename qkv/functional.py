@@ -42,6 +42,7 @@ from typing import Literal
 
 import torch
 from torch import Tensor
+from torch.fx.experimental.symbolic_shapes import statically_known_true
 
 from . import hooks
 from .masks import broadcast_batch, causal_mask, prepare_mask
@@ -186,8 +187,13 @@ def attention(
                                    dropout=dropout, scale=scale, is_causal=is_causal, return_weights=return_weights,
                                    key_prepared=key_prepared, impl=impl)
     fast = impl == "auto" and normalizer is softmax and tq > 0 and tk > 0
+    traced = torch.compiler.is_compiling()  # torch.compile or torch.export: symbolic sizes, no branch on values
+    # the ONNX exporter translates SDPA of 4-D inputs only: other inputs take the weights path (the same sums)
+    use_sdpa = not (torch.compiler.is_exporting() and max(query.dim(), key.dim(), value.dim()) != 4)
+    # Tk <= Tq as a fact (symbolic sizes: provable without a guard that would pin their relation)
+    keys_within = statically_known_true(tk <= tq)
     # SDPA's own causal kernel; with Tk <= Tq every key is seen by some query, so there is nothing to zero
-    if fast and not return_weights and is_causal and mask is None and tk <= tq:
+    if fast and use_sdpa and not return_weights and is_causal and mask is None and keys_within:
         pair = sc.dot_form(query, key, key_prepared=key_prepared)
         if pair is not None:
             factor = sc.factor(query, key, scale)
@@ -195,18 +201,20 @@ def attention(
     if is_causal:
         causal = causal_mask(tq, tk, device=query.device)
         allowed = causal if allowed is None else allowed & causal
-    if allowed is not None and (mask is not None or tk > tq):  # a causal mask alone hides keys only if Tk > Tq
+    if allowed is not None and (mask is not None or not keys_within):  # a causal mask hides keys only if Tk > Tq
         key, value = zero_unseen_keys(allowed, key, value, query.shape[-1])
 
     if fast:
         pair = sc.dot_form(query, key, key_prepared=key_prepared)
         if pair is not None:
             factor = sc.factor(query, key, scale)
-            if not return_weights:
+            if not return_weights and use_sdpa:
                 return sdpa(pair[0], pair[1], value, allowed, bias, dropout, factor)
             return dot_weights(pair[0], pair[1], value, allowed, bias, normalizer, dropout, factor, return_weights,
                                query.dtype)
-        if isinstance(sc, PairwiseScore) and not return_weights and not needs_grad(sc, query, key, value):
+        # (traced, the pairwise scores are one tile: a loop over tiles of symbolic sizes would pin the sizes)
+        if (isinstance(sc, PairwiseScore) and not return_weights and not traced
+                and not needs_grad(sc, query, key, value)):
             return online_softmax(sc, query, key, value, allowed, bias, sc.factor(query, key, scale),
                                   key_prepared)
     return reference(sc, query, key, value, allowed, bias, normalizer, dropout, scale, key_prepared, return_weights)

@@ -34,6 +34,11 @@ def lengths_to_mask(lengths: Tensor, max_len: int | None = None) -> Tensor:
     """
     if lengths.dim() != 1 or lengths.dtype.is_floating_point or lengths.dtype == torch.bool:
         raise ValueError(f"lengths must be a 1-D integer tensor, got shape {tuple(lengths.shape)} {lengths.dtype}")
+    if torch.compiler.is_compiling():  # traced (torch.compile, torch.export): no branch on the values
+        if max_len is None:
+            raise ValueError("lengths_to_mask needs max_len under torch.compile and torch.export (the longest "
+                             "length is a value of the input, not a shape)")
+        return torch.arange(max_len, device=lengths.device) < lengths[:, None]
     if max_len is None:
         max_len = int(lengths.max()) if lengths.numel() else 0
     if lengths.numel() and (int(lengths.min()) < 0 or int(lengths.max()) > max_len):
@@ -68,7 +73,8 @@ def causal_mask(
     if tq < 0 or tk < 0:
         raise ValueError(f"causal_mask needs non-negative sizes, got Tq={tq}, Tk={tk}")
     offset = tk - tq if lower_right else 0
-    return torch.ones(tq, tk, dtype=torch.bool, device=device).tril(diagonal=offset)
+    # positions compared rather than tril(diagonal=offset): under torch.export the offset stays symbolic
+    return torch.arange(tq, device=device)[:, None] + offset >= torch.arange(tk, device=device)[None, :]
 
 
 def combine_masks(*masks: Tensor | None) -> Tensor | None:
@@ -140,10 +146,10 @@ def broadcast_batch(*shapes: tuple[int, ...]) -> tuple[int, ...] | None:
     """
     out: list[int] = []
     for dims in zip(*(((1,) * (max(map(len, shapes)) - len(sh)) + tuple(sh)) for sh in shapes), strict=True):
-        sizes = {d for d in dims if d != 1}
-        if len(sizes) > 1:
+        sizes = [d for d in dims if d != 1]  # a list, not a set: symbolic sizes under torch.export are unhashable
+        if any(d != sizes[0] for d in sizes[1:]):
             return None
-        out.append(sizes.pop() if sizes else 1)
+        out.append(sizes[0] if sizes else 1)
     return tuple(out)
 
 
@@ -158,18 +164,21 @@ def prepare_mask(mask: Tensor | None, tq: int, tk: int,
     if mask is None:
         return None, None
     _check_mask_dtype(mask)
-    scores = f"(..., Tq, Tk) = (..., {tq}, {tk})" if batch is None else str((*batch, tq, tk))
+
+    def scores() -> str:  # (made only for an error: torch.compile traces no str() of sizes)
+        return f"(..., Tq, Tk) = (..., {tq}, {tk})" if batch is None else str((*batch, tq, tk))
+
     if mask.dim() < 2:
-        raise ValueError(f"mask must have at least 2 dims (..., Tq, Tk), got {tuple(mask.shape)}; scores {scores}")
+        raise ValueError(f"mask must have at least 2 dims (..., Tq, Tk), got {tuple(mask.shape)}; scores {scores()}")
     mq, mk = mask.shape[-2:]
     bad = mq not in (1, tq) or mk not in (1, tk)
     if not bad and batch is not None:
         bad = broadcast_batch(tuple(mask.shape[:-2]), tuple(batch)) is None
     if bad:
-        raise ValueError(f"mask {tuple(mask.shape)} does not broadcast to the scores {scores}")
+        raise ValueError(f"mask {tuple(mask.shape)} does not broadcast to the scores {scores()}")
     if mask.dtype == torch.bool:
         return mask, None
     allowed = mask > float("-inf")
-    if bool(allowed.all()):
+    if not torch.compiler.is_compiling() and bool(allowed.all()):  # (traced: no branch on the values)
         return None, mask
     return allowed, mask.masked_fill(~allowed, 0.0)

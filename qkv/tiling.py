@@ -164,6 +164,8 @@ def _tile(pair: Callable[[Tensor], Tensor], qp: Tensor, kp: Tensor) -> Tensor:
 def tiled_scores(qp: Tensor, kp: Tensor, pair: Callable[[Tensor], Tensor], form: FusedForm | None,
                  max_elements: int, name: str = "pairwise score") -> Tensor:
     """The raw scores ``(..., Tq, Tk)``: one eager tile when it fits and is too small to fuse, else tile by tile."""
+    if torch.compiler.is_compiling():  # traced by torch.compile or torch.export: one tile (its sizes are symbolic)
+        return _tile(pair, qp, kp)
     tq, tk, hidden = qp.shape[-2], kp.shape[-2], qp.shape[-1]
     lead = math.prod(torch.broadcast_shapes(qp.shape[:-2], kp.shape[:-2]))
     cq, ck = tile_sizes(tq, tk, lead, hidden, max_elements)

@@ -31,7 +31,8 @@ from .options import ArgumentParser, add_options, options_from_args
 __all__ = ["main", "build_parser", "COMMAND_MODULES", "GlobalOptions"]
 
 COMMAND_MODULES = ("explain", "train", "predict", "evaluate", "view", "translate", "classify", "show_attention",
-                   "caption", "answer", "segment", "summarize", "transcribe", "generate", "faithfulness")
+                   "caption", "answer", "segment", "summarize", "transcribe", "generate", "faithfulness",
+                   "export")
 
 
 @dataclass

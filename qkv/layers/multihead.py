@@ -38,6 +38,12 @@ class KVCache:
     def __len__(self) -> int:
         return 0 if self.key is None else self.key.shape[-2]
 
+    @property
+    def length(self):
+        """The positions held, as :func:`len` gives them; traced by ``torch.export`` a symbolic size (``len()``
+        must return an ``int``, which would pin it)."""
+        return 0 if self.key is None else self.key.shape[-2]
+
     def update(self, key: Tensor, value: Tensor) -> tuple[Tensor, Tensor]:
         if self.key is None:
             self.key, self.value = key, value
@@ -159,7 +165,7 @@ class MultiHeadAttention(nn.Module):
         h, g, d = self.num_heads, self.kv_heads, self.head_dim
         q = self.q_proj(query).view(b, tq, h, d).transpose(1, 2)
 
-        cached = 0 if cache is None or cache.static else len(cache)  # positions before this call's queries
+        cached = 0 if cache is None or cache.static else cache.length  # positions before this call's queries
         if cache is not None and cache.static and cache.key is not None:
             k, v = cache.key, cache.value
         else:

@@ -31,6 +31,7 @@ from collections.abc import Sequence
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.fx.experimental.symbolic_shapes import statically_known_true
 
 from ..vision import AttentionRefinement, FeatureFusion
 from .resnet import BasicBlock
@@ -46,8 +47,10 @@ def _ints(name: str, values: Sequence[int], n: int) -> tuple[int, ...]:
 
 
 def _resize(x: Tensor, size) -> Tensor:
-    return x if tuple(x.shape[-2:]) == tuple(size) else F.interpolate(x, size=tuple(size), mode="bilinear",
-                                                                      align_corners=False)
+    # sizes compared only where that needs no guard: traced with symbolic sizes (torch.export) a comparison would
+    # pin them, and bilinear interpolation to the same size gives x itself
+    same = all(statically_known_true(a == b) for a, b in zip(x.shape[-2:], size, strict=True))
+    return x if same else F.interpolate(x, size=tuple(size), mode="bilinear", align_corners=False)
 
 
 class ConvBNReLU(nn.Sequential):

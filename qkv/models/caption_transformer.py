@@ -69,7 +69,7 @@ class TransformerCaptioner(CaptionLosses, nn.Module):
         return CaptionOutput(logits, attn)
 
     def decode_step(self, y_prev: Tensor, state: dict) -> tuple[Tensor, Tensor, dict]:
-        pos = len(state["self_cache"][0])
+        pos = state["self_cache"][0].length
         logits, attn = self._decode(y_prev[:, None], pos, state["memory"],
                                     (state["self_cache"], state["cross_cache"]))
         return logits[:, 0], attn[:, 0], state

@@ -243,7 +243,7 @@ class TransformerPointer(TransformerSeq2Seq):
         return torch.where(tokens >= self.vocab, torch.full_like(tokens, UNK), tokens)
 
     def decode_step(self, tokens: Tensor, state: dict[str, Any]) -> tuple[Tensor, Tensor, dict[str, Any]]:
-        pos = len(state["self_cache"][0])
+        pos = state["self_cache"][0].length
         x = self._embed(tokens[:, None], pos, "target")
         probs, attn, _ = self._pointer(x, state["memory"], state["src_mask"], state["src_ext"], state["n_ext"],
                                        caches=(state["self_cache"], state["cross_cache"]))

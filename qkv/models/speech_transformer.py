@@ -91,7 +91,7 @@ class SpeechTransformer(nn.Module):
         return SpeechOutput(logits, attn, ctc, out_lengths)
 
     def decode_step(self, tokens: Tensor, state: dict) -> tuple[Tensor, Tensor, dict]:
-        pos = len(state["self_cache"][0])
+        pos = state["self_cache"][0].length
         logits, attn = self._decode(tokens[:, None], pos, state["memory"], state["mask"],
                                     (state["self_cache"], state["cross_cache"]))
         return logits[:, 0], attn[:, 0], state

@@ -230,7 +230,7 @@ class TransformerSeq2Seq(EncoderDecoder):
         The caches in ``state`` are updated in place (the returned state is the same dict); the target
         position is the number of tokens already in the self-attention cache.
         """
-        pos = len(state["self_cache"][0])
+        pos = state["self_cache"][0].length
         y = self._embed(y_prev[:, None], pos, "target")
         logits, attn = self._decode(y, state["memory"], state["src_mask"],
                                     caches=(state["self_cache"], state["cross_cache"]), return_attention=True)

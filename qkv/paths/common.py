@@ -57,7 +57,7 @@ def masked_normalize(scores: Tensor, allowed: Tensor | None, bias: Tensor | None
         return _apply(normalizer, scores, inplace)
     rows = allowed.any(dim=-1, keepdim=True)
     # on CPU, knowing that every row has a key saves a pass below; on GPUs the check would cost a sync
-    every_row = scores.device.type == "cpu" and bool(rows.all())
+    every_row = scores.device.type == "cpu" and not torch.compiler.is_compiling() and bool(rows.all())
     keep = allowed if every_row else allowed & rows
     fill = torch.finfo(scores.dtype).min
     if inplace and scores.shape == torch.broadcast_shapes(scores.shape, keep.shape):
@@ -109,16 +109,17 @@ def zero_unseen_keys(allowed: Tensor, key: Tensor, value: Tensor, query_dim: int
     key that is not finite or so large that its product with a query could overflow. On GPUs the copies are
     cheap and the check would cost a sync, so they are always made.
     """
+    traced = torch.compiler.is_compiling()  # torch.compile, torch.export: always zero, never branch on values
     if allowed.device.type == "cpu":
         used = allowed if allowed.shape[-2] == 1 else allowed.any(dim=-2, keepdim=True)  # some query sees the key
-        if bool(used.all()):
+        if not traced and bool(used.all()):
             return key, value
         unseen = ~used.transpose(-2, -1)  # (..., Tk, 1)
     else:
         unseen = derived(allowed, "unseen", _unseen)
     k_unseen = _reduce_to(unseen, key.shape)
     v_unseen = k_unseen if value.shape[:-1] == key.shape[:-1] else _reduce_to(unseen, value.shape)
-    if key.device.type == "cpu":
+    if key.device.type == "cpu" and not traced:
         finfo = torch.finfo(work_dtype(key))
         if (_harmless(key, k_unseen, math.sqrt(finfo.max) / max(key.shape[-1], query_dim, 1))
                 and _harmless(value, v_unseen, finfo.max)):

@@ -31,8 +31,8 @@ def sdpa(q: Tensor, k: Tensor, v: Tensor, allowed: Tensor | None, bias: Tensor |
     safe = derived(allowed, "safe", _safe) if allowed.device.type != "cpu" else allowed | ~rows
     attn_mask = safe if bias is None else bias.masked_fill(~safe, float("-inf"))
     out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout, scale=scale)
-    if out.device.type == "cpu":
-        return out if bool(rows.all()) else torch.where(rows, out, 0.0)
+    if out.device.type == "cpu":  # (traced by torch.compile or torch.export: no branch on the values)
+        return out if not torch.compiler.is_compiling() and bool(rows.all()) else torch.where(rows, out, 0.0)
     if bias is None and _values_zeroed(allowed, v):
         return out  # every key of a fully masked row was zeroed: its output (the mean of zero values) is zero
     return torch.where(rows, out, 0.0)  # (on GPUs, checking the rows would cost a sync)

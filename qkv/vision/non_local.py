@@ -119,7 +119,7 @@ class NonLocal(nn.Module):
     def attention_grid(self, x: Tensor, **forward_kwargs) -> tuple[tuple[int, int], tuple[int, int]]:
         """The ``(height, width)`` of the queries' and the keys' grids for the input ``x (B, C, H, W)`` (for
         :func:`qkv.capture_attention`: the attention ``(B, HW, HW')`` is between positions of these grids)."""
-        h, w = (int(n) for n in x.shape[-2:])
+        h, w = x.shape[-2:]  # (ints; symbolic under torch.export, where int() would pin them)
         return (h, w), ((h // 2, w // 2) if self.subsample else (h, w))
 
     def extra_repr(self) -> str:

@@ -46,7 +46,8 @@ LAYERS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "train": (("qkv.train",), ("models",)),
     "tasks": (("qkv.tasks", "qkv.integrations"), ("train", "viz")),
     "notebook": (("qkv.viz.notebook",), ("tasks",)),  # the page of a run, a saved model or a model object
-    "cli": (("qkv.cli", "qkv.__main__"), ("tasks", "api")),
+    "export": (("qkv.export",), ("tasks", "api")),
+    "cli": (("qkv.cli", "qkv.__main__"), ("tasks", "api", "export")),
 }
 
 

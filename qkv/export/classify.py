@@ -1,0 +1,69 @@
+"""The one-graph applications: sentiment (token ids -> logits and the pooling's weights), images (pixels ->
+logits) and segmentation (pixels -> per-pixel logits). Pixels enter in ``[0, 1]`` and are normalised inside the
+graph with the run's mean and standard deviation, as the predictors do."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor, nn
+
+__all__ = ["SentimentGraph", "ImageGraph", "SegmentGraph"]
+
+
+class SentimentGraph(nn.Module):
+    """``ids (B, T)`` int64, ``mask (B, T)`` bool (True at tokens) -> ``logits (B, C)``, ``weights``: the pooling's
+    attention over the tokens, as the predictor reports it (``(B, T)``, averaged over hops)."""
+
+    inputs = ("ids", "mask")
+    outputs = ("logits", "weights")
+    dynamic = ({0: "batch", 1: "tokens"}, {0: "batch", 1: "tokens"})
+
+    def __init__(self, model: nn.Module):
+        super().__init__()
+        self.model = model
+
+    def forward(self, ids: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
+        res = self.model(ids, mask)
+        weights = res.weights.float()
+        return res.logits.float(), weights.mean(1) if weights.dim() == 3 else weights
+
+
+class _Pixels(nn.Module):
+    def __init__(self, model: nn.Module, mean: Sequence[float], std: Sequence[float]):
+        super().__init__()
+        self.model = model
+        # (named apart from the exporter's node names: an ONNX graph names each value once)
+        self.register_buffer("pixel_mean", torch.tensor(list(mean), dtype=torch.float32).view(1, -1, 1, 1))
+        self.register_buffer("pixel_std", torch.tensor(list(std), dtype=torch.float32).view(1, -1, 1, 1))
+
+    def normalized(self, pixels: Tensor) -> Tensor:
+        return (pixels - self.pixel_mean) / self.pixel_std
+
+
+class ImageGraph(_Pixels):
+    """``pixels (B, C, H, W)`` float in [0, 1] at the trained size -> ``logits (B, K)``."""
+
+    inputs = ("pixels",)
+    outputs = ("logits",)
+    dynamic = ({0: "batch"},)
+
+    def forward(self, pixels: Tensor) -> Tensor:
+        return self.model(self.normalized(pixels)).float()
+
+
+#: the smallest height and width a segmentation graph takes: its deepest features are at 1/32 of the image, and
+#: the exporter makes a graph for feature maps of more than one pixel
+SEGMENT_MIN_SIZE = 33
+
+
+class SegmentGraph(_Pixels):
+    """``pixels (B, C, H, W)`` float in [0, 1], ``H, W >= 33`` -> ``logits (B, K, H, W)``."""
+
+    inputs = ("pixels",)
+    outputs = ("logits",)
+    dynamic = ({0: "batch", 2: ("height", SEGMENT_MIN_SIZE, None), 3: ("width", SEGMENT_MIN_SIZE, None)},)
+
+    def forward(self, pixels: Tensor) -> Tensor:
+        return self.model(self.normalized(pixels)).float()

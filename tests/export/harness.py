@@ -1,0 +1,59 @@
+"""Run a module eagerly, under ``torch.compile(fullgraph=True)``, as a ``torch.export`` program and in ONNX Runtime,
+and compare: the traced forms are made on example inputs and run on inputs of other sizes (the dynamic axes)."""
+
+from __future__ import annotations
+
+import torch
+
+from qkv.export.graph import export_program, to_onnx
+
+
+def _flat(out):
+    if isinstance(out, torch.Tensor):
+        return [out]
+    return [t for o in out for t in _flat(o)]
+
+
+def _close(got, want, atol, what):
+    got, want = _flat(got), _flat(want)
+    assert len(got) == len(want), f"{what}: {len(got)} outputs, expected {len(want)}"
+    for i, (g, w) in enumerate(zip(got, want, strict=True)):
+        g = torch.as_tensor(g)
+        assert tuple(g.shape) == tuple(w.shape), f"{what} output {i}: shape {tuple(g.shape)} != {tuple(w.shape)}"
+        torch.testing.assert_close(g.to(w.dtype), w, atol=atol, rtol=1e-4, msg=lambda m, i=i: f"{what} output {i}: {m}")
+
+
+def compiles(module, args, others=(), atol=1e-5):
+    """``torch.compile(fullgraph=True)`` (dynamo with the eager backend: a graph break raises) gives the eager
+    outputs on ``args`` and on every input tuple of ``others``."""
+    torch._dynamo.reset()
+    compiled = torch.compile(module, fullgraph=True, backend="eager", dynamic=True)
+    with torch.no_grad():
+        for a in (args, *others):
+            _close(compiled(*a), module(*a), atol, "torch.compile")
+
+
+def exports(module, args, others, dynamic, atol=1e-5, **options):
+    """The ``torch.export`` program made on ``args`` gives the eager outputs on ``others``."""
+    program = export_program(module, args, dynamic, **options).module()
+    with torch.no_grad():
+        for a in others:
+            _close(program(*a), module(*a), atol, "torch.export")
+    return program
+
+
+def runs_in_onnx(module, args, others, dynamic, path, atol=1e-4, **options):
+    """The ONNX graph made on ``args`` gives in ONNX Runtime the eager outputs on ``others``."""
+    import onnxruntime as ort
+
+    names = [f"in{i}" for i in range(len(args))]
+    with torch.no_grad():
+        n_out = len(_flat(module(*args)))
+    to_onnx(module, args, path, input_names=names, output_names=[f"out{i}" for i in range(n_out)], dynamic=dynamic,
+            **options)
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    fed = {i.name for i in session.get_inputs()}
+    with torch.no_grad():
+        for a in others:
+            got = session.run(None, {n: t.numpy() for n, t in zip(names, a, strict=True) if n in fed})
+            _close([torch.from_numpy(g) for g in got], module(*a), atol, "onnxruntime")
