@@ -21,13 +21,13 @@ Example::
 from __future__ import annotations
 
 from ..base import Application
-from .options import LMOptions, train_defaults
+from .options import LMOptions, budget_defaults, train_defaults
 from .predictor import Generation, LanguageModel
 from .task import LMTask, evaluate_lm, load_data, model_spec
 
-__all__ = ["APPLICATION", "LMOptions", "train_defaults", "load_data", "model_spec", "LMTask", "evaluate_lm",
-           "LanguageModel", "Generation"]
+__all__ = ["APPLICATION", "LMOptions", "train_defaults", "budget_defaults", "load_data", "model_spec", "LMTask",
+           "evaluate_lm", "LanguageModel", "Generation"]
 
 APPLICATION = Application(
     name="lm", help="train a causal Transformer language model on a text file (or tatoeba, debian)",
-    train_defaults=train_defaults, task=LMTask, predictor=LanguageModel)
+    train_defaults=train_defaults, task=LMTask, predictor=LanguageModel, budget_defaults=budget_defaults)

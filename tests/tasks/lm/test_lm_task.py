@@ -123,3 +123,21 @@ def test_qkv_generate_is_reproducible_and_refuses_what_it_would_ignore(pattern_r
         assert main(["generate", str(pattern_run), "abc", *bad]) == 2
         err = capsys.readouterr().err.strip()
         assert err.startswith("qkv: error:") and flag in err and len(err.splitlines()) == 1
+
+
+def test_a_short_budget_gets_the_smaller_model_and_flags_win(tmp_path, capsys):
+    from qkv.cli import build_parser
+    from qkv.cli.train import read_train_options
+    from qkv.tasks import application
+
+    app = application("lm")
+    base = ["train", "lm", "--data", "x.txt", "--out", str(tmp_path / "r")]
+    short, _ = read_train_options(build_parser().parse_args(base + ["--max-minutes", "5"]), app.options,
+                                  app.train_defaults, app.budget_defaults)
+    assert (short.dim, short.num_layers, short.context) == (96, 3, 64)
+    mine, _ = read_train_options(build_parser().parse_args(base + ["--max-minutes", "5", "--dim", "64"]),
+                                 app.options, app.train_defaults, app.budget_defaults)
+    assert (mine.dim, mine.num_layers) == (64, 3)
+    long, _ = read_train_options(build_parser().parse_args(base + ["--max-minutes", "30"]), app.options,
+                                 app.train_defaults, app.budget_defaults)
+    assert (long.dim, long.num_layers, long.context) == (128, 4, 128)
