@@ -184,7 +184,9 @@ def _reference(query, key, value, sc, pair, smod, mmod, score_mod, mask_mod, all
                scale, key_prepared, return_weights, tq, tk, ndim, v4):
     """Explicit scores, the modifiers on broadcast indices, masked normalisation, weighted sum: on the CPU for the
     dot family with softmax a block of query rows at a time (:mod:`qkv.paths.chunked`), else whole."""
-    if pair is not None and normalizer is softmax and query.device.type == "cpu" and tq > 0 and tk > 0:
+    # (not traced by torch.compile or torch.export: the blocks are a Python loop over sizes that would be pinned)
+    if (pair is not None and normalizer is softmax and query.device.type == "cpu" and tq > 0 and tk > 0
+            and not torch.compiler.is_compiling()):
         score_fn = None if smod is None else (
             lambda s, b, h, q, k: _call_score_mod(score_mod, smod, s, b, h, q, k))
         mask_fn = None if mmod is None else (
