@@ -11,7 +11,7 @@
 # %% [markdown]
 # # Attention in a notebook
 #
-# `qkv.viz.notebook.show` returns the attention page of a model on an input as an object that the notebook draws
+# `qkv.notebook.show` returns the attention page of a model on an input as an object that the notebook draws
 # inline: every attention module, layer and head, with the lines, matrix and rollout views of `qkv view`. The page
 # is self-contained (no CDN: it works offline and in VS Code) and `.save(path)` writes it as a file.
 #
@@ -23,7 +23,7 @@ from torch import nn
 
 import qkv
 from qkv.layers import TransformerLayer
-from qkv.viz.notebook import show
+from qkv.notebook import show
 
 torch.manual_seed(0)
 

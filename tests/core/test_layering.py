@@ -45,7 +45,7 @@ LAYERS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "models": (("qkv.models", "qkv.explain"), ("layers", "data", "util")),
     "train": (("qkv.train",), ("models",)),
     "tasks": (("qkv.tasks", "qkv.integrations"), ("train", "viz")),
-    "notebook": (("qkv.viz.notebook",), ("tasks",)),  # the page of a run, a saved model or a model object
+    "notebook": (("qkv.notebook",), ("tasks",)),  # the page of a run, a saved model or a model object
     "export": (("qkv.export",), ("tasks", "api")),
     "cli": (("qkv.cli", "qkv.__main__"), ("tasks", "api", "export")),
 }

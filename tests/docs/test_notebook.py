@@ -1,4 +1,4 @@
-"""The attention page in a notebook (qkv.viz.notebook): the object Jupyter draws inline, the page it saves, the
+"""The attention page in a notebook (qkv.notebook): the object Jupyter draws inline, the page it saves, the
 tutorial notebook executed by a Jupyter kernel (nbclient), and its inline output opened in headless Chromium as a
 notebook's output area holds it (the page inside an iframe's srcdoc, sandboxed, nothing fetched)."""
 
@@ -15,8 +15,8 @@ from torch import nn
 
 import qkv
 from qkv.layers import TransformerLayer
+from qkv.notebook import AttentionPage, page_of_records, show
 from qkv.tasks import ViewInput, load_predictor
-from qkv.viz.notebook import AttentionPage, page_of_records, show
 from qkv.viz.page import attention_page
 from tests import ROOT
 

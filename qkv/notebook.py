@@ -9,7 +9,7 @@ Example (a model of your own; a run is ``show("runs/demo", "7 mars 2019")``)::
 
     import torch
     import qkv
-    from qkv.viz.notebook import show
+    from qkv.notebook import show
 
     model = qkv.MultiHeadAttention(16, num_heads=4).eval()
     page = show(model, torch.randn(1, 6, 16), tokens="a b c d e f".split())
@@ -29,8 +29,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..capture import capture_attention
-from .page import attention_page
+from .capture import capture_attention
+from .viz.page import attention_page
 
 __all__ = ["AttentionPage", "show", "page_of_records"]
 
@@ -62,7 +62,7 @@ class AttentionPage:
 
     def save(self, path: str | os.PathLike) -> Path:
         """Write the page to ``path`` (``.html`` added when it has no extension; atomically). Returns the path."""
-        from .files import page_path, write_atomic
+        from .viz.files import page_path, write_atomic
 
         path = page_path(path)
         return write_atomic(path, self.html)
@@ -79,7 +79,7 @@ def page_of_records(records: Sequence, *, height: int = 720, **kwargs: Any) -> A
 
 def _hf_model_dir(path: str | os.PathLike) -> bool:
     try:
-        from ..integrations.transformers_view import is_hf_model_dir
+        from .integrations.transformers_view import is_hf_model_dir
     except ImportError:  # transformers is not installed: no directory can be one
         return False
     return is_hf_model_dir(path)
@@ -122,7 +122,7 @@ def show(source: Any, *inputs: Any, tokens: Any = None, image: Any = None, index
     if text is not None and not isinstance(text, str):
         raise ValueError(f"the input of a run or a saved model is a text, got {type(text).__name__}")
     if _hf_model_dir(source):
-        from ..integrations.transformers_view import view_page_input
+        from .integrations.transformers_view import view_page_input
 
         if image is not None or index is not None or question is not None:
             raise ValueError("a Hugging Face model directory takes a text only (no image, index or question)")
@@ -130,7 +130,7 @@ def show(source: Any, *inputs: Any, tokens: Any = None, image: Any = None, index
             raise ValueError("a Hugging Face model needs a text to look at")
         given = view_page_input(source, text, device=device)
     else:
-        from ..tasks import ViewInput, load_predictor
+        from .tasks import ViewInput, load_predictor
 
         if text is None and image is None and index is None:
             raise ValueError("give the input to look at: a text, image= or index=")
