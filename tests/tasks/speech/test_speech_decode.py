@@ -178,3 +178,31 @@ def test_a_language_model_fused_at_weight_zero_changes_nothing_and_bad_ones_are_
         transcriber.transcribe(feats, lm=str(tiny_run("translate")), lm_weight=0.3)
     with pytest.raises(ValueError, match="need a language model"):
         transcriber.transcribe(feats, lm_weight=0.3)
+
+
+def test_qkv_transcribe_fuses_a_language_model_and_refuses_its_options_without_one(tiny_run, one_thread, tmp_path,
+                                                                                  capsys):
+    import shutil
+
+    if shutil.which("espeak-ng") is None or shutil.which("flite") is None:
+        pytest.skip("espeak-ng and flite are not installed (make data)")
+    import wave
+
+    import numpy as np
+
+    from qkv.cli import main
+
+    audio = tmp_path / "a.wav"
+    t = np.arange(8000) / 16000
+    with wave.open(str(audio), "wb") as w:
+        w.setnchannels(1), w.setsampwidth(2), w.setframerate(16000)
+        w.writeframes((0.3 * np.sin(2 * np.pi * 300 * t) * 32767).astype("<i2").tobytes())
+    run, lm = str(tiny_run("speech")), str(tiny_run("lm"))
+    assert main(["transcribe", run, str(audio), "--beam", "3", "--max-len", "12"]) == 0
+    plain = capsys.readouterr().out
+    assert main(["transcribe", run, str(audio), "--beam", "3", "--max-len", "12", "--lm", lm, "--lm-weight",
+                 "0"]) == 0
+    assert capsys.readouterr().out == plain
+    assert main(["transcribe", run, str(audio), "--lm-weight", "0.5"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("qkv: error: --lm-weight") and len(err.strip().splitlines()) == 1
