@@ -39,3 +39,27 @@ def test_qkv_view_refuses_what_the_run_would_not_look_at(name, argv, flag, tiny_
     err = capsys.readouterr().err.strip()
     assert err.startswith("qkv: error:") and flag in err and len(err.splitlines()) == 1
     assert not page.exists()
+
+
+@pytest.mark.parametrize("name", APPLICATIONS)
+def test_qkv_view_writes_a_page_for_a_tiny_run_of_every_application(name, tiny_run, tmp_path, capsys):
+    import shutil
+
+    from tests.tasks.test_predict_contract import _png, _wav
+
+    if name == "speech" and (shutil.which("espeak-ng") is None or shutil.which("flite") is None):
+        pytest.skip("espeak-ng and flite are not installed (make data)")
+    takes = application(name).predictor.view_inputs
+    if "image" in takes:
+        given = ["--image", _png(tmp_path / "a.png", (40, 44))]
+    elif name == "speech":
+        given = [_wav(tmp_path / "a.wav")]
+    elif "question" in takes:
+        given = ["Marie Curie was born in 1867 in Warsaw.", "--question", "When was Marie Curie born?"]
+    else:
+        given = ["the plot was wonderful and 7 mars 2019"]
+    page = tmp_path / "page.html"
+    assert main(["view", str(tiny_run(name)), *given, "--out", str(page)]) == 0, capsys.readouterr().err
+    assert f"wrote {page}" in capsys.readouterr().out
+    html = page.read_text(encoding="utf-8")
+    assert html.startswith("<!DOCTYPE html>") and "attention" in html.lower()
