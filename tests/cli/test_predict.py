@@ -191,16 +191,9 @@ def test_errors_name_only_flags_the_command_has():
 
 
 def _flags_of(argv: list[str]) -> set[str]:
-    parser = build_parser()
-    flags = {s for a in parser._actions for s in a.option_strings}
-    sub = parser
-    for word in argv:
-        action = next((a for a in sub._actions if isinstance(a, argparse._SubParsersAction)), None)
-        if action is None or word not in action.choices:
-            break
-        sub = action.choices[word]
-        flags |= {s for a in sub._actions for s in a.option_strings}
-    return flags
+    from qkv.cli import _flags_of as flags_of
+
+    return flags_of(build_parser(), argv)
 
 
 def test_errors_advise_no_flag_the_command_lacks(tiny_run, tmp_path, capsys):
