@@ -64,6 +64,7 @@ def _strict(path: Path):
 
 
 @pytest.mark.parametrize("name", APPLICATIONS)
+@pytest.mark.slow
 def test_predict_and_evaluate_every_application(name, tiny_run, tmp_path, capsys):
     _needs(name)
     run = tiny_run(name)
@@ -159,6 +160,7 @@ def test_what_was_cut_is_said_on_stderr_and_in_the_rows(tmp_path, capsys):
     assert cut_of(speech, SimpleNamespace(tokens=list("xy")), {"max_len": 12}) is None
 
 
+@pytest.mark.slow
 def test_transcripts_and_summaries_cut_on_a_real_run_are_said(tiny_run, tmp_path, capsys):
     run = tiny_run("summarize")
     long = " ".join(["the tool called dokute runs"] * 400)
@@ -168,6 +170,7 @@ def test_transcripts_and_summaries_cut_on_a_real_run_are_said(tiny_run, tmp_path
     assert "more were not read" in _strict(tmp_path / "s.json")[0]["note"]
 
 
+@pytest.mark.slow
 def test_transcribe_writes_its_json_rows(tiny_run, tmp_path, capsys):
     """`qkv transcribe AUDIO --json F` writes the transcripts (it once wrote nothing); `--json` is never ignored."""
     _needs("speech")
@@ -196,6 +199,7 @@ def _flags_of(argv: list[str]) -> set[str]:
     return flags_of(build_parser(), argv)
 
 
+@pytest.mark.slow
 def test_errors_advise_no_flag_the_command_lacks(tiny_run, tmp_path, capsys):
     """Errors triggered on purpose (bad data files, options, inputs): every --flag they name is the command's."""
     bad_columns = tmp_path / "bad.csv"

@@ -50,6 +50,7 @@ def test_readme_links_lead_to_files():
 
 
 @pytest.mark.parametrize("index", range(len(BLOCKS)))
+@pytest.mark.slow
 def test_readme_example_runs(index, tmp_path, monkeypatch, one_thread):
     monkeypatch.chdir(tmp_path)
     exec(compile(BLOCKS[index], f"README.md[python block {index}]", "exec"), {"__name__": "readme"})

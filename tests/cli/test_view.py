@@ -40,6 +40,7 @@ def runs(tiny_run):
     return _Runs(tiny_run)
 
 
+@pytest.mark.slow
 def test_view_translation(runs, tmp_path, capsys):
     page = tmp_path / "t.html"
     assert main(["view", str(runs["translate"]), "7 mars 2019", "--out", str(page)]) == 0
@@ -130,6 +131,7 @@ def test_faithfulness_of_an_attention_that_explains(runs, capsys):
         comprehensiveness(clf, ["short one"], k=50)
 
 
+@pytest.mark.slow
 def test_view_captioning_and_question_answering(runs, tmp_path):
     page = tmp_path / "c.html"
     assert main(["view", str(runs["caption"]), "--index", "1", "--out", str(page)]) == 0

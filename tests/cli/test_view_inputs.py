@@ -42,6 +42,7 @@ def test_qkv_view_refuses_what_the_run_would_not_look_at(name, argv, flag, tiny_
 
 
 @pytest.mark.parametrize("name", APPLICATIONS)
+@pytest.mark.slow
 def test_qkv_view_writes_a_page_for_a_tiny_run_of_every_application(name, tiny_run, tmp_path, capsys):
     import shutil
 

@@ -187,6 +187,7 @@ def test_an_additive_attention_compiles_in_a_loop_not_on_its_first_call(fake, sm
 @pytest.mark.usefixtures("compile_now")
 @pytest.mark.parametrize("make", [lambda: Additive(6, 5, 16, max_elements=4096),
                                   lambda: MLP(6, 5, 16, act_layer=nn.GELU, max_elements=1 << 20)])
+@pytest.mark.slow
 def test_fused_tiles_equal_the_eager_ones(gen, small_tiles, monkeypatch, make):
     torch.manual_seed(0)
     sc = make()
@@ -258,6 +259,7 @@ def test_falls_back_and_says_so_once(gen, small_tiles, monkeypatch, caplog, fake
 
 
 @needs_compile
+@pytest.mark.slow
 def test_inside_the_callers_torch_compile(gen):
     """A model with ALiBi self-attention and an additive attention, compiled by its user: same outputs."""
 

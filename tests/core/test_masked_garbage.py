@@ -169,6 +169,7 @@ def check(*, b, heads, tq, tk, d, dv, score_name, normalize, mask_kind, garbage,
     dtype=st.sampled_from([torch.float32, torch.float64]), is_causal=st.booleans(),
     dropout=st.sampled_from([False, False, True]), seed=st.integers(0, 2**31 - 1),
 )
+@pytest.mark.slow
 def test_masked_garbage_never_leaks(**case):
     check(**case)
 

@@ -34,6 +34,7 @@ def _probe(mode: str) -> tuple[bool, int]:
 
 
 @pytest.mark.skipif(not qkv.memory.can_keep_freed_memory(), reason="keep_freed_memory acts on glibc's malloc only")
+@pytest.mark.slow
 def test_kept_memory_is_reused_without_page_faults():
     kept, faults = _probe("keep")
     assert kept

@@ -220,6 +220,7 @@ def test_multihead_cache_with_layer_modifiers(gen, name):
 @pytest.mark.skipif(not flex.fused_available(), reason="FlexAttention is not available here")
 @pytest.mark.usefixtures("compile_now")
 @pytest.mark.parametrize("case", ["alibi+causal", "softcap+window+padding", "t5+document", "prefix", "empty rows"])
+@pytest.mark.slow
 def test_fused_equals_reference(gen, case, monkeypatch):
     q, k, v = qkv_(gen, b=2, h=2, tq=128, tk=128, d=16, dtype=torch.float32)
     ids = torch.arange(128).div(40, rounding_mode="floor").expand(2, 128)

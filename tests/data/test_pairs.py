@@ -147,6 +147,7 @@ def test_split_grouped_tiny_and_empty():
 
 
 @pytest.mark.skipif(not os.path.exists(SHARED), reason="shared Tatoeba file not present")
+@pytest.mark.slow
 def test_real_tatoeba_file():
     c = load_parallel(SHARED, src_lang="en", tgt_lang="fr", max_pairs=20_000, max_length=20, seed=0)
     assert (c.src_lang, c.tgt_lang) == ("eng", "fra")

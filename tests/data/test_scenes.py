@@ -22,6 +22,7 @@ def data():
     return sc.make_scenes(300, 100, 300, seed=3)
 
 
+@pytest.mark.slow
 def test_deterministic_from_the_seed(data):
     again = sc.make_scenes(300, 100, 300, seed=3)
     other = sc.make_scenes(300, 100, 300, seed=4)
@@ -72,6 +73,7 @@ def test_scene_captions_by_hand():
                     "a dress left of a bag above a boot on the left"]
 
 
+@pytest.mark.slow
 def test_splits_use_disjoint_pictures():
     pools, words, _ = sc._item_pools(None)
     assert words == list(sc.FASHION_ITEMS.values()) or words == list(sc.DIGIT_ITEMS.values())

@@ -65,6 +65,7 @@ def test_held_out_combinations_only_in_test(scenes):
         assert bool(held) == bool(_combos(labels[None]) & HELD_OUT)
 
 
+@pytest.mark.slow
 def test_scenes_are_deterministic_in_the_seed():
     a, b = make_segmentation_scenes(3, 1, 1, seed=5), make_segmentation_scenes(3, 1, 1, seed=5)
     c = make_segmentation_scenes(3, 1, 1, seed=6)

@@ -24,6 +24,7 @@ def tone(seconds=0.5, rate=16_000, freq=440.0):
     return (0.3 * np.sin(2 * np.pi * freq * t)).astype(np.float32)
 
 
+@pytest.mark.slow
 def test_load_audio_resamples_and_mixes_channels(tmp_path):
     wave = tone(rate=22_050)
     sf.write(tmp_path / "stereo.wav", np.stack([wave, -wave * 0.5], 1), 22_050)

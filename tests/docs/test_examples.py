@@ -47,6 +47,7 @@ def test_every_page_is_found_and_has_examples():
 
 @pytest.mark.parametrize("page", [p for p in PAGES if any(b.lang == "python" for b in mdexec.blocks(
     p.read_text(encoding="utf-8")))], ids=_rel)
+@pytest.mark.slow
 def test_page_examples_run(page, tmp_path):
     try:
         mdexec.run_page(page, tmp_path)

@@ -101,6 +101,7 @@ def executed_tutorial(tmp_path_factory):
     return notebook, work
 
 
+@pytest.mark.slow
 def test_the_tutorial_runs_and_shows_the_page_inline(executed_tutorial):
     notebook, work = executed_tutorial
     outputs = [o for c in notebook.cells if c.cell_type == "code" for o in c.get("outputs", [])]
@@ -113,6 +114,7 @@ def test_the_tutorial_runs_and_shows_the_page_inline(executed_tutorial):
 
 @pytest.mark.xdist_group("browser")
 @pytest.mark.skipif(not CHROMIUM, reason="no Chromium here (apt-get install chromium)")
+@pytest.mark.slow
 def test_the_inline_output_draws_in_a_browser(executed_tutorial, tmp_path):
     sync_api = pytest.importorskip("playwright.sync_api", reason="Playwright is not installed")
     notebook, _ = executed_tutorial

@@ -18,6 +18,7 @@ pytestmark = [pytest.mark.skipif(not CHROMIUM, reason="no Chromium here (apt-get
 
 
 @pytest.mark.parametrize("name", list(hf.MODELS))
+@pytest.mark.slow
 def test_the_page_of_a_saved_model_draws_every_attention(browser, tmp_path, name, one_thread):  # noqa: F811
     hf.save(name, tmp_path / name)
     view = view_page_input(tmp_path / name, "the big cat sat on a red mat")

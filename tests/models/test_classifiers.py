@@ -112,6 +112,7 @@ def collate(examples):
 # last layer's query may read it anywhere (the prediction stays right, the picture is then less telling).
 @pytest.mark.parametrize("name,kw,min_weight", [("bigru", {}, 0.5), ("bilstm-3hops", {}, 0.5),
                                                 ("transformer-cls", {"num_layers": 1}, 0.4)])
+@pytest.mark.slow
 def test_learns_the_planted_word_and_attends_to_it(name, kw, min_weight):
     train, _ = planted(512, 0)
     test, where = planted(200, 1)

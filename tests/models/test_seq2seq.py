@@ -67,6 +67,7 @@ def train_copy(model, gen, steps=250, reverse=False, vocab=12):
 
 
 @pytest.mark.parametrize("kind", ["bahdanau", "luong", "fixed"])
+@pytest.mark.slow
 def test_each_model_learns_to_reverse(kind, gen):
     model = train_copy(tiny_model(kind), gen, reverse=True, steps=300).eval()
     src, mask = batch(gen, b=64, s=5)

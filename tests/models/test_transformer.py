@@ -164,6 +164,7 @@ def greedy(model, src, src_mask, max_len):
 
 
 @pytest.mark.parametrize("positions", ["sinusoidal", "learned"])
+@pytest.mark.slow
 def test_overfits_copy_task(positions):
     torch.manual_seed(0)
     src, src_mask, tgt_in, tgt_out = copy_task()

@@ -14,6 +14,7 @@ SETTINGS = {"translate": {"beam": 1}, "caption": {"beam": 1}, "summarize": {"bea
 
 
 @pytest.mark.parametrize("name", APPLICATIONS)
+@pytest.mark.slow
 def test_application_of_reads_no_weights_and_a_predictor_reads_them_once(name, tiny_run, one_thread):
     if name == "speech" and (shutil.which("espeak-ng") is None or shutil.which("flite") is None):
         pytest.skip("espeak-ng and flite are not installed (make data)")

@@ -72,6 +72,7 @@ def test_strings_become_inputs_and_results_become_json_rows(name, tiny_run, tmp_
 
 
 @pytest.mark.parametrize("name", APPLICATIONS)
+@pytest.mark.slow
 def test_bad_strings_are_errors_that_name_the_input(name, tiny_run, tmp_path):
     if name == "speech" and (shutil.which("espeak-ng") is None or shutil.which("flite") is None):
         pytest.skip("espeak-ng and flite are not installed (make data)")

@@ -38,6 +38,7 @@ def torchrun(out: Path, *args: str, nproc: int = 2) -> subprocess.CompletedProce
     return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=180)
 
 
+@pytest.mark.slow
 def test_two_gloo_processes_equal_one_process(tmp_path):
     # 52 examples in global batches of 9: shares of 4 and 5 (unequal, so that a per-rank mean would differ),
     # and a last batch of 7 split 3 + 4

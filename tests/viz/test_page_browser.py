@@ -131,6 +131,7 @@ def user_model_page(tmp_path):
 
 
 @pytest.mark.parametrize("make", [translation_page, sentiment_page, image_page, caption_page, user_model_page])
+@pytest.mark.slow
 def test_page_loads_offline_and_draws(browser, tmp_path, make):
     with Opened(browser, make(tmp_path)) as opened:
         opened.check_clean()
@@ -150,6 +151,7 @@ def test_page_loads_offline_and_draws(browser, tmp_path, make):
         opened.check_clean()
 
 
+@pytest.mark.slow
 def test_heads_hover_and_save(browser, tmp_path):
     with Opened(browser, translation_page(tmp_path)) as opened:
         page = opened.page
@@ -209,6 +211,7 @@ def test_image_view_follows_the_query(browser, tmp_path):
 # every head at a glance, a generation's steps, long inputs
 
 
+@pytest.mark.slow
 def test_head_grid_and_sortable_statistics(browser, tmp_path):
     with Opened(browser, translation_page(tmp_path)) as opened:
         page = opened.page
@@ -250,6 +253,7 @@ def generation_pages(tmp_path_factory):
 
 
 @pytest.mark.parametrize("name", ["gpt2", "marian"])
+@pytest.mark.slow
 def test_generation_steps_token_by_token(browser, generation_pages, name):
     view, path = generation_pages[name]
     steps = view.generation["steps"]
@@ -282,6 +286,7 @@ def test_generation_steps_token_by_token(browser, generation_pages, name):
         opened.check_clean()
 
 
+@pytest.mark.slow
 def test_a_long_input_keeps_each_rows_top_k_and_opens_quickly(browser, tmp_path, gen):
     import time
 

@@ -35,6 +35,7 @@ def train(out: Path, model: str, *extra: str) -> int:
 
 
 @pytest.mark.parametrize("model", ["soft", "hard", "fixed", "transformer"])
+@pytest.mark.slow
 def test_train_and_caption_every_model(model, tmp_path, capsys):
     out = tmp_path / model
     assert train(out, model, "--max-steps", "2") == 0
@@ -50,6 +51,7 @@ def test_train_and_caption_every_model(model, tmp_path, capsys):
     assert (tmp_path / "pics" / "test0.png").read_bytes()[:8] == PNG
 
 
+@pytest.mark.slow
 def test_evaluate_resume_and_the_predictor(tmp_path, capsys):
     out = tmp_path / "soft"
     assert train(out, "soft", "--max-steps", "3", "--epochs", "2") == 0
@@ -87,6 +89,7 @@ def test_evaluate_resume_and_the_predictor(tmp_path, capsys):
         cap.predict(images, hard_test="argmax")
 
 
+@pytest.mark.slow
 def test_hard_test_modes_from_the_command_line(tmp_path, capsys):
     out = tmp_path / "hard"
     assert train(out, "hard", "--max-steps", "2", "--hard-test", "argmax", "--no-glimpse") == 0  # glimpse: a window
@@ -111,6 +114,7 @@ def _flickr(root: Path, n: int = 24) -> Path:
     return root
 
 
+@pytest.mark.slow
 def test_flickr_style_folder(tmp_path, capsys):
     root = _flickr(tmp_path / "flickr")
     out = tmp_path / "run"
@@ -149,6 +153,7 @@ def test_bad_training_options(argv, message, tmp_path, capsys):
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.slow
 def test_bad_caption_inputs(tmp_path, capsys):
     out = tmp_path / "run"
     assert train(out, "fixed", "--max-steps", "1") == 0

@@ -257,6 +257,7 @@ def test_flip_tta_averages_the_probabilities_of_each_image_and_its_mirror():
 
 # --------------------------------------------------------------------------------------------- training
 
+@pytest.mark.slow
 def test_digits_cbam_reaches_85_percent_in_one_epoch(tmp_path, capsys, caplog):
     out = tmp_path / "cbam"
     with caplog.at_level(logging.INFO, logger="qkv.tasks.images.task"):  # the size of the model is logged (-v)
@@ -272,6 +273,7 @@ def test_digits_cbam_reaches_85_percent_in_one_epoch(tmp_path, capsys, caplog):
     assert (out / "best" / "model.safetensors").is_file()
 
 
+@pytest.mark.slow
 def test_checkpoint_round_trip_gives_identical_logits(tmp_path):
     opts = ImageOptions(data="digits", attn="sk")
     task = ImageTask(opts)
@@ -380,6 +382,7 @@ def digit_png(tmp_path):
 
 
 @pytest.mark.parametrize("attn", list(EXPECTED))
+@pytest.mark.slow
 def test_show_attention_writes_pngs(trained, attn, digit_png, tmp_path, capsys):
     out = tmp_path / "pictures"
     rc = main(["show-attention", str(trained / attn), str(digit_png), "--index", "0", "--index", "12", "--out",
@@ -396,6 +399,7 @@ def test_show_attention_writes_pngs(trained, attn, digit_png, tmp_path, capsys):
     assert sorted(p.name for p in out.iterdir()) == sorted(f"{n}-{k}.png" for n in names for k in EXPECTED[attn])
 
 
+@pytest.mark.slow
 def test_show_attention_never_overwrites_images_of_the_same_name(trained, tmp_path, capsys):
     import matplotlib.pyplot as plt
     from sklearn.datasets import load_digits
@@ -423,6 +427,7 @@ def test_read_image_converts_to_grey_at_the_model_size(digit_png):
     torch.testing.assert_close(read_image(digit_png, (16, 16), invert=True), 1.0 - x)
 
 
+@pytest.mark.slow
 def test_image_classifier_predicts_and_attends_as_the_model(trained, digit_png):
     clf = ImageClassifier.load(trained / "cbam")
     assert clf.options.attn == "cbam" and clf.image_size == (16, 16) and clf.class_names == [str(i) for i in range(10)]
@@ -465,6 +470,7 @@ def test_image_classifier_predicts_and_attends_as_the_model(trained, digit_png):
 
 
 @pytest.mark.parametrize("attn", ["sk", "non_local"])
+@pytest.mark.slow
 def test_image_classifier_attention_of_3d_maps(trained, attn):
     clf = ImageClassifier.load(trained / attn)
     x = clf.test_images()[0][:4]
@@ -614,6 +620,7 @@ def test_qkv_evaluate_images_runs(trained, capsys):
 # --------------------------------------------------------------------------------------------- Fashion-MNIST
 
 @needs_fashion_mnist
+@pytest.mark.slow
 def test_fashion_mnist_splits_and_a_few_steps(tmp_path, capsys):
     data = load_data(ImageOptions())
     assert {s: len(data.splits[s][1]) for s in data.splits} == {"train": 54000, "valid": 6000, "test": 10000}

@@ -57,6 +57,7 @@ def pattern_run(tmp_path_factory):
     return out
 
 
+@pytest.mark.slow
 def test_a_tiny_model_learns_a_repeated_pattern(pattern_run, capsys):
     lm = load_predictor(pattern_run, "cpu")
     assert isinstance(lm, LanguageModel)
@@ -84,6 +85,7 @@ def test_generation_with_a_seed_is_reproducible_and_stops_at_the_context(pattern
     (dict(prompts=["ab"], top_p=1.5), "top_p"),
     (dict(prompts=["ab"], max_new_tokens=0), "max_new_tokens"),
 ])
+@pytest.mark.slow
 def test_bad_prompts_and_settings_are_errors(pattern_run, bad, match):
     lm = load_predictor(pattern_run, "cpu")
     with pytest.raises(ValueError, match=match):

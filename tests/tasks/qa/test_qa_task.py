@@ -48,6 +48,7 @@ def trained(tmp_path_factory):
     return out, stdout
 
 
+@pytest.mark.slow
 def test_train_prints_every_split(trained):
     out, stdout = trained
     for split in ("valid", "test", "test_phrasings"):
@@ -57,6 +58,7 @@ def test_train_prints_every_split(trained):
     assert config["config"]["model"]["name"] == "attentive-reader"
 
 
+@pytest.mark.slow
 def test_when_and_who_move_the_attention_peak(trained):
     """Seed 004: asked *when*, the question attends to the year; asked *who*, to the person: only the question
     changed. The held-out names are unknown words to this model: it points by reading."""
@@ -73,6 +75,7 @@ def test_when_and_who_move_the_attention_peak(trained):
     assert sum(when.attention) == pytest.approx(1.0, abs=1e-5) and len(when.attention) == len(when.tokens)
 
 
+@pytest.mark.slow
 def test_reader_equals_the_model_run_by_hand(trained):
     reader = Reader.load(trained[0])
     q = "Who invented the Kavo engine?"
@@ -90,6 +93,7 @@ def test_reader_equals_the_model_run_by_hand(trained):
     assert [t for t, m in zip(a.tokens, e.match, strict=True) if m] == ["The", "Kavo", "engine", "invented"]
 
 
+@pytest.mark.slow
 def test_answer_command_terminal_and_html(trained, tmp_path):
     page = tmp_path / "a.html"
     ctx = CONTEXT + " <script>alert(1)</script>"

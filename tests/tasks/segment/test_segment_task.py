@@ -33,6 +33,7 @@ def _discs(n: int, seed: int, size: int = 32) -> SegmentationSplit:
     return SegmentationSplit(torch.stack(images), torch.stack(labels), [str(i) for i in range(n)])
 
 
+@pytest.mark.slow
 def test_a_tiny_bisenet_learns_a_two_class_scene(one_thread):
     data = SegmentationData({"train": _discs(96, 0), "valid": _discs(16, 1), "test": _discs(32, 2)},
                             ["background", "disc"])
@@ -54,6 +55,7 @@ def scenes_run(tiny_run):
     return tiny_run("segment")
 
 
+@pytest.mark.slow
 def test_segment_prints_labels_and_plots_the_attention(scenes_run, tmp_path, capsys):
     from PIL import Image
 
@@ -96,6 +98,7 @@ def test_the_figure_shows_the_labels_and_weights(tmp_path):
     assert (tmp_path / "f.png").stat().st_size > 5000
 
 
+@pytest.mark.slow
 def test_evaluate_prints_miou_per_class_iou_and_pixel_accuracy(scenes_run, tmp_path, capsys):
     assert main(["segment", str(scenes_run), "--evaluate", "--json", str(tmp_path / "m.json")]) == 0
     out = capsys.readouterr().out

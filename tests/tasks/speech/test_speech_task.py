@@ -143,6 +143,7 @@ def tiny(tiny_run):
 
 
 @needs_espeak
+@pytest.mark.slow
 def test_cli_train_transcribe_evaluate_plot_view(tiny, tmp_path):
     run_dir, cache = tiny
     clips = sorted((cache / "wav").glob("*.wav"))[:2]

@@ -65,6 +65,7 @@ def copy_run(tmp_path_factory):
     return out, data
 
 
+@pytest.mark.slow
 def test_a_tiny_pointer_learns_to_copy_words_outside_its_vocabulary(copy_run):
     out, _ = copy_run
     finals = {x["split"]: x["metrics"] for x in map(json.loads, (out / "metrics.jsonl").read_text().splitlines())
@@ -102,6 +103,7 @@ def test_the_summary_is_the_models_own_decoding(copy_run):
     torch.testing.assert_close(r.p_gen[:n], ref.p_gen[0, :n], rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_summarize_command_html_file_and_output(copy_run, tmp_path, capsys):
     out, _ = copy_run
     page = tmp_path / "copy"

@@ -65,6 +65,7 @@ def test_a_stored_option_that_does_not_apply_is_reset(dates_runs, tmp_path):
     assert translator.options.dim == TranslateOptions().dim and translator.options.model == "bahdanau"
 
 
+@pytest.mark.slow
 def test_translate_command_with_plot_and_files(dates_runs, tmp_path, capsys):
     out = dates_runs["bahdanau"]
     png = tmp_path / "align.png"
@@ -192,6 +193,7 @@ def test_evaluate_on_a_moved_or_new_data_file(tmp_path, capsys):
     assert "no such corpus file" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_the_trainers_evaluation_is_qkv_evaluates_with_every_reference(tmp_path):
     """A corpus whose sources have two translations each: the trainer's final figures are those of
     ``Translator.evaluate`` at the same beam (every distinct source once, against all of its translations), not of
