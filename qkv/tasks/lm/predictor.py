@@ -112,12 +112,11 @@ class LanguageModel(Predictor):
         from ...capture import capture_attention
 
         text = need_text(given.text, "language-model")
-        ids = self._prompt_ids(text, 1) if self.context is None or len(self.tokenizer.encode(text)) < self.context \
-            else None
+        ids = [self.tokenizer.eos_id] + self.tokenizer.encode(text)  # read as the start of a document
         notes = [f"{self.options.num_layers}-layer causal language model; row t attends over tokens 0..t "
                  "(the first, <eos>, marks the start of a document)"]
-        if ids is None:  # longer than the context: its first context tokens, said on the page
-            ids = ([self.tokenizer.eos_id] + self.tokenizer.encode(text))[: self.context]
+        if self.context is not None and len(ids) > self.context:  # its first context tokens, said on the page
+            ids = ids[: self.context]
             notes.append(f"the text was cut to its first {self.context - 1} tokens (the model's context)")
             logger.warning("the text was cut to its first %d tokens (the model's context)", self.context - 1)
         with capture_attention(self.model) as records, torch.no_grad():

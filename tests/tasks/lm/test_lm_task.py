@@ -143,3 +143,14 @@ def test_a_short_budget_gets_the_smaller_model_and_flags_win(tmp_path, capsys):
     long, _ = read_train_options(build_parser().parse_args(base + ["--max-minutes", "30"]), app.options,
                                  app.train_defaults, app.budget_defaults)
     assert (long.dim, long.num_layers, long.context) == (128, 4, 128)
+
+
+def test_view_reads_up_to_the_context_and_says_where_it_cut(pattern_run, caplog):
+    from qkv.tasks.base import ViewInput
+
+    lm = load_predictor(pattern_run, "cpu")
+    full = lm.view(ViewInput(text="a" * 31))  # with the start token: the whole context of 32
+    assert len(full.tokens) == 32 and not any("cut" in n for n in full.notes)
+    cut = lm.view(ViewInput(text="a" * 50))
+    assert len(cut.tokens) == 32 and any("cut to its first 31 tokens" in n for n in cut.notes)
+    assert "cut" in caplog.text
