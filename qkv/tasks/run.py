@@ -65,18 +65,11 @@ def model_from_spec(spec: Mapping[str, Any], state_dict: Mapping[str, torch.Tens
         raise ValueError(f"{where}: the model entry must be {{'name': ..., 'config': {{...}}}}, got {spec!r}")
     model = create(spec["name"], **spec["config"])
     if state_dict is not None:
-        own = model.state_dict()
-        missing = sorted(set(own) - set(state_dict))
-        unexpected = sorted(set(state_dict) - set(own))
-        if missing or unexpected:
-            first = f"missing {missing[0]}" if missing else f"unexpected {unexpected[0]}"
-            more = len(missing) + len(unexpected) - 1
-            raise ValueError(f"{where}: the weights do not fit a {spec['name']!r} model ({first}"
-                             f"{f' and {more} more' if more else ''})")
-        for name, t in state_dict.items():
-            if tuple(t.shape) != tuple(own[name].shape):
-                raise ValueError(f"{where}: weight {name} is {tuple(t.shape)} but the configuration makes it "
-                                 f"{tuple(own[name].shape)}")
+        from ..train.fit import weight_differences
+
+        misfit = weight_differences(state_dict, model)
+        if misfit:
+            raise ValueError(f"{where}: the weights do not fit a {spec['name']!r} model ({'; '.join(misfit)})")
         model.load_state_dict(state_dict)
     return model
 

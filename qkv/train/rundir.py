@@ -19,14 +19,13 @@ from .checkpoint import (
     VERSION,
     Checkpoint,
     load_checkpoint,
-    model_differences,
     optimizer_from_files,
     optimizer_to_files,
     resolve_checkpoint,
-    weight_differences,
     write_checkpoint,
 )
 from .config import RESULT_FIELDS
+from .fit import model_differences, weight_differences
 from .lock import RunInUseError, RunLock
 from .schedule import derive_seed
 from .state import TrainState

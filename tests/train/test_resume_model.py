@@ -12,7 +12,8 @@ import torch
 
 from qkv.cli import main
 from qkv.train import TrainConfig, train
-from qkv.train.checkpoint import load_checkpoint, model_differences, weight_differences
+from qkv.train.checkpoint import load_checkpoint
+from qkv.train.fit import model_differences, weight_differences
 from tests.helpers import TINY_RUNS, single_thread
 from tests.trainer_toy import ToyTask, build_toy_model
 
