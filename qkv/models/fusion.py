@@ -67,7 +67,8 @@ class LMScorer(PrefixScorer):
             raise ValueError(f"the language model's weight must be >= 0, got {weight}")
         self.lm, self.weight, self.reward, self.eos_id, self.start_id = lm, float(weight), float(reward), eos_id, \
             start_id
-        self.vocab_map = vocab_map
+        self.device = next(lm.parameters()).device
+        self.vocab_map = None if vocab_map is None else vocab_map.to(self.device)
 
     def initial_state(self) -> dict[str, Any]:
         """Empty caches (the search repeats them for the beams when they are still empty: nothing to copy)."""
@@ -75,20 +76,19 @@ class LMScorer(PrefixScorer):
 
     @torch.no_grad()
     def __call__(self, prefixes: Tensor, state: dict[str, Any]) -> tuple[Tensor, dict[str, Any]]:
-        n = prefixes.shape[0]
-        device = next(self.lm.parameters()).device
+        n, device = prefixes.shape[0], self.device
         if prefixes.shape[1] == 0:
             fed = torch.full((n, 1), self.start_id, dtype=torch.long, device=device)
         else:
             last = prefixes[:, -1:].to(device)
-            fed = last if self.vocab_map is None else self.vocab_map.to(device)[last]
+            fed = last if self.vocab_map is None else self.vocab_map[last]
         context = getattr(self.lm, "context", None)
         if context is not None and len(state["caches"][0]) + 1 > context:
             raise ValueError(f"the language model reads at most {context} tokens; the hypotheses are longer "
                              "(use a model with a longer context or ALiBi positions, or a smaller max_len)")
         logp = torch.log_softmax(self.lm.step(fed, state["caches"])[:, -1].float(), dim=-1)
         if self.vocab_map is not None:
-            logp = logp[:, self.vocab_map.to(device)]
+            logp = logp[:, self.vocab_map]
         scores = self.weight * logp
         if self.reward:
             bonus = torch.full_like(scores, self.reward)
