@@ -58,10 +58,11 @@ class GridEncoder(nn.Module):
         self.net = nn.Sequential(*layers)
         self.dim = cin
 
-    def forward(self, images: Tensor, *, with_local: bool = False):
-        """``images (B, C, H, W)`` -> ``(a (B, L, D), (h, w))``, and with ``with_local`` also the second stage's
+    def forward(self, images: Tensor, *, with_local: bool = False, with_items: bool = False):
+        """``images (B, C, H, W)`` -> ``(a (B, L, D), (h, w))``, then with ``with_local`` the second stage's
         features averaged onto the grid, ``(B, L, widths[1])``: what each grid position holds itself (they see
-        about 10 pixels, the grid features most of the image)."""
+        14 pixels), and with ``with_items`` the third stage's features pooled onto the grid, ``(B, L, widths[2])``
+        (they see 22 pixels, less than an item of the scenes; the grid features ``a`` see 54)."""
         x = images
         if self.coords:
             b, _, hh, ww = x.shape
@@ -69,9 +70,12 @@ class GridEncoder(nn.Module):
             xs = torch.linspace(-1, 1, ww, device=x.device, dtype=x.dtype)[None, :].expand(hh, ww)
             x = torch.cat([x, torch.stack([ys, xs]).expand(b, 2, hh, ww)], dim=1)
         local = self.net[:4](x)  # conv, pool, conv, pool: stride 4
-        f = self.net[4:](local)
+        items = self.net[4:6](local)  # conv, pool: stride 8, the grid
+        f = self.net[6:](items)
         grid = (f.shape[-2], f.shape[-1])
-        a = f.flatten(2).transpose(1, 2)
-        if not with_local:
-            return a, grid
-        return a, grid, torch.nn.functional.adaptive_avg_pool2d(local, grid).flatten(2).transpose(1, 2)
+        out = [f.flatten(2).transpose(1, 2), grid]
+        if with_local:
+            out.append(torch.nn.functional.adaptive_avg_pool2d(local, grid).flatten(2).transpose(1, 2))
+        if with_items:
+            out.append(items.flatten(2).transpose(1, 2))
+        return tuple(out)

@@ -27,6 +27,10 @@ positions, ``D`` feature channels, ``H`` decoder state, ``E`` word embedding, ``
   input is ``[E' y_{t-1}, loc_t, found_t]`` (``E'``: one shared embedding for every item word; ``found_t = sum_l
   alpha_tl s(a_l)``, the attended salience) and every other word comes from ``L_o(E' y_{t-1} + L_loc loc_t +
   L_h h_t)``: neither the state nor the position words know which item was seen or named.
+- ``glimpse_features`` (with ``glimpse``): what the window reads. ``"grid"``: the annotations ``a``, which see 54
+  pixels, so the features beside an item name it as well as the item's own and the attention may settle beside
+  it. ``"local"``: the CNN's third stage at the grid's stride (22 pixels seen, less than an item of the scenes),
+  through a per-place ``ReLU(Linear)`` to ``D``: an item word is right only with the window on the item.
 - :class:`SoftCaptioner` (``caption-soft``): LSTM decoder, ``alpha_t = softmax(score(h_{t-1}, a))`` through
   :func:`qkv.functional.attention` with any qkv score (the paper's is ``additive``), the gate
   ``beta_t = sigmoid(f_beta(h_{t-1}))`` on the context ``z_t = beta_t sum_i alpha_ti a_i``, initial ``h_0, c_0``
@@ -96,7 +100,8 @@ class _LSTMCaptioner(CaptionLosses, nn.Module):
                  embed_dim: int = 64, hidden_dim: int = 128, attn_dim: int = 128, score: str = "additive",
                  dropout: float = 0.3, coords: bool = True, where: bool = False, deep_output: str = "full",
                  content_ids: Sequence[int] = (), padding: str = "zeros", keys: str = "features",
-                 init_state: str = "mean", glimpse: bool = False, salience: str = "features"):
+                 init_state: str = "mean", glimpse: bool = False, salience: str = "features",
+                 glimpse_features: str = "grid"):
         super().__init__()
         if vocab_size < 4 or embed_dim < 1 or hidden_dim < 1 or attn_dim < 1:
             raise ValueError(f"vocab_size (>= 4), embed_dim, hidden_dim and attn_dim must be positive, got "
@@ -116,6 +121,10 @@ class _LSTMCaptioner(CaptionLosses, nn.Module):
             raise ValueError(f"keys must be one of {', '.join(KEYS)}, got {keys!r}")
         if glimpse and deep_output != "grounded":
             raise ValueError("glimpse=True needs deep_output='grounded' (it is what the item words read)")
+        if glimpse_features not in ("grid", "local"):
+            raise ValueError(f"glimpse_features must be 'grid' or 'local', got {glimpse_features!r}")
+        if glimpse_features != "grid" and not glimpse:
+            raise ValueError(f"glimpse_features={glimpse_features!r} needs glimpse=True (it is what the glimpse reads)")
         if salience not in ("features", "local"):
             raise ValueError(f"salience must be 'features' or 'local', got {salience!r}")
         if init_state not in ("mean", "learned"):
@@ -140,6 +149,9 @@ class _LSTMCaptioner(CaptionLosses, nn.Module):
         if glimpse:  # log of the Gaussian window's width, in grid coordinates ([-1, 1] across the grid)
             self.log_sigma = nn.Parameter(torch.tensor(-1.2))
             self.window = _Window()  # its own module: qkv.capture_attention records the glimpse apart from alpha
+        self.glimpse_features = glimpse_features
+        if glimpse_features == "local":  # the third stage (22 px seen), per place to the features' size
+            self.read = nn.Sequential(nn.Linear(tuple(widths)[2], d), nn.ReLU())
         self.out_h, self.out_z = nn.Linear(hidden_dim, embed_dim), nn.Linear(d, embed_dim, bias=False)
         if where:
             self.out_loc = nn.Linear(2, embed_dim, bias=False)
@@ -160,8 +172,8 @@ class _LSTMCaptioner(CaptionLosses, nn.Module):
 
     def encode(self, images: Tensor) -> dict:
         """The decoding state of ``images (B, C, H, W)``: annotations, prepared keys, ``h``, ``c``."""
-        local_salience = self.salience_from == "local"
-        a, grid, *local = self.encoder(images, with_local=local_salience)
+        local_salience, read_items = self.salience_from == "local", self.glimpse_features == "local"
+        a, grid, *taps = self.encoder(images, with_local=local_salience, with_items=read_items)
         mean = a.mean(dim=1)
         if self.init_state == "mean":
             h, c = torch.tanh(self.init_h(mean)), torch.tanh(self.init_c(mean))
@@ -175,11 +187,13 @@ class _LSTMCaptioner(CaptionLosses, nn.Module):
                 keys = keys + a
             state["keys"] = self.attend.score.prepare_key(keys)
             if hasattr(self, "salience"):
-                source = local[0] if local_salience else a
+                source = taps[0] if local_salience else a
                 state["salience"] = self.salience(source).transpose(1, 2)  # (B, 1, L)
             # where=True: the grid coordinates ride along as two more value channels, so one attention gives
             # the context z and the expected location sum_l alpha_l (y_l, x_l)
             state["values"] = torch.cat([a, state["coords"]], -1) if self.where else a
+            if read_items:  # what the glimpse reads: features that see less than an item
+                state["items"] = self.read(taps[-1])
         return state
 
     def _look(self, state: dict) -> tuple[Tensor, Tensor, Tensor]:
@@ -227,7 +241,8 @@ class _LSTMCaptioner(CaptionLosses, nn.Module):
         found = (attn * state["salience"][:, 0]).sum(-1, keepdim=True)
         h, c = self.cell(torch.cat([e_state, loc, found], dim=-1), (state["h"], state["c"]))
         if self.glimpse:  # the same window around the attended place in every cell, weighted by salience only
-            z, attn = self.window(loc, state["coords"], state["a"], state["salience"], self.log_sigma)
+            z, attn = self.window(loc, state["coords"], state.get("items", state["a"]), state["salience"],
+                                  self.log_sigma)
             z = z * extras.get("beta", z.new_ones(len(z)))[:, None]
         rest = self.out(self.dropout(e_state + self.out_loc(loc) + self.out_h(self.dropout(h))))
         logits = torch.where(self.content, self.out(self.dropout(e + self.out_z(z))), rest)
@@ -259,11 +274,13 @@ class SoftCaptioner(_LSTMCaptioner):
                  embed_dim: int = 64, hidden_dim: int = 128, attn_dim: int = 128, score: str = "additive",
                  dropout: float = 0.3, coords: bool = True, where: bool = False, deep_output: str = "full",
                  content_ids: Sequence[int] = (), padding: str = "zeros", keys: str = "features",
-                 init_state: str = "mean", glimpse: bool = False, salience: str = "features"):
+                 init_state: str = "mean", glimpse: bool = False, salience: str = "features",
+                 glimpse_features: str = "grid"):
         super().__init__(vocab_size, in_channels=in_channels, widths=widths, embed_dim=embed_dim,
                          hidden_dim=hidden_dim, attn_dim=attn_dim, score=score, dropout=dropout, coords=coords,
                          where=where, deep_output=deep_output, content_ids=content_ids, padding=padding,
-                         keys=keys, init_state=init_state, glimpse=glimpse, salience=salience)
+                         keys=keys, init_state=init_state, glimpse=glimpse, salience=salience,
+                         glimpse_features=glimpse_features)
         self.f_beta = nn.Linear(self.hidden_dim, 1)
 
     def auxiliary_loss(self, out, log_likelihood, mask, *, doubly_stochastic=0.0, **_):
@@ -291,11 +308,12 @@ class HardCaptioner(_LSTMCaptioner):
                  dropout: float = 0.3, coords: bool = True, where: bool = False, deep_output: str = "full",
                  content_ids: Sequence[int] = (), padding: str = "zeros", keys: str = "features",
                  init_state: str = "mean", glimpse: bool = False, salience: str = "features",
-                 test_attention: str = "expectation", expected_share: float = 0.5):
+                 glimpse_features: str = "grid", test_attention: str = "expectation", expected_share: float = 0.5):
         super().__init__(vocab_size, in_channels=in_channels, widths=widths, embed_dim=embed_dim,
                          hidden_dim=hidden_dim, attn_dim=attn_dim, score=score, dropout=dropout, coords=coords,
                          where=where, deep_output=deep_output, content_ids=content_ids, padding=padding,
-                         keys=keys, init_state=init_state, glimpse=glimpse, salience=salience)
+                         keys=keys, init_state=init_state, glimpse=glimpse, salience=salience,
+                         glimpse_features=glimpse_features)
         if test_attention not in ("expectation", "argmax"):
             raise ValueError(f"test_attention must be 'expectation' or 'argmax', got {test_attention!r}")
         if not 0.0 <= expected_share <= 1.0:

@@ -477,3 +477,51 @@ def test_each_captioner_owns_its_loss_terms(gen):
     for name, images in (("caption-fixed", x), ("caption-transformer", x[..., :16, :16])):  # a 2x2 grid
         model = create(name, **MODELS[name])
         assert model.auxiliary_loss(model(images, tgt), ll, mask, doubly_stochastic=1.0) == (None, {})
+
+
+def _seen(output: torch.Tensor, images: torch.Tensor, place: int) -> tuple[int, int]:
+    """``(rows, columns)`` of pixels of ``images`` that the scalar ``output`` of grid ``place`` (of 8x8) depends on:
+    the extent of the gradient's support (the receptive field measured, not computed), on the canvas torus (the
+    place's cell rolled to the middle)."""
+    (grad,) = torch.autograd.grad(output, images, retain_graph=True)
+    r, c = divmod(place, 8)
+    seen = torch.roll(grad.abs().sum((0, 1)) > 0, (28 - 8 * r, 28 - 8 * c), (0, 1))
+    rows, cols = seen.any(1).nonzero().flatten(), seen.any(0).nonzero().flatten()
+    return int(rows.max() - rows.min() + 1), int(cols.max() - cols.min() + 1)
+
+
+@pytest.mark.parametrize("widths", [(4, 4, 6, 8), (3, 5, 4, 6, 7)])
+def test_the_local_glimpse_reads_features_that_see_less_than_an_item(gen, widths):
+    """glimpse_features='local': the window reads features whose receptive field (measured by the gradient of one
+    grid place with respect to the pixels) is at most 22 pixels, less than a scene's item (24-32): a window beside
+    an item cannot read it. The grid features the keys and the salience see, and the 'grid' glimpse read, see more
+    than an item."""
+    torch.manual_seed(14)
+    base = {**MODELS["caption-soft"], "widths": widths, "coords": False, "where": True, "deep_output": "grounded",
+            "glimpse": True, "content_ids": [5, 7], "keys": "positions", "padding": "circular"}
+    model = SoftCaptioner(**base, glimpse_features="local").double().eval()  # BN on running stats: per image
+    images = torch.rand(2, 1, 64, 64, generator=gen, dtype=torch.float64, requires_grad=True)
+    state = model.encode(images)
+    for place in (0, 27, 36):  # a corner (wrapped by the circular padding) and the middle of the 8x8 grid
+        assert max(_seen(state["items"][1, place].sum(), images, place)) <= 22
+        assert min(_seen(state["a"][1, place].sum(), images, place)) > 32
+    # the step's item words read exactly these features through the window
+    with torch.no_grad():
+        y = torch.tensor([BOS_ID, 6])
+        _, _, loc, extras = model.context(state)
+        logits, attn, _, _ = model.step(y, state)
+        third = model.encoder.net[:6](images.detach())  # conv, pool, conv, pool, conv, pool: the grid's stride
+        items = model.read(third.flatten(2).transpose(1, 2))
+        torch.testing.assert_close(state["items"], items)
+        z = extras["beta"][:, None] * torch.einsum("bl,bld->bd", attn, items)
+        torch.testing.assert_close(logits[:, [5, 7]], model.out(model.embed(y) + model.out_z(z))[:, [5, 7]])
+    grid = SoftCaptioner(**base).double().eval()  # the grid glimpse: the window reads features that see an item
+    assert grid.glimpse_features == "grid" and "items" not in grid.encode(images)
+
+
+def test_glimpse_features_are_checked():
+    with pytest.raises(ValueError, match="glimpse_features"):
+        SoftCaptioner(**{**MODELS["caption-soft"], "where": True, "deep_output": "grounded", "glimpse": True,
+                         "content_ids": [5], "glimpse_features": "pixels"})
+    with pytest.raises(ValueError, match="glimpse_features"):  # nothing reads them without the glimpse
+        HardCaptioner(**{**MODELS["caption-hard"], "glimpse_features": "local"})

@@ -73,6 +73,12 @@ class CaptionOptions(TransformerOptions):
     glimpse: bool | None = option(None, applies=_ATTENDING_RNN, help="soft/hard, grounded: the item words read the "
                                   "features in a Gaussian window at the attended location, weighted by salience "
                                   "(the same window in every cell; default: on for scenes)")
+    glimpse_features: str | None = option(None, choices=("grid", "local"), applies=_ATTENDING_RNN,
+                                          help="soft/hard, glimpse: what the window reads: the grid features "
+                                               "(they see 54 pixels, so a place beside an item names it too) or "
+                                               "the CNN's third stage (22 pixels, less than an item: an item word "
+                                               "is right only with the window on the item; default: local with "
+                                               "the glimpse)")
     embed_dim: int = option(64, low=1, applies=_RNN, help="LSTMs: word embedding size")
     hidden_dim: int = option(128, low=1, applies=_RNN, help="LSTMs: decoder state size")
     attn_dim: int = option(128, low=1, applies=_ATTENDING_RNN, help="hidden size of the additive/MLP score")
@@ -123,6 +129,11 @@ class CaptionOptions(TransformerOptions):
             self.deep_output = self.deep_output or ("grounded" if scenes else "full")
             if self.glimpse is None:
                 self.glimpse = self.deep_output == "grounded" and scenes
+            if self.glimpse_features is None:
+                self.glimpse_features = "local" if self.glimpse else "grid"
+            elif self.glimpse_features != "grid" and not self.glimpse:
+                raise ValueError(f"glimpse_features {self.glimpse_features!r} needs the glimpse (--glimpse): it "
+                                 "is what the glimpse reads")
         if self.model == "soft" and self.doubly_stochastic is None:
             self.doubly_stochastic = 0.0 if scenes else 0.1
 

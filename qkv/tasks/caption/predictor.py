@@ -24,7 +24,8 @@ __all__ = ["Captioner", "Caption"]
 
 
 #: model options a run saved before they existed, as the model built then (the constructors' defaults)
-_BUILT_BEFORE = {"padding": "zeros", "keys": "features", "init_state": "mean", "glimpse": False}
+_BUILT_BEFORE = {"padding": "zeros", "keys": "features", "init_state": "mean", "glimpse": False,
+               "glimpse_features": "grid"}
 
 
 def _as_built(options: CaptionOptions, model_config: dict[str, Any]) -> CaptionOptions:

@@ -42,7 +42,8 @@ def model_spec(options: CaptionOptions, *, vocab_size: int, in_channels: int, im
         config.update(embed_dim=o.embed_dim, hidden_dim=o.hidden_dim)
         if o.model != "fixed":
             config.update(attn_dim=o.attn_dim, score=o.score_name, where=o.where, deep_output=o.deep_output,
-                          keys=o.keys, init_state=o.init_state, glimpse=o.glimpse, salience=o.salience)
+                          keys=o.keys, init_state=o.init_state, glimpse=o.glimpse, salience=o.salience,
+                          glimpse_features=o.glimpse_features)
             if o.deep_output != "full":
                 if not content_ids:
                     raise ValueError(f"deep_output {o.deep_output!r} needs the item words' ids (captions data "

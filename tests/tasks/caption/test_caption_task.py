@@ -40,6 +40,8 @@ def test_train_and_caption_every_model(model, tmp_path, capsys):
     out = tmp_path / model
     assert train(out, model, "--max-steps", "2") == 0
     final = {e["split"]: e["metrics"] for e in events(out) if e["event"] == "final"}
+    if model in ("soft", "hard"):  # the default glimpse reads features that see less than an item
+        assert Captioner.load(out).model.glimpse_features == "local"
     for key in ("bleu1", "bleu4", "exact_match", "grounding", "grounding_above", "exact_match_items4",
                 "layout_match"):
         assert key in final["test"]
@@ -144,6 +146,8 @@ def test_flickr_style_folder(tmp_path, capsys):
     (["train", "caption", "--model", "fixed", "--attn-dim", "8"], "--attn-dim"),
     (["train", "caption", "--model", "soft", "--num-heads", "3"], "--num-heads"),
     (["train", "caption", "--widths", "4,4"], "widths"),
+    (["train", "caption", "--no-glimpse", "--glimpse-features", "local"], "--glimpse-features"),
+    (["train", "caption", "--model", "transformer", "--glimpse-features", "grid"], "--glimpse-features"),
     (["train", "caption", "--data", "/nonexistent/captions.txt"], "no such captions file"),
 ])
 def test_bad_training_options(argv, message, tmp_path, capsys):
@@ -249,7 +253,7 @@ def test_a_run_saved_before_the_scene_options_reports_the_model_it_built(tmp_pat
         if not path.is_file():
             continue
         saved = json.loads(path.read_text())
-        for key in ("padding", "keys", "init_state", "glimpse"):
+        for key in ("padding", "keys", "init_state", "glimpse", "glimpse_features"):
             saved["config"]["model"]["config"].pop(key)
             saved["config"]["options"].pop(key)
         saved["config"]["options"].pop("references")
@@ -258,8 +262,29 @@ def test_a_run_saved_before_the_scene_options_reports_the_model_it_built(tmp_pat
     o = cap.options
     assert (o.padding, o.keys, o.init_state, o.glimpse, o.references) == ("zeros", "features", "mean", False, "sample")
     assert cap.model.encoder.padding == "zeros" and cap.model.keys == "features" and not cap.model.glimpse
+    assert o.glimpse_features == "grid" and not hasattr(cap.model, "read")
     fresh = CaptionOptions()
     assert (fresh.padding, fresh.keys, fresh.glimpse, fresh.references) == ("circular", "positions", True, "best")
+    assert fresh.glimpse_features == "local"
+
+
+def test_the_glimpse_reads_local_features_by_default_and_grid_on_request():
+    """Scenes: the attending models' glimpse reads the CNN's third stage (features that see less than an item), built
+    into the model the run saves; --glimpse-features grid keeps the grid features; nothing to read without the
+    glimpse."""
+    from qkv.models import create
+
+    for model in ("soft", "hard"):
+        for what in ("local", "grid"):
+            o = CaptionOptions(model=model, **({} if what == "local" else {"glimpse_features": "grid"}))
+            assert o.glimpse_features == what
+            spec = model_spec(o, vocab_size=30, in_channels=1, image_size=64, content_ids=[7, 9])
+            assert spec["config"]["glimpse_features"] == what
+            built = create(spec["name"], **spec["config"])
+            assert built.glimpse_features == what and hasattr(built, "read") == (what == "local")
+    assert CaptionOptions(glimpse=False).glimpse_features == "grid"
+    with pytest.raises(ValueError, match="glimpse"):
+        CaptionOptions(glimpse=False, glimpse_features="local")
 
 
 def test_evaluate_on_another_captions_file_naming_missing_images(tmp_path, capsys):
