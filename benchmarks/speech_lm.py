@@ -2,12 +2,15 @@
 per held-out voice.
 
     python benchmarks/speech_lm.py text runs/speech-lm.txt              # the LM's text: no valid/test sentence
+    python benchmarks/speech_lm.py text runs/digits-lm.txt --corpus digits
     qkv train lm --data runs/speech-lm.txt --max-minutes 20 --threads 1 --out runs/lm-speech
     python benchmarks/speech_lm.py fuse runs/speech/las-location runs/lm-speech --json fusion.json
 
 ``text`` writes the English sentences of Tatoeba, normalised as the speech transcripts are (lower case, letters and
 apostrophes), one per line, **without** the sentences of the ``sentences`` corpus's valid and test splits (the
-``long`` split joins test sentences): a language model trained on it has never read what it is scored on.
+``long`` split joins test sentences): a language model trained on it has never read what it is scored on. With
+``--corpus digits``: 50,000 spoken-number texts drawn as the ``digits`` corpus draws its own (another seed), also
+without its valid and test texts.
 
 ``fuse`` decodes the run's ``valid`` split (training voices, unseen sentences) over a grid of language-model
 weights ``lambda`` and length rewards (:mod:`qkv.models.fusion`, shallow fusion in the beam), keeps the pair of
@@ -30,7 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from qkv.data.speech import normalize_transcript  # noqa: E402
-from qkv.data.speech_synth import sentence_texts  # noqa: E402
+from qkv.data.speech_synth import digit_texts, sentence_texts  # noqa: E402
 from qkv.tasks.lm import LanguageModel  # noqa: E402
 from qkv.tasks.speech import Transcriber, speech_metrics  # noqa: E402
 from qkv.tasks.speech.options import SpeechOptions  # noqa: E402
@@ -39,27 +42,29 @@ from qkv.tasks.speech.task import read_features  # noqa: E402
 TATOEBA = ROOT.parent / "shared" / "data" / "tatoeba-eng-fra.tsv.gz"
 
 
-def write_text(out: Path, data_seed: int) -> None:
-    options = SpeechOptions(data="sentences", data_seed=data_seed)
-    texts = sentence_texts(options.text, seed=data_seed)
-    held = set(texts[options.n_train:options.n_train + options.n_valid + options.n_test])
+def write_text(out: Path, corpus: str, data_seed: int) -> None:
+    options = SpeechOptions(data=corpus, data_seed=data_seed)
+    need = options.n_train + options.n_valid + options.n_test
+    texts = digit_texts(need, data_seed) if corpus == "digits" else sentence_texts(options.text, seed=data_seed)
+    held = set(texts[options.n_train:need])
+    if corpus == "digits":
+        lines = digit_texts(50_000, seed=data_seed + 1000)
+    else:
+        with gzip.open(TATOEBA, "rt", encoding="utf-8") as f:
+            lines = [line.split("\t")[0] for line in f if not any(c.isdigit() for c in line.split("\t")[0])]
     kept, dropped = {}, 0
-    with gzip.open(TATOEBA, "rt", encoding="utf-8") as f:
-        for line in f:
-            english = line.split("\t")[0]
-            if any(c.isdigit() for c in english):
-                continue
-            text = normalize_transcript(english)
-            if not text:
-                continue
-            if text in held:
-                dropped += 1
-                continue
-            kept.setdefault(text, None)
+    for line in lines:
+        text = normalize_transcript(line)
+        if not text:
+            continue
+        if text in held:
+            dropped += 1
+            continue
+        kept.setdefault(text, None)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("\n".join(kept) + "\n", encoding="utf-8")
-    print(f"{out}: {len(kept)} distinct sentences ({sum(map(len, kept))} characters); {dropped} lines of the "
-          f"{len(held)} valid/test sentences left out")
+    print(f"{out}: {len(kept)} distinct texts ({sum(map(len, kept))} characters); {dropped} lines of the "
+          f"{len(held)} valid/test texts left out")
 
 
 def decode(t: Transcriber, data, beam: int, **fusion) -> tuple[dict, list[str]]:
@@ -126,6 +131,7 @@ def main() -> None:
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("text", help="write the language model's text")
     p.add_argument("out", type=Path)
+    p.add_argument("--corpus", default="sentences", choices=("sentences", "digits"))
     p.add_argument("--data-seed", type=int, default=0, help="the speech corpus's data_seed")
     p = sub.add_parser("fuse", help="choose the fusion weights on valid, then score test and long")
     p.add_argument("run", help="a speech run (qkv train speech --data sentences)")
@@ -138,7 +144,7 @@ def main() -> None:
     p.add_argument("--json", default=None)
     args = parser.parse_args()
     if args.command == "text":
-        write_text(args.out, args.data_seed)
+        write_text(args.out, args.corpus, args.data_seed)
     else:
         fuse(args)
 
