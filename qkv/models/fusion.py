@@ -65,7 +65,9 @@ class LMScorer(PrefixScorer):
             start of a document, as it was trained).
 
     The state of ``N`` hypotheses is ``{"caches": [KVCache, ...]}``, updated in place by each call (the last token
-    of every prefix is read then) and reordered by the search like any other state.
+    of every prefix is read then) and reordered by the search like any other state. A prefix that outgrows a model
+    with a bounded context (learned or sinusoidal positions) is read again from its last ``context // 2`` tokens,
+    and the steps go on from there (a sliding window re-read every half context).
     """
 
     def __init__(self, lm: torch.nn.Module, *, weight: float, reward: float = 0.0, vocab_map: Tensor | None = None,
@@ -83,22 +85,26 @@ class LMScorer(PrefixScorer):
         """Empty caches (the search repeats them for the beams when they are still empty: nothing to copy)."""
         return {"caches": self.lm.new_caches()}
 
+    def lm_ids(self, tokens: Tensor) -> Tensor:
+        """The language model's ids of decoder ``tokens``; a token of an extended vocabulary (a copied source word)
+        is its ``<unk>``."""
+        tokens = tokens.to(self.device)
+        known = len(self.vocab_map) if self.vocab_map is not None else self.lm_vocab
+        beyond = tokens >= known
+        tokens = tokens.masked_fill(beyond, 0)
+        ids = tokens if self.vocab_map is None else self.vocab_map[tokens]
+        return ids.masked_fill(beyond, self.unk_id)
+
     @torch.no_grad()
     def __call__(self, prefixes: Tensor, state: dict[str, Any]) -> tuple[Tensor, dict[str, Any]]:
         n, device = prefixes.shape[0], self.device
-        if prefixes.shape[1] == 0:
-            fed = torch.full((n, 1), self.start_id, dtype=torch.long, device=device)
-        else:
-            last = prefixes[:, -1:].to(device)
-            known = len(self.vocab_map) if self.vocab_map is not None else self.lm_vocab
-            beyond = last >= known  # a word of an extended vocabulary (a copied source word): the model's <unk>
-            last = last.masked_fill(beyond, 0)
-            fed = last if self.vocab_map is None else self.vocab_map[last]
-            fed = fed.masked_fill(beyond, self.unk_id)
+        fed = torch.full((n, 1), self.start_id, dtype=torch.long, device=device) if prefixes.shape[1] == 0 else \
+            self.lm_ids(prefixes[:, -1:])
         context = getattr(self.lm, "context", None)
         if context is not None and len(state["caches"][0]) + 1 > context:
-            raise ValueError(f"the language model reads at most {context} tokens; the hypotheses are longer "
-                             "(use a model with a longer context or ALiBi positions, or a smaller max_len)")
+            # past the model's context: it reads the last half-context of each prefix afresh, then steps on
+            state["caches"] = self.lm.new_caches()
+            fed = self.lm_ids(prefixes[:, -max(context // 2, 1):])
         logp = torch.log_softmax(self.lm.step(fed, state["caches"])[:, -1].float(), dim=-1)
         if self.vocab_map is not None:
             logp = logp[:, self.vocab_map]

@@ -173,3 +173,24 @@ def test_a_base_vocabulary_language_model_scores_extended_tokens_as_its_unknown(
     assert any(t >= V for t in brute)
     assert best.tokens == [t for t in brute if t != EOS]
     assert best.score == pytest.approx(joint(brute), abs=1e-4)
+
+
+def test_past_its_context_the_language_model_reads_the_last_half_context_afresh():
+    context, weight = 6, 0.9
+    lm = CausalLM(LMConfig(vocab_size=V, dim=16, num_heads=2, num_layers=1, max_len=context, dropout=0.0)).eval()
+    scorer = LMScorer(lm, weight=weight, eos_id=EOS, start_id=EOS)
+    torch.manual_seed(5)
+    prefixes = torch.randint(3, V, (3, 14))
+    state, held, restarts = scorer.initial_state(), 0, 0  # held: how many positions the model reads, by hand
+    for t in range(prefixes.shape[1] + 1):
+        scores, state = scorer(prefixes[:, :t], state)
+        if held + 1 > context:
+            held, restarts = context // 2, restarts + 1
+        else:
+            held += 1
+        read = torch.cat([torch.full((3, 1), EOS), prefixes[:, :t]], 1)[:, -held:]  # the start token, then the prefix
+        with torch.no_grad():
+            expected = weight * torch.log_softmax(lm(read)[:, -1].float(), -1)
+        assert len(state["caches"][0]) == held <= context
+        assert torch.allclose(scores, expected, atol=1e-5), t
+    assert restarts >= 2
