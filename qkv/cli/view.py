@@ -95,13 +95,21 @@ def _is_hf_dir(path: str) -> bool:
     return is_hf_model_dir(path)
 
 
-def _run_viewer(path: str, device: str):
+def _run_viewer(path: str, device: str, **settings: Any):
+    """The predictor of a run; the settings of ``qkv view`` it takes (its ``view_takes``: a language model
+    generates) set through its ``viewing``, others refused."""
     from ..tasks import load_predictor
 
-    return load_predictor(path, device)
+    predictor = load_predictor(path, device)
+    refused = [k for k in settings if k not in getattr(predictor, "view_takes", ())]
+    if refused:
+        flags = ", ".join("--" + k.replace("_", "-") for k in refused)
+        raise ValueError(f"{flags} apply to Hugging Face model directories and language-model runs; {path} is a "
+                         f"{predictor.task} run")
+    return predictor.viewing(**settings) if settings else predictor
 
 
-_run_viewer.takes = ()  # type: ignore[attr-defined]
+_run_viewer.takes = ("generate", "strategy", "seed")  # type: ignore[attr-defined]
 
 #: ``(recognises(path), viewer(path, device, **settings))`` in order, each viewer saying which settings it
 #: ``takes``; the last takes any directory (a run of any application of the registry)
