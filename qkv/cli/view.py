@@ -98,14 +98,21 @@ def _is_hf_dir(path: str) -> bool:
 def _run_viewer(path: str, device: str, **settings: Any):
     """The predictor of a run; the settings of ``qkv view`` it takes (its ``view_takes``: a language model
     generates) set through its ``viewing``, others refused."""
-    from ..tasks import load_predictor
+    from ..tasks import application, load_predictor
+    from ..tasks.run import run_task
 
+    if settings:  # refused before the weights are read
+        try:
+            task = run_task(path)
+            takes = getattr(application(task).predictor, "view_takes", ())
+        except (OSError, ValueError):
+            task, takes = None, ()
+        refused = [k for k in settings if k not in takes]
+        if refused:
+            flags = ", ".join("--" + k.replace("_", "-") for k in refused)
+            raise ValueError(f"{flags} apply to Hugging Face model directories and language-model runs; {path} is "
+                             + (f"a {task} run" if task else "neither"))
     predictor = load_predictor(path, device)
-    refused = [k for k in settings if k not in getattr(predictor, "view_takes", ())]
-    if refused:
-        flags = ", ".join("--" + k.replace("_", "-") for k in refused)
-        raise ValueError(f"{flags} apply to Hugging Face model directories and language-model runs; {path} is a "
-                         f"{predictor.task} run")
     return predictor.viewing(**settings) if settings else predictor
 
 
