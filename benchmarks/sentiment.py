@@ -98,6 +98,8 @@ def main() -> int:
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="override an option of every model (a SentimentOptions or TrainConfig field; repeatable)")
     ap.add_argument("--init", default=None, help="the language-model run of --models lm (qkv train lm)")
+    ap.add_argument("--scratch", action="store_true", help="--models lm: the same model and tokenizer from a random "
+                    "start (the language model's weights left out), to see what pretraining gives")
     ap.add_argument("--quick", action="store_true", help="30 steps per model: a smoke test, not a result")
     ap.add_argument("-v", "--verbose", action="store_true")
     args = ap.parse_args()
@@ -138,13 +140,14 @@ def main() -> int:
         for f in folds:
             o = dataclasses.replace(opts, fold=f)
             c = cfg.replace(out=str(Path(cfg.out) / f"fold-{f}")) if cfg.out and args.folds else cfg
-            runs.append(train(SentimentTask(o, data), c))
+            runs.append(train((ScratchTask if args.scratch and name == "lm" else SentimentTask)(o, data), c))
             accs.append(runs[-1].metrics.get("test", {}).get("accuracy", float("nan")))
         seconds = (time.monotonic() - t0) / len(folds)
         valid = [r.metrics.get("valid", {}).get("accuracy", float("nan")) for r in runs]
         epochs = statistics.mean(r.state.epoch + (r.state.step > 0) for r in runs)
         params = sum(p.numel() for p in runs[0].model.parameters())
-        label = name + (f" [{' '.join(args.set)}]" if args.set else "")
+        label = name + (" from a random start" if args.scratch and name == "lm" else "") + \
+            (f" [{' '.join(args.set)}]" if args.set else "")
         rows.append((f"{label} ({params / 1e6:.2f} M parameters)", accs, valid, seconds, f"{epochs:.1f}"))
     what = f"{args.folds}-fold cross-validation, mean +- std" if args.folds else "held-out test split (10%)"
     if args.only_folds:
@@ -162,6 +165,14 @@ def main() -> int:
             print(f"{name}: {' '.join(f'{100 * a:.2f}' for a in test)}  ")
     print("\nReference (Pang & Lee MR, 10-fold, Kim 2014): CNN-rand 76.1%, CNN-static (word2vec) 81.5%.")
     return 0
+
+
+class ScratchTask(SentimentTask):
+    """``--scratch``: model lm with the language model's architecture and tokenizer, its weights left out."""
+
+    def build_model(self):
+        self._lm_weights = None
+        return super().build_model()
 
 
 def _overrides(ap, pairs) -> tuple[dict, dict]:
