@@ -102,6 +102,7 @@ def test_group_lr_freezes_until_the_unfreeze_step():
         layered_groups(layers, 0.0, lr_decay=0.5)
 
 
+@pytest.mark.slow
 def test_gradual_unfreezing_keeps_the_body_until_its_turn(lm_run, tmp_path):
     run, reviews = lm_run
     lm = lm_weights(run)
@@ -115,13 +116,14 @@ def test_gradual_unfreezing_keeps_the_body_until_its_turn(lm_run, tmp_path):
     head0 = start.build_model().head.weight
     assert not torch.equal(frozen["head.weight"], head0)
     # all at once: the lowest layer moves in the first steps too
-    assert main(train_args(reviews, run, tmp_path / "all", "--unfreeze", "0", "--max-steps", "2")) == 0
+    assert main(train_args(reviews, run, tmp_path / "all", "--unfreeze", "0", "--max-steps", "1")) == 0
     moved = load_checkpoint(tmp_path / "all" / "checkpoint").state_dict
     assert not torch.equal(moved["body.embed.weight"], lm["embed.weight"])
     assert all(not torch.equal(moved[f"body.{n}"], t) for n, t in lm.items() if n.startswith("layers.0.") and
                n.endswith("weight"))
 
 
+@pytest.mark.slow
 def test_the_run_is_read_back_and_resumed_without_the_language_model(lm_run, tmp_path, capsys):
     run, reviews = lm_run
     copy = tmp_path / "lm"
