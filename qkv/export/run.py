@@ -35,7 +35,7 @@ logger = logging.getLogger(__name__)
 __all__ = ["export_run", "check_exportable", "EXPORTED", "MANIFEST"]
 
 #: the applications :func:`export_run` exports
-EXPORTED = ("sentiment", "images", "segment", "translate", "caption")
+EXPORTED = ("sentiment", "images", "segment", "translate", "caption", "summarize", "speech", "qa")
 #: the file in ``out`` that lists the graphs, their inputs and outputs
 MANIFEST = "export.json"
 
@@ -102,11 +102,13 @@ def export_run(run: str | os.PathLike, out: str | os.PathLike, *, with_weights: 
     manifest: dict[str, Any] = {"application": name, "run": str(run), "graphs": {}}
     for graph_name, (module, example, extra) in graphs.items():
         inputs, outputs, dynamic = list(module.inputs), list(module.outputs), list(module.dynamic)
+        torchscript = getattr(module, "torchscript", None)
         if with_weights:
             module = WithWeights(module, predictor.model)
             outputs += weight_names(module, *example)
         path = to_onnx(module, example, out / f"{graph_name}.onnx", input_names=inputs, output_names=outputs,
-                       dynamic=dynamic, runtime_checks=graph_name == "decoder_step" and _grouped(predictor.model))
+                       dynamic=dynamic, runtime_checks=graph_name == "decoder_step" and _grouped(predictor.model),
+                       torchscript=torchscript)
         manifest["graphs"][graph_name] = {"file": path.name, "inputs": inputs, "outputs": outputs, **extra}
     for asset in predictor.task_class.assets:
         getattr(predictor, asset).save(out / asset)
