@@ -76,4 +76,8 @@ def qa(predictor) -> Graphs:
     extra = {"max_answer_len": o.max_answer_len, "max_context": o.max_context, "stride": o.stride,
              "max_question": o.max_question}
     example = tuple(batch[k] for k in ReaderGraph.inputs)
-    return {"model": (ReaderGraph(predictor.model, o.max_answer_len), example, extra)}
+    from ..layers.transformer import PositionalEncoding
+
+    tables = [m.max_len for m in predictor.model.modules() if isinstance(m, PositionalEncoding)]
+    return {"model": (ReaderGraph(predictor.model, o.max_answer_len, min(tables) if tables else None), example,
+                      extra)}

@@ -80,10 +80,11 @@ class ReaderGraph(nn.Module):
     inputs = ("context", "context_mask", "question", "question_mask", "match")
     outputs = ("start_logits", "end_logits", "attention", "start", "end", "probability")
 
-    def __init__(self, model: nn.Module, max_answer_len: int):
+    def __init__(self, model: nn.Module, max_answer_len: int, longest: int | None = None):
         super().__init__()
         self.model, self.max_answer_len = model, max_answer_len
-        ctx, q = {0: "batch", 1: "context"}, {0: "batch", 1: "question"}
+        # (a Transformer reader reads at most its table of positions)
+        ctx, q = {0: "batch", 1: ("context", None, longest)}, {0: "batch", 1: ("question", None, longest)}
         self.dynamic = (ctx, ctx, q, q, ctx)
 
     def forward(self, context: Tensor, context_mask: Tensor, question: Tensor, question_mask: Tensor,

@@ -69,7 +69,9 @@ def speech_graphs(predictor) -> dict[str, Any]:
              "model_max_len": getattr(model, "max_len", None), "max_len": getattr(model, "max_len", 1 << 20),
              "max_decode_len": o.max_decode_len}
     past = getattr(model, "max_len", None)
+    positions = getattr(model, "frame_positions", None)  # a table of frame positions, after two halvings
+    most = None if positions is None else 4 * positions.max_len
     return state_graphs(model, model.encode, example(48), example(61), ("features", "frames"),
-                        ({0: "batch", 1: ("frames", 16, None)}, {0: "batch"}), extra=extra,
+                        ({0: "batch", 1: ("frames", 16, most)}, {0: "batch"}), extra=extra,
                         past_bound=None if past is None else past - 1,
                         constants={"window": window} if window else None, step=attending)

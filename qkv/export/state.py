@@ -114,7 +114,9 @@ class StateStep(nn.Module):
         state = rebuild(self.template, leaves, constants)
         logits, attention, state = self.model.decode_step(tokens, state)
         new, _ = flatten(state)
-        return (logits.float(), attention.float(), *(new[n] for n in self.carried))
+        out = (logits.float(), attention.float(), *(new[n] for n in self.carried))
+        # an output that is an input (a fixed model's all-zero attention) is a copy: one name per value
+        return tuple(o.clone() if any(o is x for x in rest) else o for o in out)
 
 
 def _axes(a: Tensor, b: Tensor, name: str, bound: int | None) -> dict[int, Any]:
@@ -147,7 +149,8 @@ def state_graphs(model: nn.Module, encode: Callable[..., Any], inputs: Sequence[
                           "source_axes": [i for i in range(1, leaves[n].dim())
                                           if leaves[n].shape[i] != other_leaves[n].shape[i]]} for n in outputs}}
     graphs = {"encoder": (enc, tuple(inputs), {"kind": "state", "state_inputs": given})}
-    if not step:
+    if not step:  # an encoder alone (a CTC model): the settings beside it
+        graphs["encoder"][2].update(info)
         return graphs
     n_ext = isinstance(state, dict) and "n_ext" in state and bool(getattr(model, "copy", False))
     with torch.no_grad():
