@@ -15,8 +15,9 @@ mode, exported by :func:`qkv.export.to_onnx` with the graphs ``qkv export`` writ
   vocabulary 20,000, 200 source words), speech (Listen, Attend and Spell, 40 log-mels, 4 s = 400 frames);
 - question answering's reader (the Attentive Reader, vocabulary 20,000, 200 context and 12 question tokens).
 
-A decoder step is timed from the state the encoder made; a decoded output takes one encoder call and one step per
-token (the numpy search around them is the same for both).
+A decoder step is timed on the state the encoder made of the timed sources (its first step: a Transformer's
+empty caches would grow, the recurrent models' state does not); a decoded output takes one encoder call and one
+step per token (the numpy search around them is the same for both).
 
 Each row: the median of ``--repeat`` calls after warm-up calls, PyTorch under ``torch.no_grad()`` with
 ``torch.set_num_threads(threads)``, ONNX Runtime with ``intra_op_num_threads = threads`` and its default graph
@@ -80,10 +81,21 @@ def _rows(t: torch.Tensor, b: int) -> torch.Tensor:
     return t[torch.arange(b) % t.shape[0]]
 
 
-def _graphs(name: str, graphs: dict) -> dict:
-    """The graphs of a decoder, each made for batch ``b`` by repeating its example's rows."""
-    return {f"{name}: {g}": (module, lambda b, ex=example: tuple(_rows(t, b) for t in ex))
-            for g, (module, example, _) in graphs.items()}
+def _graphs(name: str, graphs: dict, source) -> dict:
+    """The encoder and decoder step of a decoder: the encoder on ``source(b)``, the step on the state the encoder
+    makes of it (as a served decoder's first step sees it)."""
+    encoder, _, info = graphs["encoder"]
+    step = graphs["decoder_step"][0]
+
+    def state(b):
+        inputs = source(b)
+        with torch.no_grad():
+            made = dict(zip(encoder.outputs, encoder(*inputs), strict=True))
+        made.update({n: inputs[encoder.inputs.index(given)] for n, given in info["state_inputs"].items()})
+        extra = (torch.zeros(b, 1, dtype=torch.bool),) if step.ext_slots else ()
+        return (torch.full((b,), 6), *(made[n] for n in step.names), *extra)
+
+    return {f"{name}: encoder": (encoder, source), f"{name}: decoder_step": (step, state)}
 
 
 def decoders(gen) -> dict:
@@ -104,26 +116,19 @@ def decoders(gen) -> dict:
     o = TranslateOptions()
     translator = SimpleNamespace(model=built(translate_spec(o, src_vocab=8000, tgt_vocab=8000)),
                                  src_tokenizer=SimpleNamespace(vocab_size=8000))
-    out = _graphs("translation (bahdanau)", translate_graphs(translator))
-    # longer examples than the builders': the encoder's source and the step's state at the measured sizes
-    for key, (module, _) in list(out.items()):
-        if key.endswith("encoder"):
-            out[key] = (module, lambda b: (torch.randint(4, 8000, (b, 64), generator=gen),
-                                           torch.ones(b, 64, dtype=torch.bool)))
+    out = _graphs("translation (bahdanau, 64 source tokens)", translate_graphs(translator),
+                  lambda b: (torch.randint(4, 8000, (b, 64), generator=gen), torch.ones(b, 64, dtype=torch.bool)))
     o = SummarizeOptions()
     summarizer = SimpleNamespace(model=built(summary_spec(o, vocab=20000)), options=o)
-    graphs = summarize_graphs(summarizer)
-    out.update(_graphs("summarisation (pointer-generator)", graphs))
-    key = "summarisation (pointer-generator): encoder"
-    out[key] = (out[key][0], lambda b: (torch.randint(4, 20000, (b, 200), generator=gen),
-                                        torch.ones(b, 200, dtype=torch.bool),
-                                        torch.randint(4, 20000, (b, 200), generator=gen)))
+    out.update(_graphs("summarisation (pointer-generator, 200 source words)", summarize_graphs(summarizer),
+                       lambda b: (torch.randint(4, 20000, (b, 200), generator=gen),
+                                  torch.ones(b, 200, dtype=torch.bool),
+                                  torch.randint(4, 20000, (b, 200), generator=gen))))
     o = SpeechOptions()
     recogniser = SimpleNamespace(model=built(speech_spec(o, vocab_size=32, n_mels=o.n_mels)), options=o)
-    out.update(_graphs("speech (LAS)", speech_graphs(recogniser)))
-    key = "speech (LAS): encoder"
-    out[key] = (out[key][0], lambda b: (torch.randn(b, 400, o.n_mels, generator=gen),
-                                        torch.full((b,), 400, dtype=torch.long)))
+    out.update(_graphs("speech (LAS, 4 s = 400 frames)", speech_graphs(recogniser),
+                       lambda b: (torch.randn(b, 400, o.n_mels, generator=gen),
+                                  torch.full((b,), 400, dtype=torch.long))))
     return out
 
 
