@@ -46,8 +46,10 @@ def exported(tiny_run, tmp_path_factory):
         key = (app, tuple(sorted(changes.items())))
         if key not in cache:
             if changes:
+                tiny_run(app)  # (its data, made once under the tiny runs' root)
                 run = tmp_path_factory.mktemp(f"{app}-run")
-                argv = [a.format(reviews="", root=tiny_run.root) for a in _argv(app, changes)] + ["--out", str(run)]
+                argv = [a.format(reviews=tiny_run.root / "reviews.tsv", root=tiny_run.root)
+                        for a in _argv(app, changes)] + ["--out", str(run)]
                 with single_thread(), contextlib.redirect_stdout(io.StringIO()):
                     assert main(argv) == 0, " ".join(argv)
             else:
@@ -196,3 +198,22 @@ def test_reader_graph_gives_the_predictor_answers(exported, arch, one_thread):
         assert float(got["probability"][i]) == pytest.approx(w.probability, abs=1e-5)
         n = int(batch["context_mask"][i].sum())
         np.testing.assert_allclose(got["attention"][i, :n], np.array(w.attention), atol=1e-5)
+
+
+def test_recurrent_sentiment_graph_gives_the_predictor_logits(exported, one_thread):
+    from qkv.data.text_classification import collate_texts
+
+    run, out = exported("sentiment", model="bigru", dim=None, num_heads=None, hidden_dim=32)
+    predictor = load_predictor(run, device="cpu")
+    info = json.loads((out / "export.json").read_text())["graphs"]["model"]
+    session = ort.InferenceSession(str(out / info["file"]), providers=["CPUExecutionProvider"])
+    for texts in (["a fine film", "dull , long and far too loud for its own good", "bad"], ["good fun"]):
+        batch = collate_texts([(predictor.tokenizer.encode(t), 0) for t in texts])
+        got = dict(zip(info["outputs"], session.run(None, {"ids": batch["ids"].numpy(),
+                                                          "mask": batch["mask"].numpy()}), strict=True))
+        with torch.no_grad():
+            res = predictor.model(batch["ids"], batch["mask"])
+        np.testing.assert_allclose(got["logits"], res.logits.numpy(), atol=1e-4)
+        weights = res.weights.float()
+        np.testing.assert_allclose(got["weights"], (weights.mean(1) if weights.dim() == 3 else weights).numpy(),
+                                   atol=1e-5)
