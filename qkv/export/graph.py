@@ -8,7 +8,9 @@ Limits that apply (and are named in the errors and in ``docs/export.md``):
 - the graphs are written at :data:`OPSET` (ONNX Runtime 1.17+ runs it);
 - a score, normaliser or modifier that is a user's Python function is traced as whatever it computes on the example
   inputs; a run whose model holds one is refused by :func:`qkv.export.export_run` (its code is not in the run);
-- sizes are dynamic only along the axes given as ``dynamic``; every other size is the example's.
+- sizes are dynamic only along the axes given as ``dynamic``; every other size is the example's;
+- a recurrent layer over a sequence (``nn.LSTM``, ``nn.GRU``) is unrolled by ``torch.export`` at the example's
+  length: such graphs are written by the TorchScript exporter (:func:`recurrent`, ONNX's ``LSTM``/``GRU``).
 """
 
 from __future__ import annotations
