@@ -68,9 +68,16 @@ class LMFusionOption:
     length_reward: float = option(0.0, low=0, requires=("lm",), help="added per output token with --lm, against the "
                                   "early ends a language model favours")
 
-    def fusion(self) -> dict:
-        """The predictor's ``lm``, ``lm_weight`` and ``length_reward`` (nothing without ``--lm``)."""
-        return {"lm": self.lm, "lm_weight": self.lm_weight, "length_reward": self.length_reward} if self.lm else {}
+    def fusion(self, predictor) -> dict:
+        """``predictor``'s ``lm`` (the run of ``--lm`` loaded, or an error naming the flag), ``lm_weight`` and
+        ``length_reward``; nothing without ``--lm``."""
+        if not self.lm:
+            return {}
+        try:
+            lm = predictor.language_model(self.lm)
+        except (ValueError, OSError) as e:
+            raise ValueError(f"--lm {self.lm}: {e}") from None
+        return {"lm": lm, "lm_weight": self.lm_weight, "length_reward": self.length_reward}
 
 
 def check_device(device: str, flag: str = "--device") -> None:

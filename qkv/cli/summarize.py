@@ -43,9 +43,10 @@ class SummarizeCommand(LMFusionOption, JsonOption, LimitOption, DeviceOption, Fi
     FLAG_ALIASES = {"limit": ("--limit",)}
 
 
-def _settings(o: SummarizeCommand) -> dict:
+def _settings(o: SummarizeCommand, summarizer) -> dict:
     return {"beam": o.beam, "max_len": o.max_len, "length_penalty": o.length_penalty,
-            "coverage_penalty": o.coverage_penalty, "no_repeat_ngram_size": o.no_repeat_ngram, **o.fusion()}
+            "coverage_penalty": o.coverage_penalty, "no_repeat_ngram_size": o.no_repeat_ngram,
+            **o.fusion(summarizer)}
 
 
 def _evaluate(o: SummarizeCommand) -> int:
@@ -68,7 +69,7 @@ def _evaluate(o: SummarizeCommand) -> int:
             print(f"exact match {100 * m['exact_match']:.2f}%, F1 {100 * m['f1']:.2f}%")
 
     evaluation(summarizer, None if own else o.evaluate, split=o.split, limit=o.limit, on_error=o.on_error,
-               json_path=o.json, report=table, **_settings(o))
+               json_path=o.json, report=table, **_settings(o, summarizer))
     return 0
 
 
@@ -79,7 +80,7 @@ def summarize(args) -> int:
     html_path = page_path(o.html, option="--html") if o.html else None  # settled first: printed == written
     texts = read_inputs(o.text, o.file, "texts to summarise")
     summarizer = load(o.run, o.device, "summarize")
-    results = summarizer.predict(texts, min_len=o.min_len, **_settings(o))
+    results = summarizer.predict(texts, min_len=o.min_len, **_settings(o, summarizer))
     if o.output:
         written = write_atomic(o.output, "\n".join(r.text for r in results) + "\n", option="--output")
         print(f"wrote {len(results)} summaries to {written}")

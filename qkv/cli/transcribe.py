@@ -59,9 +59,10 @@ class TranscribeCommand(LMFusionOption, JsonOption, LimitOption, PlotOption, Dev
     FLAG_ALIASES = {"limit": ("--max-utterances",)}
 
 
-def _settings(o: TranscribeCommand) -> dict:
+def _settings(o: TranscribeCommand, transcriber) -> dict:
     return {"beam": o.beam, "max_len": o.max_len, "ctc_weight": o.ctc_weight, "window": o.window,
-            "max_rate": o.max_rate, "eos_threshold": o.eos_threshold, "length_penalty": o.length_penalty, **o.fusion()}
+            "max_rate": o.max_rate, "eos_threshold": o.eos_threshold, "length_penalty": o.length_penalty,
+            **o.fusion(transcriber)}
 
 
 def _evaluate(transcriber, o: TranscribeCommand) -> None:
@@ -76,7 +77,7 @@ def _evaluate(transcriber, o: TranscribeCommand) -> None:
         print(f"WER {m['wer']:.2f}%\nCER {m['cer']:.2f}%")
 
     evaluation(transcriber, target if is_path else None, split="test" if is_path else target, limit=o.limit,
-               name=target, on_error=o.on_error, json_path=o.json, report=table, **_settings(o))
+               name=target, on_error=o.on_error, json_path=o.json, report=table, **_settings(o, transcriber))
 
 
 def transcribe(args) -> int:
@@ -91,7 +92,7 @@ def transcribe(args) -> int:
     if o.evaluate:
         _evaluate(transcriber, o)
         return 0
-    settings = _settings(o)
+    settings = _settings(o, transcriber)
     results = transcriber.predict(audio, **settings)
     for path, r in zip(audio, results, strict=True):
         print(f"{safe(path)}\t{safe(r.text)}")

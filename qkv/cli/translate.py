@@ -32,7 +32,7 @@ def translate(args) -> int:
     plot = plot_file(o.plot) if o.plot else None  # settled first: printed == written
     texts = read_inputs(o.text, o.file, "sentences to translate")
     translator = load(o.run, o.device, "translate")
-    results = translator.predict(texts, beam=o.beam, max_len=o.max_len, **o.fusion())
+    results = translator.predict(texts, beam=o.beam, max_len=o.max_len, **o.fusion(translator))
     if o.output:
         written = write_atomic(o.output, "\n".join(r.text for r in results) + "\n", option="--output")
         print(f"wrote {len(results)} translations to {written}")

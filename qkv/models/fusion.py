@@ -144,8 +144,8 @@ def fusion_scorer(lm, tokenizer, *, weight: float | None = None, reward: float =
 
     ``weight``: ``lambda_lm`` (``None``: :data:`DEFAULT_WEIGHT` with a model); ``reward``: per token. ``None`` is
     returned without a model, or when both are 0 (decoding without it). Weights below 0, or a weight or reward
-    without a model, are a ``ValueError``; a language model that knows only part of the decoder's tokens is logged
-    (the others are scored as its ``<unk>``)."""
+    without a model, and a model that knows none of the decoder's tokens, are a ``ValueError``; one that knows only
+    part of them is logged (the others are scored as its ``<unk>``)."""
     if weight is None:
         weight = DEFAULT_WEIGHT if lm is not None else 0.0
     if weight < 0 or reward < 0:
@@ -157,6 +157,8 @@ def fusion_scorer(lm, tokenizer, *, weight: float | None = None, reward: float =
     if not weight and not reward:
         return None
     mapping, coverage = token_map(tokenizer, lm.tokenizer)
+    if coverage == 0:
+        raise ValueError("the language model knows none of the decoder's tokens (another language or alphabet?)")
     if coverage < 1:
         logger.warning("the language model knows %.0f%% of the decoder's tokens; the others are scored as its <unk>",
                        100 * coverage)

@@ -114,10 +114,18 @@ def test_summaries_fuse_a_language_model_and_score_copied_words_as_its_unknown(t
     assert 0 <= figures["rouge1"] <= 100
 
 
-def test_qkv_translate_and_summarize_take_a_language_model(tiny_run, one_thread, capsys):
+def test_qkv_translate_and_summarize_take_a_language_model(tiny_run, one_thread, tmp_path, capsys):
     from qkv.cli import main
 
-    translator, lm = str(tiny_run("translate")), str(tiny_run("lm"))  # both of characters
+    dates = tmp_path / "dates.txt"  # a character model of the translator's output: ISO dates
+    dates.write_text("\n".join(f"20{y:02d}-{m:02d}-{d:02d}" for y in range(10) for m in range(1, 13)
+                               for d in (1, 9, 17, 28)) + "\n")
+    lm = str(tmp_path / "lm")
+    assert main(["train", "lm", "--data", str(dates), "--context", "16", "--dim", "16", "--num-heads", "2",
+                 "--num-layers", "1", "--max-steps", "2", "--batch-size", "8", "--eval-tokens", "100", "--no-progress",
+                 "--out", lm]) == 0
+    capsys.readouterr()
+    translator = str(tiny_run("translate"))
     assert main(["translate", translator, "7 mars 2019", "--beam", "2", "--max-len", "8"]) == 0
     plain = capsys.readouterr().out
     assert main(["translate", translator, "7 mars 2019", "--beam", "2", "--max-len", "8", "--lm", lm,
@@ -126,9 +134,27 @@ def test_qkv_translate_and_summarize_take_a_language_model(tiny_run, one_thread,
     assert main(["translate", translator, "7 mars 2019", "--max-len", "8", "--lm", lm, "--length-reward",
                  "0.5"]) == 0
     assert capsys.readouterr().out.startswith("7 mars 2019\t")
+    assert main(["translate", translator, "7 mars 2019", "--lm", str(tiny_run("lm"))]) == 2  # letters, no digits
+    assert "knows none of the decoder's tokens" in capsys.readouterr().err
     summarizer = str(tiny_run("summarize"))  # words: a character model is refused, in one line
     assert main(["summarize", summarizer, "the lazy dog sleeps all day", "--lm", lm]) == 2
     err = capsys.readouterr().err
     assert "not the decoder's (word)" in err and len(err.strip().splitlines()) == 1
     assert main(["summarize", summarizer, "the lazy dog", "--length-reward", "1"]) == 2
     assert capsys.readouterr().err.startswith("qkv: error: --length-reward")
+    for bad in (str(tiny_run("translate")), "/no/such/run"):  # not a language model; no run at all
+        assert main(["translate", translator, "7 mars 2019", "--lm", bad]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"qkv: error: --lm {bad}: ") and len(err.strip().splitlines()) == 1
+
+
+def test_a_language_model_that_knows_none_of_the_decoders_tokens_is_refused():
+    from qkv.data import EOS_ID
+    from qkv.data.tokenize import train_tokenizer
+    from qkv.models.fusion import fusion_scorer
+
+    letters = _random_lm(train_tokenizer("char", ["abcdef"]), 0)
+    with pytest.raises(ValueError, match="knows none of the decoder's tokens"):
+        fusion_scorer(letters, train_tokenizer("char", ["1234"]), eos_id=EOS_ID)
+    partly = fusion_scorer(letters, train_tokenizer("char", ["ab12"]), eos_id=EOS_ID)
+    assert partly is not None and partly.weight == pytest.approx(0.3)
