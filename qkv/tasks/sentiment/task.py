@@ -122,6 +122,10 @@ class SentimentTask(ApplicationTask, name="sentiment", unit="items", options=Sen
     (e.g. once for all folds).
     """
 
+    #: model lm: the language model's configuration and run, kept with every checkpoint (a resumed run rebuilds its
+    #: model without the language-model run)
+    json_assets = ("init",)
+
     def __init__(self, options: SentimentOptions, data=None):
         super().__init__(options, data)
         self.encoded: dict[str, list[tuple[list[int], Any]]] = {}
@@ -200,16 +204,6 @@ class SentimentTask(ApplicationTask, name="sentiment", unit="items", options=Sen
     def sizes(self) -> dict[str, Any]:
         extra = {} if self.init is None else {"lm": self.init["model"], "bos_id": self.tokenizer.eos_id}
         return {"vocab_size": self.tokenizer.vocab_size, "num_classes": self.data.num_classes, **extra}
-
-    def save_assets(self, directory: Path) -> None:
-        super().save_assets(directory)
-        if self.init is not None:  # a resumed run rebuilds its model without the language-model run
-            (directory / "init.json").write_text(json.dumps(self.init, indent=1) + "\n", encoding="utf-8")
-
-    def load_assets(self, directory: Path) -> None:
-        super().load_assets(directory)
-        if (directory / "init.json").is_file():
-            self.init = json.loads((directory / "init.json").read_text(encoding="utf-8"))
 
     def param_groups(self, model, config) -> list[dict[str, Any]]:
         """Model lm: discriminative learning rates (``lr_decay``) and gradual unfreezing (``unfreeze`` epochs per
