@@ -55,6 +55,8 @@ BLOCK_ELEMENTS = 1 << 20
 MIN_ROWS = 128
 #: query rows per block under a mask (the keys that no row of a block may see are skipped: the finer, the more)
 MASKED_ROWS = 128
+#: mask entries evaluated at once to find the keys each block needs (16 MiB of booleans)
+MASK_ELEMENTS = 1 << 24
 
 _INF = float("inf")
 
@@ -189,22 +191,39 @@ class _Plan:
         for bi in range(self.b):
             for h0 in range(0, self.h, heads):
                 h1 = min(h0 + heads, self.h)
-                for i0 in range(0, self.tq, rows):
-                    i1 = min(i0 + rows, self.tq)
-                    self.spans.append((bi, h0, h1, i0, i1, *(self._keys(bi, h0, h1, i0, i1) if masked
-                                                             else (0, self.tk))))
+                starts = range(0, self.tq, rows)
+                keys = self._keys(bi, h0, h1, len(starts)) if masked else [(0, self.tk)] * len(starts)
+                self.spans += [(bi, h0, h1, i0, min(i0 + rows, self.tq), *jj) for i0, jj in zip(starts, keys,
+                                                                                                  strict=True)]
         self.signature = (key, keep is not None, keep is not None and keep.shape, bias is not None,
                           bias is not None and bias.shape, self.work, out_dtype, q.device.type)
 
-    def _keys(self, bi: int, h0: int, h1: int, i0: int, i1: int) -> tuple[int, int]:
-        """``(j0, j1)``: the keys from the first to the last that some query of the block may see (``(0, 0)``: none)."""
-        idx = _indices((1, h1 - h0, i1 - i0, self.tk), self.at(bi, h0, i0, 0))
-        allowed = _allowed(idx, _pick(self.keep, bi, h0, h1, i0, i1), self.mask_fn)
-        cols = allowed.reshape(-1, allowed.shape[-1]).any(dim=0)
-        if cols.shape[0] == 1:  # the same for every key
-            return (0, self.tk) if bool(cols) else (0, 0)
-        seen = cols.nonzero()
-        return (int(seen[0]), int(seen[-1]) + 1) if seen.numel() else (0, 0)
+    def _keys(self, bi: int, h0: int, h1: int, blocks: int) -> list[tuple[int, int]]:
+        """For each block of rows of batch row ``bi`` and heads ``h0:h1``: ``(j0, j1)``, the keys from the first to the
+        last that some query of the block may see (``(0, 0)``: none). The mask is evaluated for many blocks at once
+        (at most :data:`MASK_ELEMENTS` entries a head)."""
+        per = max(1, MASK_ELEMENTS // max(1, self.rows * self.tk))
+        out = []
+        for first_block in range(0, blocks, per):
+            n = min(per, blocks - first_block)
+            i0 = first_block * self.rows
+            i1 = min(i0 + n * self.rows, self.tq)
+            idx = _indices((1, h1 - h0, i1 - i0, self.tk), self.at(bi, h0, i0, 0))
+            allowed = _allowed(idx, _pick(self.keep, bi, h0, h1, i0, i1), self.mask_fn)
+            allowed = allowed.reshape(-1, *allowed.shape[-2:]).any(dim=0)  # (rows or 1, Tk or 1)
+            if allowed.shape[0] == 1:
+                allowed = allowed.expand(n, allowed.shape[1])
+            else:
+                allowed = F.pad(allowed, (0, 0, 0, n * self.rows - (i1 - i0))).view(n, self.rows, -1).any(dim=1)
+            if allowed.shape[1] == 1:  # the same for every key
+                out += [(0, self.tk) if a else (0, 0) for a in allowed[:, 0].tolist()]
+                continue
+            seen = allowed.any(dim=1)
+            j0 = allowed.to(torch.uint8).argmax(dim=1)
+            j1 = self.tk - allowed.flip(1).to(torch.uint8).argmax(dim=1)
+            out += [(a, b) if any_ else (0, 0) for any_, a, b in zip(seen.tolist(), j0.tolist(), j1.tolist(),
+                                                                     strict=True)]
+        return out
 
     def run(self, kernel: compiled.Kernel, blocks, body) -> None:
         """``body(fn, span)`` for every span, ``fn`` the compiled kernel (with the raw modifiers) where it is used, else

@@ -220,7 +220,7 @@ def test_training_keeps_no_scores(gen, eager):
     assert q.grad is not None
 
 
-def test_blocks_skip_the_keys_a_mask_hides(small_blocks):
+def test_blocks_skip_the_keys_a_mask_hides(small_blocks, monkeypatch):
     """Causal: a block of rows [i0, i1) computes keys [0, i1) only; a window of 3: [i0 - 2, i1)."""
     q = torch.zeros(1, 1, 8, 2)
     causal = chunked._Plan(q, q, q, 1.0, None, mods.causal, None, None, q.dtype, None, None, None, False)
@@ -228,6 +228,12 @@ def test_blocks_skip_the_keys_a_mask_hides(small_blocks):
                                                                (6, 8, 0, 8)]
     window = chunked._Plan(q, q, q, 1.0, None, mods.sliding_window(3), None, None, q.dtype, None, None, None, False)
     assert [(s[5], s[6]) for s in window.spans] == [(0, 2), (0, 4), (2, 6), (4, 8)]
+    monkeypatch.setattr(chunked, "MASK_ELEMENTS", 20)  # the mask evaluated a block or two at a time: the same
+    again = chunked._Plan(q, q, q, 1.0, None, mods.sliding_window(3), None, None, q.dtype, None, None, None, False)
+    assert again.spans == window.spans
+    nobody = chunked._Plan(q, q, q, 1.0, None, lambda b, h, q_idx, kv_idx: (q_idx < 3) & (kv_idx >= 0), None, None,
+                           q.dtype, None, None, None, False)
+    assert [(s[5], s[6]) for s in nobody.spans] == [(0, 8), (0, 8), (0, 0), (0, 0)]  # rows with no key: nothing
 
 
 # ------------------------------------------------------------------------------------------ compiling the blocks
