@@ -9,7 +9,10 @@
   a mask that is none or key padding ``(B, 1, 1, Tk)``, at least :data:`FUSED_MIN_SIZE` score entries per head,
   and gradients only where FlexAttention has a backward (not on the CPU).
 * **reference**: the scores ``(..., Tq, Tk)`` built, the modifiers evaluated on broadcast index tensors, masked
-  softmax, weighted sum. Every score, every normaliser, dropout, weights and gradients.
+  softmax, weighted sum. Every score, every normaliser, dropout, weights and gradients. On the CPU, for the dot
+  family with softmax, it runs a block of the scores at a time through one fused block function (modifier, mask,
+  softmax), compiled like the fused path, with a backward pass of its own that recomputes each block
+  (:mod:`qkv.paths.chunked`): the weights at near fused cost, and training without the ``(Tq, Tk)`` scores.
 
 When ``torch.compile`` cannot build the kernel (no C++ compiler, an unsupported device) the reference path is used
 and the reason is logged once (:mod:`qkv.compiled`; ``QKV_COMPILE=0`` turns it off). Fully masked rows give zero
