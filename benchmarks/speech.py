@@ -116,7 +116,7 @@ def main() -> None:
         result = train(SpeechTask(options, data), config)
         minutes = (time.time() - started) / 60
         transcriber = Transcriber.load(root / name, "cpu")
-        transcriber._data = data
+        transcriber._data[None] = data  # the corpus already read
         beam = 4 if name == "hybrid" and args.beam == 1 else args.beam
         row = {s: transcriber.evaluate(split=s, limit=args.max_test, beam=beam) for s in ("test", "long")}
         params = sum(p.numel() for p in transcriber.model.parameters())

@@ -6,7 +6,8 @@ in one place (:func:`check_shared`, called by :func:`qkv.cli.options.options_fro
 - :class:`FileOption`: ``--file``, inputs one per line (:func:`qkv.cli.common.read_lines`);
 - :class:`JsonOption`: ``--json``, written by :func:`qkv.cli.common.write_json` (never ``NaN``);
 - :class:`PlotOption`: ``--plot``, a picture or a folder of pictures, settled before any work;
-- :class:`LimitOption`: ``--max-examples``, how many examples an evaluation reads.
+- :class:`LimitOption`: ``--max-examples``, how many examples an evaluation reads;
+- :class:`LMFusionOption`: ``--lm``, ``--lm-weight``, ``--length-reward``, a language model fused into a beam.
 
 A command says what a shared flag means for it with ``FLAG_HELP`` and keeps older names with ``FLAG_ALIASES``
 (:func:`qkv.cli.options.add_options`).
@@ -21,8 +22,8 @@ from pathlib import Path
 
 from ..options import option
 
-__all__ = ["RunArgument", "DeviceOption", "FileOption", "JsonOption", "PlotOption", "LimitOption", "check_shared",
-           "check_device", "plot_folder", "plot_file"]
+__all__ = ["RunArgument", "DeviceOption", "FileOption", "JsonOption", "PlotOption", "LimitOption", "LMFusionOption",
+           "check_shared", "check_device", "plot_folder", "plot_file"]
 
 
 @dataclass
@@ -55,6 +56,28 @@ class PlotOption:
 class LimitOption:
     limit: int | None = option(None, low=1, flag="--max-examples", metavar="N", requires=("evaluate",),
                                help="evaluate at most this many examples")
+
+
+@dataclass
+class LMFusionOption:
+    lm: str | None = option(None, metavar="LM_RUN", help="a language-model run (qkv train lm) of the output's tokens, "
+                            "fused into the beam (shallow fusion)")
+    lm_weight: float | None = option(None, low=0, requires=("lm",), help="weight of the language model's "
+                                     "log-probabilities (default 0.3; 0: decoding without it; choose it on valid "
+                                     "data)")
+    length_reward: float = option(0.0, low=0, requires=("lm",), help="added per output token with --lm, against the "
+                                  "early ends a language model favours")
+
+    def fusion(self, predictor) -> dict:
+        """``predictor``'s ``lm`` (the run of ``--lm`` loaded, or an error naming the flag), ``lm_weight`` and
+        ``length_reward``; nothing without ``--lm``."""
+        if not self.lm:
+            return {}
+        try:
+            lm = predictor.language_model(self.lm)
+        except (ValueError, OSError) as e:
+            raise ValueError(f"--lm {self.lm}: {e}") from None
+        return {"lm": lm, "lm_weight": self.lm_weight, "length_reward": self.length_reward}
 
 
 def check_device(device: str, flag: str = "--device") -> None:

@@ -12,11 +12,11 @@ from .common import safe
 from .evaluate import evaluation
 from .options import options_from_args
 from .predict import cut_of, finish, load, read_inputs
-from .shared import DeviceOption, FileOption, JsonOption, LimitOption, RunArgument
+from .shared import DeviceOption, FileOption, JsonOption, LimitOption, LMFusionOption, RunArgument
 
 
 @dataclass
-class SummarizeCommand(JsonOption, LimitOption, DeviceOption, FileOption, RunArgument):
+class SummarizeCommand(LMFusionOption, JsonOption, LimitOption, DeviceOption, FileOption, RunArgument):
     text: list[str] = option(default_factory=list, positional=True, nargs="*", help="texts to summarise")
     output: str | None = option(None, help="write the summaries here, one per line")
     beam: int = option(4, low=1, high=100, help="beam size (1 = greedy)")
@@ -37,13 +37,16 @@ class SummarizeCommand(JsonOption, LimitOption, DeviceOption, FileOption, RunArg
 
     FLAG_HELP = {"limit": "with --evaluate: at most this many examples",
                  "json": "write the summaries as JSON rows, or with --evaluate the figures (NaN written null)",
-                 "file": "a file of texts to summarise, one per line (a blank line is an error)"}
+                 "file": "a file of texts to summarise, one per line (a blank line is an error)",
+                 "lm": "a language-model run (qkv train lm) of the summaries' tokens, fused into the beam (shallow "
+                       "fusion; a copied word it does not know is scored as its <unk>)"}
     FLAG_ALIASES = {"limit": ("--limit",)}
 
 
-def _settings(o: SummarizeCommand) -> dict:
+def _settings(o: SummarizeCommand, summarizer) -> dict:
     return {"beam": o.beam, "max_len": o.max_len, "length_penalty": o.length_penalty,
-            "coverage_penalty": o.coverage_penalty, "no_repeat_ngram_size": o.no_repeat_ngram}
+            "coverage_penalty": o.coverage_penalty, "no_repeat_ngram_size": o.no_repeat_ngram,
+            **o.fusion(summarizer)}
 
 
 def _evaluate(o: SummarizeCommand) -> int:
@@ -66,7 +69,7 @@ def _evaluate(o: SummarizeCommand) -> int:
             print(f"exact match {100 * m['exact_match']:.2f}%, F1 {100 * m['f1']:.2f}%")
 
     evaluation(summarizer, None if own else o.evaluate, split=o.split, limit=o.limit, on_error=o.on_error,
-               json_path=o.json, report=table, **_settings(o))
+               json_path=o.json, report=table, **_settings(o, summarizer))
     return 0
 
 
@@ -77,7 +80,7 @@ def summarize(args) -> int:
     html_path = page_path(o.html, option="--html") if o.html else None  # settled first: printed == written
     texts = read_inputs(o.text, o.file, "texts to summarise")
     summarizer = load(o.run, o.device, "summarize")
-    results = summarizer.predict(texts, min_len=o.min_len, **_settings(o))
+    results = summarizer.predict(texts, min_len=o.min_len, **_settings(o, summarizer))
     if o.output:
         written = write_atomic(o.output, "\n".join(r.text for r in results) + "\n", option="--output")
         print(f"wrote {len(results)} summaries to {written}")

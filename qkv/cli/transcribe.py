@@ -12,11 +12,20 @@ from .common import safe, unique_names
 from .evaluate import evaluation
 from .options import options_from_args
 from .predict import finish, input_paths, load
-from .shared import DeviceOption, FileOption, JsonOption, LimitOption, PlotOption, RunArgument, plot_folder
+from .shared import (
+    DeviceOption,
+    FileOption,
+    JsonOption,
+    LimitOption,
+    LMFusionOption,
+    PlotOption,
+    RunArgument,
+    plot_folder,
+)
 
 
 @dataclass
-class TranscribeCommand(JsonOption, LimitOption, PlotOption, DeviceOption, FileOption, RunArgument):
+class TranscribeCommand(LMFusionOption, JsonOption, LimitOption, PlotOption, DeviceOption, FileOption, RunArgument):
     audio: list[str] = option(default_factory=list, positional=True, nargs="*", metavar="AUDIO",
                               help="audio files (WAV, FLAC, OGG; any rate, any channels)")
     beam: int = option(1, low=1, high=100, help="beam size (1 = greedy)")
@@ -33,12 +42,6 @@ class TranscribeCommand(JsonOption, LimitOption, PlotOption, DeviceOption, FileO
     length_penalty: float | None = option(None, low=0, excludes={"beam": (1,)},
                                           help="beam > 1: Wu et al.'s length normalisation alpha, ranking the final "
                                                "beam (default: the run's, 0 = off)")
-    lm: str | None = option(None, metavar="LM_RUN", help="a language-model run (qkv train lm, characters) fused "
-                            "into the beam of an attention model (shallow fusion)")
-    lm_weight: float = option(0.3, low=0, requires=("lm",), help="weight of the language model's log-probabilities "
-                              "(0: decoding without it; not tuned: choose it on valid data)")
-    length_reward: float = option(0.0, low=0, requires=("lm",), help="added per character with --lm, against the "
-                                  "early ends a language model favours")
     evaluate: str | None = option(None, metavar="MANIFEST_OR_SPLIT", help="print WER and CER on a split of the "
                                   "run's data (test, long, valid) or on a manifest or LibriSpeech folder")
     on_error: str = option("raise", choices=("raise", "skip"), requires=("evaluate",),
@@ -49,14 +52,17 @@ class TranscribeCommand(JsonOption, LimitOption, PlotOption, DeviceOption, FileO
                          "the frames and (hybrid) the CTC alignment",
                  "limit": "--evaluate at most this many utterances",
                  "json": "write the transcripts as JSON rows, or with --evaluate the figures (NaN written null)",
-                 "file": "a file of audio file names, one per line"}
+                 "file": "a file of audio file names, one per line",
+                 "lm": "a language-model run (qkv train lm, characters) fused into the beam of an attention model "
+                       "(shallow fusion)",
+                 "length_reward": "added per character with --lm, against the early ends a language model favours"}
     FLAG_ALIASES = {"limit": ("--max-utterances",)}
 
 
-def _settings(o: TranscribeCommand) -> dict:
-    fusion = {"lm": o.lm, "lm_weight": o.lm_weight, "length_reward": o.length_reward} if o.lm else {}
+def _settings(o: TranscribeCommand, transcriber) -> dict:
     return {"beam": o.beam, "max_len": o.max_len, "ctc_weight": o.ctc_weight, "window": o.window,
-            "max_rate": o.max_rate, "eos_threshold": o.eos_threshold, "length_penalty": o.length_penalty, **fusion}
+            "max_rate": o.max_rate, "eos_threshold": o.eos_threshold, "length_penalty": o.length_penalty,
+            **o.fusion(transcriber)}
 
 
 def _evaluate(transcriber, o: TranscribeCommand) -> None:
@@ -71,7 +77,7 @@ def _evaluate(transcriber, o: TranscribeCommand) -> None:
         print(f"WER {m['wer']:.2f}%\nCER {m['cer']:.2f}%")
 
     evaluation(transcriber, target if is_path else None, split="test" if is_path else target, limit=o.limit,
-               name=target, on_error=o.on_error, json_path=o.json, report=table, **_settings(o))
+               name=target, on_error=o.on_error, json_path=o.json, report=table, **_settings(o, transcriber))
 
 
 def transcribe(args) -> int:
@@ -86,7 +92,7 @@ def transcribe(args) -> int:
     if o.evaluate:
         _evaluate(transcriber, o)
         return 0
-    settings = _settings(o)
+    settings = _settings(o, transcriber)
     results = transcriber.predict(audio, **settings)
     for path, r in zip(audio, results, strict=True):
         print(f"{safe(path)}\t{safe(r.text)}")

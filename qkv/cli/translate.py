@@ -9,18 +9,20 @@ from ..viz.files import write_atomic
 from .common import numbered_paths, safe
 from .options import options_from_args
 from .predict import finish, load, read_inputs
-from .shared import DeviceOption, FileOption, JsonOption, PlotOption, RunArgument, plot_file
+from .shared import DeviceOption, FileOption, JsonOption, LMFusionOption, PlotOption, RunArgument, plot_file
 
 
 @dataclass
-class TranslateCommand(JsonOption, PlotOption, DeviceOption, FileOption, RunArgument):
+class TranslateCommand(LMFusionOption, JsonOption, PlotOption, DeviceOption, FileOption, RunArgument):
     text: list[str] = option(default_factory=list, positional=True, nargs="*", help="sentences to translate")
     output: str | None = option(None, help="write the translations here, one per line")
     beam: int = option(5, low=1, high=100, help="beam size (1 = greedy)")
     max_len: int = option(100, low=1, help="longest translation, in tokens")
 
     FLAG_HELP = {"plot": "alignment heatmap PNG/SVG (numbered per sentence when several)",
-                 "file": "a file of sentences, one per line (a blank line is an error: outputs line up with lines)"}
+                 "file": "a file of sentences, one per line (a blank line is an error: outputs line up with lines)",
+                 "lm": "a language-model run (qkv train lm) of the target language, its tokens the translator's "
+                       "target tokenizer's kind, fused into the beam (shallow fusion)"}
 
 
 def translate(args) -> int:
@@ -30,7 +32,7 @@ def translate(args) -> int:
     plot = plot_file(o.plot) if o.plot else None  # settled first: printed == written
     texts = read_inputs(o.text, o.file, "sentences to translate")
     translator = load(o.run, o.device, "translate")
-    results = translator.predict(texts, beam=o.beam, max_len=o.max_len)
+    results = translator.predict(texts, beam=o.beam, max_len=o.max_len, **o.fusion(translator))
     if o.output:
         written = write_atomic(o.output, "\n".join(r.text for r in results) + "\n", option="--output")
         print(f"wrote {len(results)} translations to {written}")

@@ -163,7 +163,8 @@ def search(step: Callable[[Tensor, Any], tuple[Tensor, Tensor | None, Any]], sta
         source_mask: ``(B, S)`` bool, the positions ``cp`` sums over (all without).
         no_repeat_ngram_size: ``n > 0`` forbids repeating any n-gram within a hypothesis.
         prefix_scorer, prefix_state: an extra log-score (:class:`PrefixScorer`) and its state for the ``B`` inputs
-            (batch first; repeated for the beams with :func:`reorder_state`).
+            (batch first; repeated for the beams with :func:`reorder_state`); a scorer of fewer tokens than the
+            step's (a base vocabulary under an extended one) scores the others as its ``unk_id``.
         bos_id, eos_id: one id, or one per input ``(B,)``.
         vocab_size, unk_id: tokens ``>= vocab_size`` (an extended vocabulary) are fed back as ``unk_id``.
         feed: ``feed(tokens (N,), state) -> tokens (N,)``, the ids fed back (replaces ``vocab_size``/``unk_id``).
@@ -202,6 +203,8 @@ def search(step: Callable[[Tensor, Any], tuple[Tensor, Tensor | None, Any]], sta
         vocab = logp.shape[-1]
         if prefix_scorer is not None:
             extra, candidates = prefix_scorer(tokens.view(b * k, t), prefix_state)
+            if extra.shape[-1] < vocab:  # a scorer of the base vocabulary: an extended token scores as its <unk>
+                extra = torch.cat([extra, extra[:, unk_id:unk_id + 1].expand(-1, vocab - extra.shape[-1])], -1)
             logp = logp + extra.float().view(b, k, vocab)
         if no_repeat_ngram_size:
             ban = repeated_ngram_ban(tokens.view(b * k, t), no_repeat_ngram_size, vocab).view(b, k, vocab)

@@ -19,15 +19,22 @@ tokenise the same way (characters for characters); a decoder token the model doe
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from typing import Any
 
 import torch
 from torch import Tensor
 
+from ..data.tokenize import UNK_ID
 from .decoding import PrefixScorer, reorder_state
 
-__all__ = ["LMScorer", "ScorerSum", "token_map"]
+__all__ = ["LMScorer", "ScorerSum", "token_map", "fusion_scorer", "DEFAULT_WEIGHT"]
+
+logger = logging.getLogger(__name__)
+
+#: ``lambda_lm`` when a language model is given without a weight
+DEFAULT_WEIGHT = 0.3
 
 
 def token_map(decoder_tokenizer, lm_tokenizer) -> tuple[Tensor, float]:
@@ -58,7 +65,9 @@ class LMScorer(PrefixScorer):
             start of a document, as it was trained).
 
     The state of ``N`` hypotheses is ``{"caches": [KVCache, ...]}``, updated in place by each call (the last token
-    of every prefix is read then) and reordered by the search like any other state.
+    of every prefix is read then) and reordered by the search like any other state. A prefix that outgrows a model
+    with a bounded context (learned or sinusoidal positions) is read again from its last ``context // 2`` tokens,
+    and the steps go on from there (a sliding window re-read every half context).
     """
 
     def __init__(self, lm: torch.nn.Module, *, weight: float, reward: float = 0.0, vocab_map: Tensor | None = None,
@@ -69,23 +78,33 @@ class LMScorer(PrefixScorer):
             start_id
         self.device = next(lm.parameters()).device
         self.vocab_map = None if vocab_map is None else vocab_map.to(self.device)
+        self.unk_id = UNK_ID
+        self.lm_vocab = lm.cfg.vocab_size
 
     def initial_state(self) -> dict[str, Any]:
         """Empty caches (the search repeats them for the beams when they are still empty: nothing to copy)."""
         return {"caches": self.lm.new_caches()}
 
+    def lm_ids(self, tokens: Tensor) -> Tensor:
+        """The language model's ids of decoder ``tokens``; a token of an extended vocabulary (a copied source word)
+        is its ``<unk>``."""
+        tokens = tokens.to(self.device)
+        known = len(self.vocab_map) if self.vocab_map is not None else self.lm_vocab
+        beyond = tokens >= known
+        tokens = tokens.masked_fill(beyond, 0)
+        ids = tokens if self.vocab_map is None else self.vocab_map[tokens]
+        return ids.masked_fill(beyond, self.unk_id)
+
     @torch.no_grad()
     def __call__(self, prefixes: Tensor, state: dict[str, Any]) -> tuple[Tensor, dict[str, Any]]:
         n, device = prefixes.shape[0], self.device
-        if prefixes.shape[1] == 0:
-            fed = torch.full((n, 1), self.start_id, dtype=torch.long, device=device)
-        else:
-            last = prefixes[:, -1:].to(device)
-            fed = last if self.vocab_map is None else self.vocab_map[last]
+        fed = torch.full((n, 1), self.start_id, dtype=torch.long, device=device) if prefixes.shape[1] == 0 else \
+            self.lm_ids(prefixes[:, -1:])
         context = getattr(self.lm, "context", None)
         if context is not None and len(state["caches"][0]) + 1 > context:
-            raise ValueError(f"the language model reads at most {context} tokens; the hypotheses are longer "
-                             "(use a model with a longer context or ALiBi positions, or a smaller max_len)")
+            # past the model's context: it reads the last half-context of each prefix afresh, then steps on
+            state["caches"] = self.lm.new_caches()
+            fed = self.lm_ids(prefixes[:, -max(context // 2, 1):])
         logp = torch.log_softmax(self.lm.step(fed, state["caches"])[:, -1].float(), dim=-1)
         if self.vocab_map is not None:
             logp = logp[:, self.vocab_map]
@@ -116,3 +135,32 @@ class ScorerSum(PrefixScorer):
     def select(self, candidates: list[Any], rows: Tensor, tokens: Tensor) -> list[Any]:
         return [scorer.select(c, rows, tokens) if hasattr(scorer, "select") else reorder_state(c, rows)
                 for scorer, c in zip(self.scorers, candidates, strict=True)]
+
+
+def fusion_scorer(lm, tokenizer, *, weight: float | None = None, reward: float = 0.0,
+                  eos_id: int) -> LMScorer | None:
+    """The :class:`LMScorer` of a trained language model ``lm`` (anything with ``.model``, a
+    :class:`~qkv.models.lm.CausalLM`, and ``.tokenizer``) for a decoder whose tokens are ``tokenizer``'s.
+
+    ``weight``: ``lambda_lm`` (``None``: :data:`DEFAULT_WEIGHT` with a model); ``reward``: per token. ``None`` is
+    returned without a model, or when both are 0 (decoding without it). Weights below 0, or a weight or reward
+    without a model, and a model that knows none of the decoder's tokens, are a ``ValueError``; one that knows only
+    part of them is logged (the others are scored as its ``<unk>``)."""
+    if weight is None:
+        weight = DEFAULT_WEIGHT if lm is not None else 0.0
+    if weight < 0 or reward < 0:
+        raise ValueError(f"lm_weight and length_reward must be >= 0, got {weight} and {reward}")
+    if lm is None:
+        if weight or reward:
+            raise ValueError("lm_weight and length_reward need a language model (lm)")
+        return None
+    if not weight and not reward:
+        return None
+    mapping, coverage = token_map(tokenizer, lm.tokenizer)
+    if coverage == 0:
+        raise ValueError("the language model knows none of the decoder's tokens (another language or alphabet?)")
+    if coverage < 1:
+        logger.warning("the language model knows %.0f%% of the decoder's tokens; the others are scored as its <unk>",
+                       100 * coverage)
+    return LMScorer(lm.model, weight=weight, reward=reward, vocab_map=mapping, eos_id=eos_id,
+                    start_id=lm.tokenizer.eos_id)

@@ -305,6 +305,19 @@ class Predictor(ABC):
     def device(self) -> torch.device:
         return next(self.model.parameters()).device
 
+    def language_model(self, lm: Any) -> Any:
+        """``lm`` for shallow fusion in this model's beam: a language-model run directory (``qkv train lm``) loaded
+        on this model's device, or an already loaded :class:`~qkv.tasks.lm.LanguageModel` as it is. A run of
+        another application is a ``ValueError``."""
+        if lm is None or not isinstance(lm, str | os.PathLike):
+            return lm
+        from . import application_of
+
+        app = application_of(lm)
+        if app.name != "lm":
+            raise ValueError(f"{lm} is a {app.name} run, not a language model (qkv train lm)")
+        return app.predictor.load(lm, self.device)
+
 
 def length_batches(items: Sequence[Any], batch_size: int) -> Iterator[list[int]]:
     """The indices of ``items`` (texts, token lists: anything with a length) in batches of at most ``batch_size``,

@@ -128,3 +128,69 @@ def test_scorers_add_and_tokenisers_must_match():
         token_map(chars, train_tokenizer("word", ["a b c"]))
     with pytest.raises(ValueError, match="weight"):
         LMScorer(lm, weight=-1, eos_id=EOS, start_id=EOS)
+
+
+class ExtendedDecoder(ToyDecoder):
+    """ToyDecoder over an extended vocabulary: ``X`` more tokens (copied words) past the base ``V``."""
+
+    X = 2
+
+    def __init__(self, seed):
+        super().__init__(seed)
+        torch.manual_seed(seed + 10)
+        self.extra = nn.Linear(8, self.X)
+        with torch.no_grad():
+            self.extra.bias.add_(1.5)  # copies are likely, so that the best output holds one
+
+    def step(self, tokens, state):
+        h = self.cell(self.emb(tokens.clamp(max=V - 1)), state["h"])
+        return torch.cat([self.out(h), self.extra(h)], -1) * 2.0, None, {"h": h}
+
+
+def test_a_base_vocabulary_language_model_scores_extended_tokens_as_its_unknown():
+    from qkv.data import UNK_ID
+
+    dec = ExtendedDecoder(2).eval()
+    lm = CausalLM(LMConfig(vocab_size=V, dim=16, num_heads=2, num_layers=1, max_len=8, dropout=0.0)).eval()
+    weight, max_len, total = 0.8, 3, V + ExtendedDecoder.X
+    scorer = LMScorer(lm, weight=weight, eos_id=EOS, start_id=EOS)
+    best = search(dec.step, {"h": torch.zeros(1, 8)}, 1, beam=total ** 2, max_len=max_len, length_penalty=0.0,
+                  prefix_scorer=scorer, prefix_state=scorer.initial_state())[0]
+
+    @torch.no_grad()
+    def joint(seq):
+        h, score = torch.zeros(1, 8), 0.0
+        for y_prev, y in zip([BOS] + seq[:-1], seq, strict=True):
+            logits, _, st = dec.step(torch.tensor([y_prev]), {"h": h})
+            h = st["h"]
+            score += float(torch.log_softmax(logits, -1)[0, y])
+        as_lm = [t if t < V else UNK_ID for t in seq]  # read and scored as <unk>
+        return score + weight * lm_log_prob(lm, as_lm, EOS)
+
+    candidates = [list(s) for n in range(1, max_len + 1) for s in itertools.product(range(total), repeat=n)
+                  if EOS not in s[:-1] and (n == max_len or s[-1] == EOS)]
+    brute = max(candidates, key=joint)
+    assert any(t >= V for t in brute)
+    assert best.tokens == [t for t in brute if t != EOS]
+    assert best.score == pytest.approx(joint(brute), abs=1e-4)
+
+
+def test_past_its_context_the_language_model_reads_the_last_half_context_afresh():
+    context, weight = 6, 0.9
+    lm = CausalLM(LMConfig(vocab_size=V, dim=16, num_heads=2, num_layers=1, max_len=context, dropout=0.0)).eval()
+    scorer = LMScorer(lm, weight=weight, eos_id=EOS, start_id=EOS)
+    torch.manual_seed(5)
+    prefixes = torch.randint(3, V, (3, 14))
+    state, held, restarts = scorer.initial_state(), 0, 0  # held: how many positions the model reads, by hand
+    for t in range(prefixes.shape[1] + 1):
+        scores, state = scorer(prefixes[:, :t], state)
+        if held + 1 > context:
+            held, restarts = context // 2, restarts + 1
+        else:
+            held += 1
+        read = torch.cat([torch.full((3, 1), EOS), prefixes[:, :t]], 1)[:, -held:]  # the start token, then the prefix
+        with torch.no_grad():
+            expected = weight * torch.log_softmax(lm(read)[:, -1].float(), -1)
+        assert len(state["caches"][0]) == held <= context
+        assert torch.allclose(scores, expected, atol=1e-5), t
+    assert restarts >= 2

@@ -53,7 +53,7 @@ def pad_features(features: Sequence[Tensor]) -> tuple[Tensor, Tensor]:
 
 def transcribe_batch(model: nn.Module, tokenizer, features: Sequence[Tensor], *, beam: int = 1, max_len: int = 300,
                      ctc_weight: float | None = None, length_penalty: float = 0.0, window: Sequence[int] = (),
-                     max_rate: float | None = None, eos_threshold: float = 0.0, lm=None, lm_weight: float = 0.0,
+                     max_rate: float | None = None, eos_threshold: float = 0.0, lm=None, lm_weight: float | None = None,
                      length_reward: float = 0.0, batch_size: int = 32) -> list[Transcript]:
     """Transcribe ``features`` (each ``(F, M)``) in length-sorted batches.
 
@@ -73,8 +73,8 @@ def transcribe_batch(model: nn.Module, tokenizer, features: Sequence[Tensor], *,
 
     ``lm`` (a trained language model: anything with ``.model``, a :class:`~qkv.models.lm.CausalLM`, and
     ``.tokenizer``, of characters like the decoder's) is fused into the beam of an attention model with weight
-    ``lm_weight``, and ``length_reward`` per character (:mod:`qkv.models.fusion`); ``lm_weight = 0`` is decoding
-    without it.
+    ``lm_weight`` (default :data:`qkv.models.fusion.DEFAULT_WEIGHT`), and ``length_reward`` per character
+    (:mod:`qkv.models.fusion`); ``lm_weight = 0`` is decoding without it.
     """
     from ...data import BOS_ID, EOS_ID, PAD_ID
     from ...models.ctc import CTCPrefixScorer, ctc_beam_search, ctc_greedy, joint_step
@@ -157,30 +157,16 @@ def transcribe_batch(model: nn.Module, tokenizer, features: Sequence[Tensor], *,
     return [results[i] for i in range(len(features))]
 
 
-def _lm_fusion(lm, weight: float, reward: float, tokenizer, attending: bool):
-    """The :class:`~qkv.models.fusion.LMScorer` of ``lm`` for the decoder's ``tokenizer`` (None without a language
-    model or with a zero weight and reward); a language model for a CTC model alone, or of other tokens, is a
-    ``ValueError``."""
+def _lm_fusion(lm, weight: float | None, reward: float, tokenizer, attending: bool):
+    """:func:`~qkv.models.fusion.fusion_scorer` for the decoder's ``tokenizer``; a language model for a CTC model
+    alone is a ``ValueError``."""
     from ...data import EOS_ID
-    from ...models.fusion import LMScorer, token_map
+    from ...models.fusion import fusion_scorer
 
-    if weight < 0:
-        raise ValueError(f"lm_weight must be >= 0, got {weight}")
-    if lm is None:
-        if weight or reward:
-            raise ValueError("lm_weight and length_reward need a language model (lm)")
-        return None
-    if not attending:
+    if lm is not None and not attending:
         raise ValueError("a language model is fused into an attention decoder's beam (las, transformer or a hybrid "
                          "run), not into a CTC model alone")
-    if not weight and not reward:
-        return None
-    mapping, coverage = token_map(tokenizer, lm.tokenizer)
-    if coverage < 1:
-        logger.warning("the language model knows %.0f%% of the transcripts' characters; the others are scored as "
-                       "its <unk>", 100 * coverage)
-    return LMScorer(lm.model, weight=weight, reward=reward, vocab_map=mapping, eos_id=EOS_ID,
-                    start_id=lm.tokenizer.eos_id)
+    return fusion_scorer(lm, tokenizer, weight=weight, reward=reward, eos_id=EOS_ID)
 
 
 def eos_threshold_step(step, eos_id: int, gamma: float):

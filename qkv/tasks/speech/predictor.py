@@ -69,18 +69,8 @@ class Transcriber(Predictor):
                                  "length_reward"}
         if unknown:
             raise TypeError(f"unknown decoding options: {', '.join(sorted(unknown))}")
-        if isinstance(limits.get("lm"), str | os.PathLike):
+        if "lm" in limits:
             limits["lm"] = self.language_model(limits["lm"])
-
-    def language_model(self, run: str | os.PathLike):
-        """The language-model run ``run``, loaded on this model's device, for ``lm=`` (a run of another application
-        is a ``ValueError``)."""
-        from .. import application_of
-
-        app = application_of(run)
-        if app.name != "lm":
-            raise ValueError(f"{run} is a {app.name} run, not a language model (qkv train lm)")
-        return app.predictor.load(run, self.device)
 
     def result_row(self, result: Transcript) -> dict[str, Any]:
         """``output`` (the transcript), the ``source`` file and the decoder's ``score``."""

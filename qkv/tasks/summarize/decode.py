@@ -162,18 +162,23 @@ def written_out(words: Sequence[str], source_words: Sequence[str], source: str,
 def summarize_batch(model: nn.Module, tok, texts: Sequence[str], *, beam: int = 1, max_len: int = 40,
                     min_len: int = 0, batch_size: int = 32, length_penalty: float = 0.0,
                     coverage_penalty: float = 0.0, no_repeat_ngram_size: int = 0,
-                    max_source: int = 400, records: list | None = None) -> list[Summary]:
+                    max_source: int = 400, records: list | None = None, lm=None, lm_weight: float | None = None,
+                    length_reward: float = 0.0) -> list[Summary]:
     """Summaries of ``texts`` by the one decoder over the extended vocabulary (greedy when ``beam`` is 1); the
     ``p_gen`` of each chosen word comes from the model run once more, teacher-forced, on the decoded output.
-    ``records``: a list that receives the attention records of the decoding (:func:`qkv.capture_attention`)."""
+    ``records``: a list that receives the attention records of the decoding (:func:`qkv.capture_attention`).
+    ``lm``: a language model of the summaries' tokens fused into the beam (:func:`qkv.models.fusion.fusion_scorer`;
+    a copied source word outside the vocabulary is scored as its ``<unk>``)."""
     from contextlib import nullcontext
 
     from ...capture import capture_attention
-    from ...data import BOS_ID, pad_sequences
+    from ...data import BOS_ID, EOS_ID, pad_sequences
     from ...models.decoding import beam_search
+    from ...models.fusion import fusion_scorer
 
     device = next(model.parameters()).device
     out: dict[int, Summary] = {}
+    fusion = fusion_scorer(lm, tok, weight=lm_weight, reward=length_reward, eos_id=EOS_ID)
     with evaluating(model):
         for idx in length_batches(texts, batch_size):
             enc = [encode_example(tok, texts[i], max_source=max_source) for i in idx]
@@ -182,7 +187,9 @@ def summarize_batch(model: nn.Module, tok, texts: Sequence[str], *, beam: int = 
             with capture_attention(model) if records is not None else nullcontext() as captured:
                 hyps = beam_search(model, src, mask, ext, b.n_ext, beam=beam, max_len=max_len, min_len=min_len,
                                    length_penalty=length_penalty, coverage_penalty=coverage_penalty,
-                                   source_mask=mask, no_repeat_ngram_size=no_repeat_ngram_size, normalize=False)
+                                   source_mask=mask, no_repeat_ngram_size=no_repeat_ngram_size, normalize=False,
+                                   **({} if fusion is None else {"prefix_scorer": fusion,
+                                                                 "prefix_state": fusion.initial_state()}))
             if records is not None:
                 records.extend(captured)
             tgt_in, _, _ = pad_sequences([[BOS_ID, *h.tokens] for h in hyps])

@@ -23,7 +23,8 @@ class Summarizer(Predictor):
 
     def predict(self, texts: list[str], *, beam: int = 4, max_len: int | None = None, min_len: int = 0,
                 length_penalty: float = 0.0, coverage_penalty: float = 0.0, no_repeat_ngram_size: int = 3,
-                batch_size: int = 32) -> list[Summary]:
+                batch_size: int = 32, lm: Any = None, lm_weight: float | None = None,
+                length_reward: float = 0.0) -> list[Summary]:
         """Summaries of ``texts`` by beam search over the extended vocabulary (greedy with ``beam=1``): Wu et al.'s
         ``length_penalty`` and ``coverage_penalty`` rank the final beam, ``no_repeat_ngram_size`` forbids
         repeating an n-gram (trigrams by default: on the Debian test split it took pointer + coverage's repeated
@@ -39,7 +40,8 @@ class Summarizer(Predictor):
         return summarize_batch(self.model, self.tokenizer, list(texts), beam=beam, max_len=max_len, min_len=min_len,
                                batch_size=batch_size, length_penalty=length_penalty,
                                coverage_penalty=coverage_penalty, no_repeat_ngram_size=no_repeat_ngram_size,
-                               max_source=self.options.max_source)
+                               max_source=self.options.max_source, lm=self.language_model(lm), lm_weight=lm_weight,
+                               length_reward=length_reward)
 
     def _check(self, beam: int, max_len: int | None, min_len: int, length_penalty: float, coverage_penalty: float,
                no_repeat_ngram_size: int) -> int:
@@ -88,12 +90,13 @@ class Summarizer(Predictor):
 
     def evaluate(self, data: str | None = None, *, split: str = "test", limit: int | None = None, beam: int = 4,
                  max_len: int | None = None, length_penalty: float = 0.0, coverage_penalty: float = 0.0,
-                 no_repeat_ngram_size: int = 3, baselines: bool = True,
-                 on_error: str | None = None) -> dict[str, float]:
+                 no_repeat_ngram_size: int = 3, baselines: bool = True, on_error: str | None = None,
+                 lm: Any = None, lm_weight: float | None = None, length_reward: float = 0.0) -> dict[str, float]:
         """ROUGE-1/2/L, ``repeated_trigrams``, ``copied``, ``copied_oov``, ``p_gen`` and ``length``
         (:func:`~qkv.tasks.summarize.decode.summary_metrics`; ``exact_match`` and ``f1`` for facts) of the first
         ``limit`` examples of ``split`` (or of the file ``data``), and with ``baselines`` the ROUGE of the lead
-        sentence (``lead_rouge1``...) and of the first 8 words (``first8_rouge1``...) of the same sources."""
+        sentence (``lead_rouge1``...) and of the first 8 words (``first8_rouge1``...) of the same sources. ``lm``,
+        ``lm_weight``, ``length_reward``: a language model fused into the beam, as in :meth:`predict`."""
         examples = self.examples(data, split, on_error)[:limit]
         if not examples:
             raise ValueError(f"{data or self.options.data}: no example to evaluate")
@@ -101,7 +104,8 @@ class Summarizer(Predictor):
         max_len = self._check(beam, max_len, 0, length_penalty, coverage_penalty, no_repeat_ngram_size)
         figures, _ = evaluate_summaries(self.model, self.tokenizer, examples, self.options, beam=beam,
                                         max_len=max_len, length_penalty=length_penalty,
-                                        coverage_penalty=coverage_penalty, no_repeat_ngram_size=no_repeat_ngram_size)
+                                        coverage_penalty=coverage_penalty, no_repeat_ngram_size=no_repeat_ngram_size,
+                                        lm=self.language_model(lm), lm_weight=lm_weight, length_reward=length_reward)
         if baselines:
             for name, make in (("lead", lead), ("first8", first_words)):
                 base = summary_metrics([make(s) for s in sources], refs)

@@ -45,20 +45,28 @@ class Translation:
 
 
 def translate_batch(model: nn.Module, src_tok, tgt_tok, texts: list[str], *, beam: int = 1, max_len: int = 64,
-                    batch_size: int = 64, length_penalty: float = 0.6) -> list[Translation]:
-    """Translate ``texts`` with ``model`` in length-sorted batches (greedy when ``beam`` is 1)."""
-    from ...data import pad_sequences
+                    batch_size: int = 64, length_penalty: float = 0.6, lm=None, lm_weight: float | None = None,
+                    length_reward: float = 0.0) -> list[Translation]:
+    """Translate ``texts`` with ``model`` in length-sorted batches (greedy when ``beam`` is 1).
+
+    ``lm``: a language model of the target language (a loaded :class:`~qkv.tasks.lm.LanguageModel` whose tokens
+    are the target tokenizer's kind) fused into the beam with weight ``lm_weight`` and ``length_reward`` per token
+    (:func:`qkv.models.fusion.fusion_scorer`)."""
+    from ...data import EOS_ID, pad_sequences
     from ...models.decoding import beam_search
+    from ...models.fusion import fusion_scorer
 
     device = next(model.parameters()).device
     results: dict[int, Translation] = {}
+    fusion = fusion_scorer(lm, tgt_tok, weight=lm_weight, reward=length_reward, eos_id=EOS_ID)
     with evaluating(model):
         for idx in length_batches(texts, batch_size):
             read = [source_ids(src_tok, texts[i], i + 1) for i in idx]
             ids = [x for x, _ in read]
             src, _, mask = pad_sequences(ids)
+            fused = {} if fusion is None else {"prefix_scorer": fusion, "prefix_state": fusion.initial_state()}
             hyps = beam_search(model, src.to(device), mask.to(device), beam=beam, max_len=max_len,
-                               length_penalty=length_penalty)
+                               length_penalty=length_penalty, **fused)
             for i, (ids_i, cut), h in zip(idx, read, hyps, strict=True):
                 results[i] = Translation(texts[i], tgt_tok.decode(h.tokens), tgt_tok.tokens_of_ids(h.tokens),
                                          src_tok.tokens_of_ids(ids_i), h.attention[:, :len(ids_i)], float(h.score),

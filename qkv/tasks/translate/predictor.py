@@ -20,15 +20,21 @@ class Translator(Predictor):
     task_class = TranslateTask
 
     def predict(self, texts: list[str], *, beam: int = 5, max_len: int = 100, batch_size: int = 64,
-                length_penalty: float = 0.6) -> list[Translation]:
-        """Translations of ``texts`` by beam search (greedy with ``beam=1``). An empty text is a ``ValueError``."""
+                length_penalty: float = 0.6, lm: Any = None, lm_weight: float | None = None,
+                length_reward: float = 0.0) -> list[Translation]:
+        """Translations of ``texts`` by beam search (greedy with ``beam=1``). An empty text is a ``ValueError``.
+
+        ``lm``: a language model of the target language (a ``qkv train lm`` run directory, or loaded) fused into
+        the beam with weight ``lm_weight`` (default 0.3) and ``length_reward`` per token; its tokens must be the
+        target tokenizer's kind (:mod:`qkv.models.fusion`)."""
         for i, t in enumerate(texts):
             if not isinstance(t, str) or not t.strip():
                 raise ValueError(f"text {i + 1} is empty: nothing to translate")
         if beam < 1 or max_len < 1:
             raise ValueError(f"beam and max_len must be >= 1, got {beam} and {max_len}")
         return translate_batch(self.model, self.src_tokenizer, self.tgt_tokenizer, list(texts), beam=beam,
-                               max_len=max_len, batch_size=batch_size, length_penalty=length_penalty)
+                               max_len=max_len, batch_size=batch_size, length_penalty=length_penalty,
+                               lm=self.language_model(lm), lm_weight=lm_weight, length_reward=length_reward)
 
     def result_row(self, result: Translation) -> dict[str, Any]:
         """``output`` (the translation), the ``source``, the beam ``score`` and the source tokens ``cut``."""
@@ -36,12 +42,14 @@ class Translator(Predictor):
 
     def evaluate(self, data: str | None = None, *, split: str = "test", limit: int | None = None, beam: int = 5,
                  max_len: int | None = None, buckets: str | None = "0,10,20,30,40,60",
-                 length_unit: str = "tokens") -> dict[str, float]:
+                 length_unit: str = "tokens", lm: Any = None, lm_weight: float | None = None,
+                 length_reward: float = 0.0) -> dict[str, float]:
         """BLEU, chrF and exact match (sacrebleu, every reference of a source) on ``split`` of the run's data or of
         ``data`` (``dates`` or another corpus file), and the same by source length: ``bleu@0-10``,
         ``sentences@0-10``... for the buckets ``buckets`` (increasing edges; ``None`` for none). ``max_len``:
         longest translation in tokens, by default the run's ``max_decode_len`` (what its evaluations during
-        training used, so that greedy decoding gives the trainer's figures)."""
+        training used, so that greedy decoding gives the trainer's figures). ``lm``, ``lm_weight``,
+        ``length_reward``: a language model fused into the beam, as in :meth:`predict`."""
         if split not in ("valid", "test"):
             raise ValueError(f"no split {split!r}; one of valid, test")
         if length_unit not in ("tokens", "words"):
@@ -51,7 +59,8 @@ class Translator(Predictor):
         return evaluate_translations(self.model, self.src_tokenizer, self.tgt_tokenizer,
                                      self.data(data).references(split)[:limit], beam=beam,
                                      max_len=self.options.max_decode_len if max_len is None else max_len,
-                                     buckets=parse_buckets(buckets) if buckets else (), length_unit=length_unit)
+                                     buckets=parse_buckets(buckets) if buckets else (), length_unit=length_unit,
+                                     lm=self.language_model(lm), lm_weight=lm_weight, length_reward=length_reward)
 
     def view(self, given: ViewInput, *, max_len: int = 100) -> PageInput:
         """Every attention of the model translating ``given.text`` greedily: the decoding itself is recorded (its

@@ -57,14 +57,15 @@ def model_spec(options: TranslateOptions, *, src_vocab: int, tgt_vocab: int) -> 
 
 def evaluate_translations(model: nn.Module, src_tokenizer, tgt_tokenizer, grouped: list[tuple[str, list[str]]], *,
                           beam: int, max_len: int, buckets: tuple[tuple[int, int], ...] = (),
-                          length_unit: str = "tokens") -> dict[str, float]:
+                          length_unit: str = "tokens", **fusion: Any) -> dict[str, float]:
     """Translation's metric, for the trainer and the predictor alike: BLEU, chrF and exact match (sacrebleu) of
     ``model`` on ``grouped`` (each distinct source once, with all of its translations), and with ``buckets`` the
-    same by source length (``bleu@0-10``, ``sentences@0-10``... in ``length_unit``: tokens or words)."""
+    same by source length (``bleu@0-10``, ``sentences@0-10``... in ``length_unit``: tokens or words); ``fusion``:
+    :func:`~qkv.tasks.translate.decode.translate_batch`'s ``lm``, ``lm_weight`` and ``length_reward``."""
     from ...metrics import bleu_by_length, translation_metrics
 
     results = translate_batch(model, src_tokenizer, tgt_tokenizer, [s for s, _ in grouped], beam=beam,
-                              max_len=max_len)
+                              max_len=max_len, **fusion)
     hyps, refs = [r.text for r in results], [r for _, r in grouped]
     figures = translation_metrics(hyps, refs)
     lengths = [len(r.source_tokens) if length_unit == "tokens" else len(r.source.split()) for r in results]
