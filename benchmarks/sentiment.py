@@ -3,6 +3,7 @@
     python benchmarks/sentiment.py                        # held-out split: BoW LR, BiGRU + attention, Transformer
     python benchmarks/sentiment.py --folds 10 --minutes 1 # 10-fold cross-validation (each fold its own budget)
     python benchmarks/sentiment.py --quick                # a few steps, a smoke test
+    python benchmarks/sentiment.py --folds 10 --models lm --init runs/lm   # from a pretrained language model
 
 Data: ``../shared/data/movie-review-snippets.tsv.gz`` (10,605 sentences with a mean human rating; binary by
 sign, zeros dropped). Split: stratified 80/10/10 from ``--data-seed`` (or stratified k folds, validation carved
@@ -11,6 +12,10 @@ stopping on validation accuracy, no pretrained vectors; the floor is scikit-lear
 TF-IDF unigrams + bigrams fitted on the same training part. Reference: Kim (2014) reports 76.1% (CNN, random
 embeddings) and 81.5% (CNN, word2vec) 10-fold accuracy on Pang & Lee's MR sentences, whose labels are the
 reviews' own polarity rather than these human ratings.
+
+``--models lm --init RUN`` fine-tunes a language model trained with ``qkv train lm`` (its tokenizer and body; the
+trainer's ``--model lm`` defaults: discriminative rates, gradual unfreezing); the language model's own training time
+is not counted here: state it beside the figure.
 """
 
 from __future__ import annotations
@@ -46,6 +51,7 @@ PRESETS = {
     "bigram": ({"model": "bigram"}, {}),  # the bigram model's option defaults, the trainer's sentiment defaults
     "bigru-bigrams": ({"model": "bigru", "buckets": 30_000}, {}),
     "defaults": ({}, {}),  # exactly `qkv train sentiment --max-minutes M` (options and trainer defaults)
+    "lm": ({"model": "lm"}, {}),  # needs --init: a language-model run's body, the trainer's `--model lm` defaults
     "transformer": ({"model": "transformer", "embed_dim": 64, "dim": 64, "num_layers": 2, "num_heads": 4,
                      "dropout": 0.3, "embed_dropout": 0.5}, {"lr": 2e-3, "batch_size": 50, "weight_decay": 0.1,
                                                              "warmup_steps": 100}),
@@ -91,6 +97,9 @@ def main() -> int:
     ap.add_argument("--only-folds", default=None, help="comma-separated folds to run (of --folds), e.g. 0,1,2")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="override an option of every model (a SentimentOptions or TrainConfig field; repeatable)")
+    ap.add_argument("--init", default=None, help="the language-model run of --models lm (qkv train lm)")
+    ap.add_argument("--scratch", action="store_true", help="--models lm: the same model and tokenizer from a random "
+                    "start (the language model's weights left out), to see what pretraining gives")
     ap.add_argument("--quick", action="store_true", help="30 steps per model: a smoke test, not a result")
     ap.add_argument("-v", "--verbose", action="store_true")
     args = ap.parse_args()
@@ -114,10 +123,14 @@ def main() -> int:
         if name not in PRESETS:
             ap.error(f"--models: unknown model {name!r}; one of {', '.join(PRESETS)}")
         model_kw, train_kw = PRESETS[name]
+        if name == "lm":
+            if not args.init:
+                ap.error("--models lm needs --init RUN (a qkv train lm run)")
+            model_kw = {**model_kw, "init": args.init}
         opts = SentimentOptions(data=args.data, folds=args.folds, data_seed=args.data_seed, **{**model_kw, **opt_set})
         common = {"max_minutes": args.minutes, "seed": args.seed, "progress": False, "device": "cpu",
                   "out": str(Path(args.out) / name) if args.out else None, "max_steps": 30 if args.quick else None}
-        if name in ("defaults", "bigram", "bigru-bigrams"):  # the trainer's sentiment defaults, as the CLI has them
+        if name in ("defaults", "bigram", "bigru-bigrams", "lm"):  # the trainer's defaults, as the CLI has them
             cfg = train_defaults(opts).replace(**common, **cfg_set)
         else:
             cfg = TrainConfig(**{"epochs": args.epochs, "monitor": "accuracy", "patience": 3, "schedule": "cosine",
@@ -127,13 +140,14 @@ def main() -> int:
         for f in folds:
             o = dataclasses.replace(opts, fold=f)
             c = cfg.replace(out=str(Path(cfg.out) / f"fold-{f}")) if cfg.out and args.folds else cfg
-            runs.append(train(SentimentTask(o, data), c))
+            runs.append(train((ScratchTask if args.scratch and name == "lm" else SentimentTask)(o, data), c))
             accs.append(runs[-1].metrics.get("test", {}).get("accuracy", float("nan")))
         seconds = (time.monotonic() - t0) / len(folds)
         valid = [r.metrics.get("valid", {}).get("accuracy", float("nan")) for r in runs]
         epochs = statistics.mean(r.state.epoch + (r.state.step > 0) for r in runs)
         params = sum(p.numel() for p in runs[0].model.parameters())
-        label = name + (f" [{' '.join(args.set)}]" if args.set else "")
+        label = name + (" from a random start" if args.scratch and name == "lm" else "") + \
+            (f" [{' '.join(args.set)}]" if args.set else "")
         rows.append((f"{label} ({params / 1e6:.2f} M parameters)", accs, valid, seconds, f"{epochs:.1f}"))
     what = f"{args.folds}-fold cross-validation, mean +- std" if args.folds else "held-out test split (10%)"
     if args.only_folds:
@@ -151,6 +165,14 @@ def main() -> int:
             print(f"{name}: {' '.join(f'{100 * a:.2f}' for a in test)}  ")
     print("\nReference (Pang & Lee MR, 10-fold, Kim 2014): CNN-rand 76.1%, CNN-static (word2vec) 81.5%.")
     return 0
+
+
+class ScratchTask(SentimentTask):
+    """``--scratch``: model lm with the language model's architecture and tokenizer, its weights left out."""
+
+    def build_model(self):
+        self._lm_weights = None
+        return super().build_model()
 
 
 def _overrides(ap, pairs) -> tuple[dict, dict]:

@@ -1,8 +1,9 @@
 """Kernels compiled by ``torch.compile`` (inductor): when they are compiled, where their cache lives, one switch
 and one fallback for all of them.
 
-qkv compiles two kinds of kernels: FlexAttention for score and mask modifiers (:mod:`qkv.flex`) and the fused
-tile of the additive and MLP scores (:mod:`qkv.tiling`). A compilation costs seconds (tens of seconds on a small
+qkv compiles three kinds of kernels: FlexAttention for score and mask modifiers (:mod:`qkv.flex`), the block
+function of the modifiers on the CPU (weights and training, forward and backward: :mod:`qkv.paths.chunked`) and the
+fused tile of the additive and MLP scores (:mod:`qkv.tiling`). A compilation costs seconds (tens of seconds on a small
 CPU the first time on a machine), so qkv compiles only where it pays:
 
 - ``auto`` (the default): a kernel's first calls run the eager code, whose time is added up per *signature*

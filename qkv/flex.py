@@ -9,7 +9,10 @@
   a mask that is none or key padding ``(B, 1, 1, Tk)``, at least :data:`FUSED_MIN_SIZE` score entries per head,
   and gradients only where FlexAttention has a backward (not on the CPU).
 * **reference**: the scores ``(..., Tq, Tk)`` built, the modifiers evaluated on broadcast index tensors, masked
-  softmax, weighted sum. Every score, every normaliser, dropout, weights and gradients.
+  softmax, weighted sum. Every score, every normaliser, dropout, weights and gradients. On the CPU, for the dot
+  family with softmax, it runs a block of the scores at a time through one fused block function (modifier, mask,
+  softmax), compiled like the fused path, with a backward pass of its own that recomputes each block
+  (:mod:`qkv.paths.chunked`): the weights at near fused cost, and training without the ``(Tq, Tk)`` scores.
 
 When ``torch.compile`` cannot build the kernel (no C++ compiler, an unsupported device) the reference path is used
 and the reason is logged once (:mod:`qkv.compiled`; ``QKV_COMPILE=0`` turns it off). Fully masked rows give zero
@@ -75,13 +78,15 @@ def _flex() -> compiled.Kernel:
     return FLEX
 
 
+def _code(m):
+    """What tells a modifier's code apart (closures of one function share it)."""
+    return None if m is None else getattr(m, "__code__", type(m))
+
+
 def _signature(q4: Tensor, v4: Tensor, b: int, h: int, score_mod, mask_mod, padding, is_causal) -> tuple:
     """What a compilation of FlexAttention is made for: shapes, dtype, device and the modifiers' code."""
-    def code(m):
-        return None if m is None else getattr(m, "__code__", type(m))
-
     return (b, h, q4.shape[-2], q4.shape[-1], v4.shape[-2], v4.shape[-1], q4.dtype, q4.device.type,
-            code(score_mod), code(mask_mod), padding is not None, is_causal)
+            _code(score_mod), _code(mask_mod), padding is not None, is_causal)
 
 
 def _block_mask(mask_mod: MaskMod | None, b: int, h: int, tq: int, tk: int, device: torch.device,
@@ -193,9 +198,16 @@ def _reference(query, key, value, sc, pair, smod, mmod, score_mod, mask_mod, all
             lambda b, h, q, k: _call_mask_mod(mask_mod, mmod, b, h, q, k, (b.shape[0], h.shape[1], q.shape[2],
                                                                            k.shape[3])))
         grad = needs_grad(query, key, value, score_mod, mask_mod)
-        result = chunked(_as_4d(pair[0]), _as_4d(pair[1]), v4, sc.factor(query, key, scale), score_fn, mask_fn,
+        q4 = _as_4d(pair[0])
+        b, h = max(q4.shape[0], v4.shape[0]), max(q4.shape[1], v4.shape[1])
+        traceable = not any(m in _eager_only for m in _user_mods(score_mod, mask_mod))
+        if traceable:  # the user's modifiers, checked before any compilation
+            _check_mods(score_mod, smod, mask_mod, mmod, b, h, tq, tk, query)
+        result = chunked(q4, _as_4d(pair[1]), v4, sc.factor(query, key, scale), score_fn, mask_fn,
                          None if allowed is None else _as_4d(allowed), None if bias is None else _as_4d(bias),
-                         dropout, return_weights, query.dtype, grad)
+                         dropout, return_weights, query.dtype, grad, mods=(smod, mmod) if traceable else None,
+                         key=(_code(score_mod), _code(mask_mod), smod is not score_mod, mmod is not mask_mod),
+                         on_fail=lambda e: _fused_failed(e, score_mod, mask_mod))
         if return_weights:
             return _from_4d(result[0], ndim), _from_4d(result[1], ndim)
         return _from_4d(result, ndim)

@@ -191,7 +191,9 @@ def attention(
     # the ONNX exporter translates SDPA of 4-D inputs only: other inputs take the weights path (the same sums)
     use_sdpa = not (torch.compiler.is_exporting() and max(query.dim(), key.dim(), value.dim()) != 4)
     # Tk <= Tq as a fact (symbolic sizes: provable without a guard that would pin their relation)
-    keys_within = statically_known_true(tk <= tq)
+    # (traced by the TorchScript exporter, sizes are tensors: not a fact then, and the general path is taken)
+    within = tk <= tq
+    keys_within = not isinstance(within, Tensor) and statically_known_true(within)
     # SDPA's own causal kernel; with Tk <= Tq every key is seen by some query, so there is nothing to zero
     if fast and use_sdpa and not return_weights and is_causal and mask is None and keys_within:
         pair = sc.dot_form(query, key, key_prepared=key_prepared)

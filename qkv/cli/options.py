@@ -162,9 +162,24 @@ def options_from_args(args: argparse.Namespace, cls: type, *, defaults: Any = No
     merged = {**values, **chosen, **overrides}
     fields = {f.name: f for f in dataclasses.fields(cls)}
 
+    # the values as the options resolve them (a default that depends on another option, e.g. the model): from all
+    # the flags, else from those that no other option restricts
+    specs = dict((f.name, s) for f, s in option_fields(cls))
+    free = {k: v for k, v in merged.items() if k not in specs or not (specs[k].applies or specs[k].excludes or
+                                                                       specs[k].requires)}
+    resolved = None
+    for attempt in (merged, free):
+        try:
+            resolved = cls(**attempt)
+            break
+        except (ValueError, TypeError):
+            continue
+
     def value_of(other: str) -> Any:
         if other not in fields:
             return dataclasses.MISSING
+        if resolved is not None:
+            return getattr(resolved, other)
         return merged[other] if other in merged else default_of(fields[other])
 
     for name in chosen:

@@ -95,13 +95,28 @@ def _is_hf_dir(path: str) -> bool:
     return is_hf_model_dir(path)
 
 
-def _run_viewer(path: str, device: str):
-    from ..tasks import load_predictor
+def _run_viewer(path: str, device: str, **settings: Any):
+    """The predictor of a run; the settings of ``qkv view`` it takes (its ``view_takes``: a language model
+    generates) set through its ``viewing``, others refused."""
+    from ..tasks import application, load_predictor
+    from ..tasks.run import run_task
 
-    return load_predictor(path, device)
+    if settings:  # refused before the weights are read
+        try:
+            task = run_task(path)
+            takes = getattr(application(task).predictor, "view_takes", ())
+        except (OSError, ValueError):
+            task, takes = None, ()
+        refused = [k for k in settings if k not in takes]
+        if refused:
+            flags = ", ".join("--" + k.replace("_", "-") for k in refused)
+            raise ValueError(f"{flags} apply to Hugging Face model directories and language-model runs; {path} is "
+                             + (f"a {task} run" if task else "neither"))
+    predictor = load_predictor(path, device)
+    return predictor.viewing(**settings) if settings else predictor
 
 
-_run_viewer.takes = ()  # type: ignore[attr-defined]
+_run_viewer.takes = ("generate", "strategy", "seed")  # type: ignore[attr-defined]
 
 #: ``(recognises(path), viewer(path, device, **settings))`` in order, each viewer saying which settings it
 #: ``takes``; the last takes any directory (a run of any application of the registry)

@@ -4,8 +4,8 @@ tokenisers and configuration beside them (``qkv export RUN --out DIR``), servabl
 - :func:`export_run`: a run to ``DIR`` (``export.json`` lists the graphs, inputs and outputs);
 - :func:`to_onnx`, :func:`export_program`: any module (dynamic axes by name);
 - :class:`WithWeights`: every attention module's weights as named outputs;
-- :mod:`qkv.export.runtime`: decoding loops over ONNX Runtime in numpy (greedy and beam search) for exported
-  translators and captioners.
+- :mod:`qkv.export.runtime`: decoding loops over ONNX Runtime in numpy (greedy and beam search, CTC prefix scores)
+  for exported translators, captioners, summarisers and speech recognisers.
 
 ONNX needs the ``export`` extra: ``pip install 'qkv[export]'``. See ``docs/export.md``.
 """

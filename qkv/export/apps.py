@@ -9,9 +9,9 @@ from typing import Any
 
 import torch
 
-from .classify import SEGMENT_MIN_SIZE, ImageGraph, SegmentGraph, SentimentGraph
+from .classify import SEGMENT_MIN_SIZE, ImageGraph, ReaderGraph, SegmentGraph, SentimentGraph
 
-__all__ = ["sentiment", "images", "segment", "translate", "caption"]
+__all__ = ["sentiment", "images", "segment", "translate", "caption", "summarize", "speech", "qa"]
 
 Graphs = dict[str, tuple[torch.nn.Module, tuple[torch.Tensor, ...], dict[str, Any]]]
 
@@ -51,3 +51,33 @@ def caption(predictor) -> Graphs:
     from .seq2seq import caption_graphs
 
     return caption_graphs(predictor)
+
+
+def summarize(predictor) -> Graphs:
+    from .decoders import summarize_graphs
+
+    return summarize_graphs(predictor)
+
+
+def speech(predictor) -> Graphs:
+    from .decoders import speech_graphs
+
+    return speech_graphs(predictor)
+
+
+def qa(predictor) -> Graphs:
+    from ..tasks.qa.encode import collate_qa, encode_example
+
+    pairs = [("the cat sat on the mat near the door", "where did the cat sit ?"),
+             ("a dog ran", "who ran ?")]
+    batch = collate_qa([encode_example(c, q, predictor.tokenizer, max_question=predictor.options.max_question)
+                        for c, q in pairs])
+    o = predictor.options
+    extra = {"max_answer_len": o.max_answer_len, "max_context": o.max_context, "stride": o.stride,
+             "max_question": o.max_question}
+    example = tuple(batch[k] for k in ReaderGraph.inputs)
+    from ..layers.transformer import PositionalEncoding
+
+    tables = [m.max_len for m in predictor.model.modules() if isinstance(m, PositionalEncoding)]
+    return {"model": (ReaderGraph(predictor.model, o.max_answer_len, min(tables) if tables else None), example,
+                      extra)}

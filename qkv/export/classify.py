@@ -1,5 +1,6 @@
 """The one-graph applications: sentiment (token ids -> logits and the pooling's weights), images (pixels ->
-logits) and segmentation (pixels -> per-pixel logits). Pixels enter in ``[0, 1]`` and are normalised inside the
+logits), segmentation (pixels -> per-pixel logits) and question answering's reader (a context and a question ->
+the answer span). Pixels enter in ``[0, 1]`` and are normalised inside the
 graph with the run's mean and standard deviation, as the predictors do."""
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor, nn
 
-__all__ = ["SentimentGraph", "ImageGraph", "SegmentGraph"]
+__all__ = ["SentimentGraph", "ImageGraph", "SegmentGraph", "ReaderGraph"]
 
 
 class SentimentGraph(nn.Module):
@@ -67,3 +68,29 @@ class SegmentGraph(_Pixels):
 
     def forward(self, pixels: Tensor) -> Tensor:
         return self.model(self.normalized(pixels)).float()
+
+
+class ReaderGraph(nn.Module):
+    """Question answering's reader over one window of a context: ``context``, ``context_mask``, ``question``,
+    ``question_mask`` ``(B, Tc)``/``(B, Tq)`` (ids int64, masks bool), ``match (B, Tc)`` float (1 where a context
+    token occurs in the question) -> ``start_logits``, ``end_logits`` ``(B, Tc)``, ``attention (B, Tc)`` (the
+    reader's attention over the context), and the best span as :func:`qkv.models.reading.decode_spans` finds it:
+    ``start``, ``end`` ``(B,)`` token indices and its ``probability`` ``p_start * p_end``."""
+
+    inputs = ("context", "context_mask", "question", "question_mask", "match")
+    outputs = ("start_logits", "end_logits", "attention", "start", "end", "probability")
+
+    def __init__(self, model: nn.Module, max_answer_len: int, longest: int | None = None):
+        super().__init__()
+        self.model, self.max_answer_len = model, max_answer_len
+        # (a Transformer reader reads at most its table of positions)
+        ctx, q = {0: "batch", 1: ("context", None, longest)}, {0: "batch", 1: ("question", None, longest)}
+        self.dynamic = (ctx, ctx, q, q, ctx)
+
+    def forward(self, context: Tensor, context_mask: Tensor, question: Tensor, question_mask: Tensor,
+                match: Tensor) -> tuple[Tensor, ...]:
+        from ..models.reading import decode_spans
+
+        res = self.model(context, context_mask, question, question_mask, match)
+        start, end, prob = decode_spans(res.start_logits, res.end_logits, context_mask, self.max_answer_len)
+        return res.start_logits.float(), res.end_logits.float(), res.attention.float(), start, end, prob.float()

@@ -8,7 +8,9 @@ Limits that apply (and are named in the errors and in ``docs/export.md``):
 - the graphs are written at :data:`OPSET` (ONNX Runtime 1.17+ runs it);
 - a score, normaliser or modifier that is a user's Python function is traced as whatever it computes on the example
   inputs; a run whose model holds one is refused by :func:`qkv.export.export_run` (its code is not in the run);
-- sizes are dynamic only along the axes given as ``dynamic``; every other size is the example's.
+- sizes are dynamic only along the axes given as ``dynamic``; every other size is the example's;
+- a recurrent layer over a sequence (``nn.LSTM``, ``nn.GRU``) is unrolled by ``torch.export`` at the example's
+  length: such graphs are written by the TorchScript exporter (:func:`recurrent`, ONNX's ``LSTM``/``GRU``).
 """
 
 from __future__ import annotations
@@ -89,21 +91,66 @@ def export_program(module: nn.Module, args: Sequence[torch.Tensor], dynamic: Seq
         raise ExportError(f"{type(module).__name__} cannot be exported by torch.export: {first}") from e
 
 
+def recurrent(module: nn.Module) -> bool:
+    """Whether ``module`` holds a recurrent layer (``nn.RNN``, ``nn.LSTM``, ``nn.GRU``) that runs over a sequence:
+    ``torch.export`` unrolls its loop at the example's length, so such a graph is written by the TorchScript
+    exporter instead (ONNX's own ``LSTM``/``GRU`` operators, with each sequence's length)."""
+    return any(isinstance(m, nn.RNNBase) for m in module.modules())
+
+
+def _torchscript_onnx(module: nn.Module, args: Sequence[torch.Tensor], path: Path, input_names: Sequence[str],
+                      output_names: Sequence[str], dynamic: Sequence[dict[int, Axis]]) -> None:
+    """``torch.onnx.export(..., dynamo=False)``, qkv's layers traced as under ``torch.export`` (no branch on the
+    values of tensors: ``torch.compiler.is_compiling()`` is true while it traces)."""
+    import warnings
+    from unittest import mock
+
+    axes = {name: {axis: a if isinstance(a, str) else a[0] for axis, a in spec.items()}
+            for name, spec in zip(input_names, dynamic, strict=True) if spec}
+    with torch.no_grad(), warnings.catch_warnings(), mock.patch("torch.compiler.is_compiling", lambda: True):
+        warnings.simplefilter("ignore")
+        torch.onnx.export(module.eval(), tuple(args), str(path), dynamo=False, opset_version=OPSET,
+                          input_names=list(input_names), output_names=list(output_names), dynamic_axes=axes)
+
+
 def to_onnx(module: nn.Module, args: Sequence[torch.Tensor], path: str | Path, *, input_names: Sequence[str],
-            output_names: Sequence[str], dynamic: Sequence[dict[int, Axis]], runtime_checks: bool = False) -> Path:
+            output_names: Sequence[str], dynamic: Sequence[dict[int, Axis]], runtime_checks: bool = False,
+            torchscript: bool | str | None = None) -> Path:
     """Write ``module`` called on ``args`` to ``path`` as ONNX (dynamic axes as in :func:`export_program`), with
-    its inputs and outputs named, and check it with ``onnx.checker``."""
+    its inputs and outputs named, and check it with ``onnx.checker``. ``torchscript`` (default: when the module
+    is :func:`recurrent`): write it with the TorchScript exporter rather than through ``torch.export``;
+    ``"fallback"``: through ``torch.export``, and with the TorchScript exporter where that fails (a recurrent
+    layer called once, whose decomposition pins the batch size); the tests hold such graphs equal to PyTorch on
+    other batch sizes."""
     onnx, _ = require_onnx()
     path = Path(path)
-    program = export_program(module, args, dynamic, runtime_checks=runtime_checks)
+    if torchscript is None:
+        torchscript = recurrent(module)
     try:
-        onnx_program = torch.onnx.export(program, tuple(args), dynamo=True, opset_version=OPSET,
-                                         input_names=list(input_names), output_names=list(output_names),
-                                         verbose=False, optimize=False)
+        if torchscript is True:
+            _torchscript_onnx(module, args, path, input_names, output_names, dynamic)
+        else:
+            try:
+                program = export_program(module, args, dynamic, runtime_checks=runtime_checks)
+            except ExportError:
+                if torchscript != "fallback":
+                    raise
+                logger.info("%s: torch.export failed; written by the TorchScript exporter", type(module).__name__)
+                _torchscript_onnx(module, args, path, input_names, output_names, dynamic)
+                return _checked(onnx, path, module)
+            onnx_program = torch.onnx.export(program, tuple(args), dynamo=True, opset_version=OPSET,
+                                             input_names=list(input_names), output_names=list(output_names),
+                                             verbose=False, optimize=False)
+            onnx_program.save(str(path), external_data=False)
+    except ExportError:
+        raise
     except Exception as e:  # noqa: BLE001
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise ExportError(f"{type(module).__name__} cannot be exported to ONNX opset {OPSET}: {first}") from e
-    onnx_program.save(str(path), external_data=False)
+    return _checked(onnx, path, module)
+
+
+def _checked(onnx, path: Path, module: nn.Module) -> Path:
     try:
         check_onnx(path)
     except onnx.checker.ValidationError as e:

@@ -3,14 +3,16 @@ them, servable by ONNX Runtime without PyTorch.
 
 What each application becomes (``export.json`` in ``out`` lists the graphs, their inputs and outputs):
 
-- sentiment, images, segmentation: one graph, ``model.onnx``;
-- translation and captioning (Transformer models): ``encoder.onnx`` and ``decoder_step.onnx`` (one decoding step,
-  the keys and values of every layer's self-attention as inputs and outputs), driven by :mod:`qkv.export.runtime`
-  (greedy and beam search, numpy only), which gives qkv's own translations and captions.
+- sentiment, images, segmentation, question answering's reader: one graph, ``model.onnx``;
+- translation and captioning with a Transformer: ``encoder.onnx`` and ``decoder_step.onnx`` (one decoding step,
+  the keys and values of every layer's self-attention as inputs and outputs);
+- the recurrent translators and captioners, summarisation and speech recognition: ``encoder.onnx`` (the decoding
+  state as named tensors) and ``decoder_step.onnx`` (:mod:`qkv.export.state`; a CTC speech model has the encoder
+  only).
 
-Not exported (an :class:`~qkv.export.graph.ExportError` says so): summarisation, speech recognition and question
-answering runs, translation and captioning models other than the Transformer, and any model holding a user's
-Python function (a score, normaliser or modifier) whose code the run does not carry.
+:mod:`qkv.export.runtime` decodes over them (greedy and beam search, numpy only) as qkv's own decoder does. A model
+holding a user's Python function (a score, normaliser or modifier), whose code the run does not carry, is refused
+with an :class:`~qkv.export.graph.ExportError`.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ logger = logging.getLogger(__name__)
 __all__ = ["export_run", "check_exportable", "EXPORTED", "MANIFEST"]
 
 #: the applications :func:`export_run` exports
-EXPORTED = ("sentiment", "images", "segment", "translate", "caption")
+EXPORTED = ("sentiment", "images", "segment", "translate", "caption", "summarize", "speech", "qa")
 #: the file in ``out`` that lists the graphs, their inputs and outputs
 MANIFEST = "export.json"
 
@@ -102,11 +104,16 @@ def export_run(run: str | os.PathLike, out: str | os.PathLike, *, with_weights: 
     manifest: dict[str, Any] = {"application": name, "run": str(run), "graphs": {}}
     for graph_name, (module, example, extra) in graphs.items():
         inputs, outputs, dynamic = list(module.inputs), list(module.outputs), list(module.dynamic)
+        torchscript = getattr(module, "torchscript", None)
         if with_weights:
             module = WithWeights(module, predictor.model)
             outputs += weight_names(module, *example)
+        # size conditions that hold for every size but are not proven become checks (weights of a strided
+        # encoder's frames; grouped-query attention over a key/value cache)
+        checks = with_weights or (graph_name == "decoder_step" and _grouped(predictor.model))
         path = to_onnx(module, example, out / f"{graph_name}.onnx", input_names=inputs, output_names=outputs,
-                       dynamic=dynamic, runtime_checks=graph_name == "decoder_step" and _grouped(predictor.model))
+                       dynamic=dynamic, runtime_checks=checks,
+                       torchscript=torchscript)
         manifest["graphs"][graph_name] = {"file": path.name, "inputs": inputs, "outputs": outputs, **extra}
     for asset in predictor.task_class.assets:
         getattr(predictor, asset).save(out / asset)

@@ -18,7 +18,6 @@ import torch
 from torch import Tensor, nn
 
 from ..layers import KVCache
-from .graph import ExportError
 
 __all__ = ["TransformerEncoder", "TransformerStep", "translate_graphs"]
 
@@ -111,15 +110,28 @@ def _decoder_graphs(model, encoder, step, encoder_inputs, step_state, layers_of,
             "decoder_step": (step, (tokens, *(state[k] for k in step_state), *past), shapes)}
 
 
+def sources(vocab: int, length: int, seed: int = 0) -> tuple[Tensor, Tensor]:
+    """Two example sources of ``length`` token ids (the second two shorter, padded) and their mask."""
+    gen = torch.Generator().manual_seed(seed)
+    src = torch.randint(4, max(vocab, 5), (2, length), generator=gen)
+    src_mask = torch.ones(2, length, dtype=torch.bool)
+    src_mask[1, length - 2:] = False
+    src[1, length - 2:] = 0
+    return src, src_mask
+
+
 def caption_graphs(predictor) -> dict[str, tuple[nn.Module, tuple[Tensor, ...], dict[str, Any]]]:
     from ..models.caption_transformer import TransformerCaptioner
 
     model = predictor.model
-    if not isinstance(model, TransformerCaptioner):
-        raise ExportError(f"captioning models of type {type(model).__name__} cannot be exported yet (the "
-                          "Transformer can: --model transformer)")
     size = predictor.image_size
     pixels = torch.rand(2, predictor.channels, size, size, generator=torch.Generator().manual_seed(0))
+    if not isinstance(model, TransformerCaptioner):  # the recurrent captioners: their state as named tensors
+        from .state import state_graphs
+
+        return state_graphs(model, model.encode, (pixels,), (pixels,), ("pixels",), ({0: "batch"},),
+                            extra={"image_size": size, "channels": predictor.channels, "length_penalty": 0.0,
+                                   "max_len": 1 << 20})
     return _decoder_graphs(model, CaptionEncoder(model), CaptionStep(model), (pixels,), ("memory",),
                            len(model.layers), model.positions.max_len,
                            {"image_size": size, "channels": predictor.channels, "length_penalty": 0.0})
@@ -129,13 +141,13 @@ def translate_graphs(predictor) -> dict[str, tuple[nn.Module, tuple[Tensor, ...]
     from ..models.transformer import TransformerSeq2Seq
 
     model = predictor.model
-    if not isinstance(model, TransformerSeq2Seq):
-        raise ExportError(f"translation models of type {type(model).__name__} cannot be exported yet (the "
-                          "Transformer can: --model transformer)")
-    gen = torch.Generator().manual_seed(0)
     vocab = predictor.src_tokenizer.vocab_size
-    src = torch.randint(4, max(vocab, 5), (2, 6), generator=gen)
-    src_mask = torch.ones(2, 6, dtype=torch.bool)
-    src_mask[1, 4:] = False
+    src, src_mask = sources(vocab, 6)
+    if not isinstance(model, TransformerSeq2Seq):  # the recurrent translators: their state as named tensors
+        from .state import state_graphs
+
+        return state_graphs(model, model.encode, (src, src_mask), sources(vocab, 9), ("src", "src_mask"),
+                            ({0: "batch", 1: "source"}, {0: "batch", 1: "source"}),
+                            extra={"length_penalty": 0.6, "max_len": 1 << 20})
     return _decoder_graphs(model, TransformerEncoder(model), TransformerStep(model), (src, src_mask),
                            ("memory", "src_mask"), len(model.decoder), longest(model), {"length_penalty": 0.6})

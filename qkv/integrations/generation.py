@@ -36,7 +36,7 @@ from torch import Tensor, nn
 from ..capture import AttentionRecord
 from .transformers import attention_kind, recording
 
-__all__ = ["record_generation", "view_generation", "Recorded", "Step", "STRATEGIES"]
+__all__ = ["record_generation", "view_generation", "generation_page", "steps_of", "Recorded", "Step", "STRATEGIES"]
 
 log = logging.getLogger(__name__)
 
@@ -247,14 +247,37 @@ def record_generation(model: nn.Module, input_ids: Tensor, *, max_new_tokens: in
     else:
         rows = [0] * n
     generated, sequence = generated[:n], sequence[:start + n]
-    steps = []
-    for s in range(n):
-        p = torch.softmax(out.logits[s][rows[s]].float().cpu(), dim=-1)
-        best = torch.topk(p, min(top, p.numel()))
-        steps.append(Step(int(generated[s]), float(p[generated[s]]),
-                          [(int(i), float(v)) for i, v in zip(best.indices, best.values, strict=True)], rows[s]))
+    steps = steps_of(torch.stack([out.logits[s][rows[s]] for s in range(n)]) if n else torch.zeros(0, 1),
+                     generated.tolist(), top=top, beams=rows)
     records = _join(rec.calls, rec.buffers, rows)
     return Recorded(sequence, generated, steps, records, prompt_len - 1 if not enc_dec else 0, enc_dec, layers, heads)
+
+
+def steps_of(logits: Tensor, generated: Sequence[int], *, top: int = 5,
+             beams: Sequence[int] | None = None) -> list[Step]:
+    """One :class:`Step` per generated token: ``logits (N, V)`` the scores each step chose ``generated[s]`` from
+    (softmaxed here), its probability and the ``top`` most probable tokens; ``beams[s]`` the step's beam."""
+    steps = []
+    for s, token in enumerate(generated):
+        p = torch.softmax(logits[s].float().cpu(), dim=-1)
+        best = torch.topk(p, min(top, p.numel()))
+        steps.append(Step(int(token), float(p[int(token)]),
+                          [(int(i), float(v)) for i, v in zip(best.indices, best.values, strict=True)],
+                          0 if beams is None else beams[s]))
+    return steps
+
+
+def generation_page(records: list[AttentionRecord], tokens: dict[str, list[str]], steps: list[Step], names, *,
+                    first_row: int, strategy: str, title: str, notes: list[str], encoder_decoder: bool = False,
+                    layers: list[int] | None = None, heads: list[int] | None = None) -> GenerationView:
+    """The page input of a recorded generation, for a Hugging Face model or a qkv language model alike: the
+    ``records`` (a decoder's self-attention ``(1, h, T - 1, T - 1)``, row ``first_row + s`` that of step ``s``),
+    the token lists, and each step's token, probability and alternatives (``names(ids) -> token strings``)."""
+    shown = [{"token": names([s.token_id])[0], "p": round(s.probability, 5),
+              "top": [[names([i])[0], round(p, 5)] for i, p in s.top]} for s in steps]
+    generation = {"steps": shown, "first_row": first_row, "encoder_decoder": encoder_decoder, "heads": heads,
+                  "layers": layers, "strategy": strategy}
+    return GenerationView(records, tokens, title=title, notes=notes, generation=generation)
 
 
 def record_forward(model: nn.Module, layers: Sequence[int] | None = None, heads: Sequence[int] | None = None,
@@ -377,15 +400,10 @@ def view_generation(path: str | os.PathLike, prompt: str, generate: int = 20, *,
     if layers is not None or heads is not None:
         notes.append(f"recorded: layers {'all' if layers is None else ', '.join(map(str, layers))}; heads "
                      f"{'all' if heads is None else ', '.join(map(str, heads))}")
-    steps = [{"token": names([s.token_id])[0], "p": round(s.probability, 5),
-              "top": [[names([i])[0], round(p, 5)] for i, p in s.top]} for s in recorded.steps]
-    text = tok.decode(recorded.generated, skip_special_tokens=True)
-    generation = {"steps": steps, "first_row": recorded.first_row, "encoder_decoder": enc_dec,
-                  "heads": heads, "layers": layers, "strategy": strategy}
-    if not enc_dec:
-        text = tok.decode(recorded.sequence, skip_special_tokens=True)
-    return GenerationView(recorded.records, tokens, title=f"{prompt} \u2192 {text}" if enc_dec else text,
-                          notes=notes, generation=generation)
+    text = tok.decode(recorded.generated if enc_dec else recorded.sequence, skip_special_tokens=True)
+    return generation_page(recorded.records, tokens, recorded.steps, names, first_row=recorded.first_row,
+                           strategy=strategy, title=f"{prompt} \u2192 {text}" if enc_dec else text, notes=notes,
+                           encoder_decoder=enc_dec, layers=layers, heads=heads)
 
 
 @dataclass

@@ -178,7 +178,7 @@ class _LSTMCaptioner(CaptionLosses, nn.Module):
         if self.init_state == "mean":
             h, c = torch.tanh(self.init_h(mean)), torch.tanh(self.init_c(mean))
         else:
-            h, c = torch.tanh(self.h0).expand(len(a), -1), torch.tanh(self.c0).expand(len(a), -1)
+            h, c = torch.tanh(self.h0).expand(a.shape[0], -1), torch.tanh(self.c0).expand(a.shape[0], -1)
         state = {"a": a, "mean": mean, "h": h, "c": c,
                  "grid": grid, "coords": grid_coords(*grid, device=a.device, dtype=a.dtype).expand(a.shape[0], -1, -1)}
         if self.looks:
@@ -243,7 +243,7 @@ class _LSTMCaptioner(CaptionLosses, nn.Module):
         if self.glimpse:  # the same window around the attended place in every cell, weighted by salience only
             z, attn = self.window(loc, state["coords"], state.get("items", state["a"]), state["salience"],
                                   self.log_sigma)
-            z = z * extras.get("beta", z.new_ones(len(z)))[:, None]
+            z = z * extras.get("beta", z.new_ones(z.shape[0]))[:, None]
         rest = self.out(self.dropout(e_state + self.out_loc(loc) + self.out_h(self.dropout(h))))
         logits = torch.where(self.content, self.out(self.dropout(e + self.out_z(z))), rest)
         return logits, attn, {**state, "h": h, "c": c}, {**extras, "loc": loc}
@@ -373,7 +373,7 @@ class HardCaptioner(_LSTMCaptioner):
 
     def _where_at(self, state: dict, s: Tensor, loc: Tensor) -> Tensor:
         """The location of the chosen positions ``s (B,)`` (zeros ``loc`` when ``where`` is off)."""
-        return state["coords"][torch.arange(len(s), device=s.device), s] if self.where else loc
+        return state["coords"][torch.arange(s.shape[0], device=s.device), s] if self.where else loc
 
 
 class FixedCaptioner(_LSTMCaptioner):

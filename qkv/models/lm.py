@@ -122,7 +122,12 @@ class CausalLM(nn.Module):
         for i, layer in enumerate(self.layers):
             x = layer(x, is_causal=True, key_mask=key_mask, cache=None if caches is None else caches[i],
                       score_mod=self.bias)
-        return self.out(self.norm(x))
+        return self.norm(x)
+
+    def features(self, tokens: Tensor, key_mask: Tensor | None = None) -> Tensor:
+        """``tokens (B, T)`` -> the last layer's normalised states ``(B, T, E)``, what the output projection reads
+        (row ``t`` has seen tokens ``0..t``): the body a classifier starts from."""
+        return self._run(tokens, 0, None, key_mask)
 
     def forward(self, tokens: Tensor, key_mask: Tensor | None = None) -> Tensor:
         """``tokens (B, T)`` -> ``logits (B, T, V)``: row ``t`` predicts token ``t + 1`` from tokens ``0..t``.
@@ -130,7 +135,7 @@ class CausalLM(nn.Module):
         ``key_mask (B, T)`` bool, True at real tokens (right padding needs none: the causal mask keeps it out of
         every real position).
         """
-        return self._run(tokens, 0, None, key_mask)
+        return self.out(self._run(tokens, 0, None, key_mask))
 
     def new_caches(self) -> list[KVCache]:
         """Empty key/value caches, one per layer, for :meth:`step`."""
@@ -140,7 +145,7 @@ class CausalLM(nn.Module):
         """The next ``tokens (B, L)`` after what ``caches`` hold (updated in place) -> ``logits (B, L, V)``."""
         if len(caches) != len(self.layers):
             raise ValueError(f"caches must hold one KVCache per layer ({len(self.layers)}), got {len(caches)}")
-        return self._run(tokens, len(caches[0]), caches, None)
+        return self.out(self._run(tokens, len(caches[0]), caches, None))
 
 
 def sample_next(logits: Tensor, *, temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None,

@@ -62,6 +62,8 @@ def _check(context: Tensor, context_mask: Tensor, question: Tensor, question_mas
                              f"{t.dtype}")
     if match is not None and match.shape != context.shape:
         raise ValueError(f"match must be (B, Tc) = {tuple(context.shape)}, got {tuple(match.shape)}")
+    if torch.compiler.is_compiling():  # traced: no branch on the values
+        return
     if not bool(context_mask.any(-1).all()) or not bool(question_mask.any(-1).all()):
         raise ValueError("every context and question needs at least one token")
 
@@ -268,7 +270,7 @@ def decode_spans(start_logits: Tensor, end_logits: Tensor, mask: Tensor, max_ans
     if start_logits.shape != mask.shape or end_logits.shape != mask.shape:
         raise ValueError(f"logits {tuple(start_logits.shape)}, {tuple(end_logits.shape)} and mask "
                          f"{tuple(mask.shape)} must have one shape")
-    if not bool(mask.any(-1).all()):
+    if not torch.compiler.is_compiling() and not bool(mask.any(-1).all()):  # (traced: no branch on the values)
         raise ValueError("every row needs at least one real token")
     ls = _masked(start_logits, mask).log_softmax(-1)
     le = _masked(end_logits, mask).log_softmax(-1)
@@ -277,8 +279,11 @@ def decode_spans(start_logits: Tensor, end_logits: Tensor, mask: Tensor, max_ans
     band = (i[None, :] >= i[:, None]) & (i[None, :] < i[:, None] + max_answer_len)  # (Tc, Tc): i <= j < i + L
     pair = (ls[:, :, None] + le[:, None, :]).masked_fill(~band, float("-inf"))
     pair = pair.masked_fill(~(mask[:, :, None] & mask[:, None, :]), float("-inf"))
-    best, flat = pair.flatten(1).max(-1)
-    return flat // t, flat % t, best.exp()
+    # the first best pair in (start, end) order: each start's best end, then the best start (no division by the
+    # symbolic length, which ONNX's exporter cannot translate)
+    best_end, end = pair.max(-1)
+    best, start = best_end.max(-1)
+    return start, end.gather(1, start[:, None])[:, 0], best.exp()
 
 
 #: model name -> constructor taking keyword arguments (registered in :mod:`qkv.models.registry`)

@@ -9,6 +9,7 @@ name                                                         keyword arguments
 ``fixed``, ``bahdanau``, ``luong``                           the fields of :class:`~qkv.models.RNNConfig`
 ``transformer``                                              the fields of :class:`~qkv.models.TransformerConfig`
 ``lm``                                                       the fields of :class:`~qkv.models.lm.LMConfig`
+``lm-classifier``                                            :class:`~qkv.models.lm_classifier.LMClassifier`'s
 ``bigru-classifier``, ``bilstm-classifier``                  ``vocab_size``, ``num_classes`` and
                                                              :class:`~qkv.models.RNNClassifier`'s options
 ``transformer-classifier``                                   ``vocab_size``, ``num_classes`` and
@@ -43,6 +44,7 @@ from .bisenet import SEGMENTATION_MODELS
 from .captioning import CAPTION_MODELS
 from .classifiers import BigramAttentionClassifier, RNNClassifier, TransformerClassifier
 from .lm import CausalLM, LMConfig
+from .lm_classifier import LMClassifier
 from .pointer import POINTER_MODELS
 from .reading import QA_MODELS
 from .resnet import RESNETS, create_resnet, sknet50
@@ -87,6 +89,7 @@ MODELS: dict[str, _Builder] = {
     **{name: _from_config(cls, RNNConfig) for name, cls in RNN_MODELS.items()},
     "transformer": _from_config(TransformerSeq2Seq, TransformerConfig),
     "lm": _from_config(CausalLM, LMConfig),
+    "lm-classifier": _from_kwargs(LMClassifier),
     "bigru-classifier": _from_kwargs(RNNClassifier, cell="gru"),
     "bilstm-classifier": _from_kwargs(RNNClassifier, cell="lstm"),
     "transformer-classifier": _from_kwargs(TransformerClassifier),

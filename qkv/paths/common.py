@@ -81,7 +81,7 @@ def _apply(normalizer, scores: Tensor, inplace: bool) -> Tensor:
     Writing the weights over the scores saves allocating (and, on CPU, page-faulting in) a second
     ``(..., Tq, Tk)`` tensor: at B=8, H=8, T=1024 that is 256 MiB and a third of the weights path's time.
     """
-    if normalizer is softmax and inplace and not _tracked(scores):
+    if normalizer is softmax and inplace and not _tracked(scores) and not torch.compiler.is_compiling():
         return torch.softmax(scores, dim=-1, out=scores)
     return normalizer(scores)
 

@@ -133,6 +133,9 @@ class ApplicationTask(Task):
     load_data: ClassVar[Callable[[Any], Any]]
     model_spec: ClassVar[Callable[..., dict[str, Any]]]
     assets: ClassVar[tuple[str, ...]] = ()
+    #: attributes kept as ``assets/NAME.json`` with every checkpoint and read back on a resume (JSON values; one
+    #: that is ``None`` is not written): what a run needs to rebuild its model besides its tokenisers
+    json_assets: ClassVar[tuple[str, ...]] = ()
 
     def __init_subclass__(cls, *, name: str | None = None, unit: str | None = None, options: type | None = None,
                           load_data: Callable | None = None, model_spec: Callable | None = None,
@@ -175,14 +178,26 @@ class ApplicationTask(Task):
         return model_from_spec(self.spec())
 
     def save_assets(self, directory: Path) -> None:
+        import json
+
         for asset in self.assets:
             getattr(self, asset).save(directory / asset)
+        for name in self.json_assets:  # what a resumed run needs besides its tokenisers (None: nothing to keep)
+            if getattr(self, name, None) is not None:
+                (directory / f"{name}.json").write_text(json.dumps(getattr(self, name), indent=1) + "\n",
+                                                        encoding="utf-8")
 
     def load_assets(self, directory: Path) -> None:
+        import json
+
         from ..data import load_tokenizer
 
         for asset in self.assets:
             setattr(self, asset, load_tokenizer(directory / asset))
+        for name in self.json_assets:
+            path = directory / f"{name}.json"
+            if path.is_file():
+                setattr(self, name, json.loads(path.read_text(encoding="utf-8")))
 
 
 class Predictor(ABC):

@@ -104,6 +104,15 @@ class Task:
         """Read what :meth:`save_assets` wrote; called before :meth:`setup` when resuming, so that a resumed run
         uses the saved tokeniser rather than fitting a new one."""
 
+    def param_groups(self, model: nn.Module, config: Any) -> list[dict[str, Any]]:
+        """The optimizer's parameter groups for ``model`` and the run's ``config`` (a :class:`qkv.train.TrainConfig`):
+        by default weight decay on matrices only (:func:`qkv.train.precision.param_groups`); a group may carry an
+        ``lr_scale`` and an ``unfreeze_step`` (:func:`qkv.train.precision.layered_groups`: discriminative rates,
+        gradual unfreezing)."""
+        from .precision import param_groups
+
+        return param_groups(model, config.weight_decay)
+
     def callbacks(self, config: Any) -> Sequence[Any]:
         """The task's own trainer callbacks for a run with ``config`` (a :class:`qkv.train.TrainConfig`), called
         after every optimizer step as ``callback(state, logs)`` beside those given to :func:`qkv.train.train`

@@ -30,7 +30,7 @@ from .checkpoint import load_checkpoint, write_checkpoint
 from .config import TrainConfig
 from .interrupt import Interrupted, StopFlag, terminate_raises
 from .metrics_log import MetricsLog, log_train
-from .precision import amp_dtype, dtype_name, param_groups
+from .precision import amp_dtype, dtype_name, group_lr
 from .rundir import find_checkpoint, hold_run_directory, load_resumed_weights, restore, save
 from .schedule import derive_seed, epoch_batches, lr_factor, num_batches
 from .state import TrainResult, TrainState
@@ -113,7 +113,7 @@ class Trainer:
             60.0 * cfg.max_minutes, self.horizon, self.total_steps, cfg.epochs * self.steps_per_epoch,
             self.steps_per_epoch, cfg.eval_every, evaluates=bool(cfg.eval_split), saves=self.out is not None,
             final_evals=len(cfg.final_splits))
-        self.optimizer = torch.optim.AdamW(param_groups(self.module, cfg.weight_decay), lr=cfg.lr,
+        self.optimizer = torch.optim.AdamW(task.param_groups(self.module, cfg), lr=cfg.lr,
                                            betas=cfg.betas, eps=cfg.eps)
         self.amp_dtype = amp_dtype(cfg.amp, d.device)
         self.scaler = torch.amp.GradScaler(d.device.type, enabled=self.amp_dtype == torch.float16)
@@ -226,7 +226,7 @@ class Trainer:
                                 warmup_steps=cfg.warmup_steps, min_lr_ratio=cfg.min_lr_ratio,
                                 progress=self.horizon.progress(st.global_step))
         for group in self.optimizer.param_groups:
-            group["lr"] = lr
+            group["lr"] = group_lr(group, lr, st.global_step)
         with self._autocast():
             loss_sum, count, stats = self.task.loss(self.model, batch)
         if not torch.is_tensor(loss_sum) or loss_sum.ndim != 0:

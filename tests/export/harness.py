@@ -23,11 +23,12 @@ def _close(got, want, atol, what):
         torch.testing.assert_close(g.to(w.dtype), w, atol=atol, rtol=1e-4, msg=lambda m, i=i: f"{what} output {i}: {m}")
 
 
-def compiles(module, args, others=(), atol=1e-5):
-    """``torch.compile(fullgraph=True)`` (dynamo with the eager backend: a graph break raises) gives the eager
-    outputs on ``args`` and on every input tuple of ``others``."""
+def compiles(module, args, others=(), atol=1e-5, backend="eager", dynamic=True):
+    """``torch.compile(fullgraph=True)`` (a graph break raises; dynamo with the eager backend by default, which
+    checks the tracing in a fraction of inductor's time) gives the eager outputs on ``args`` and on every input
+    tuple of ``others``."""
     torch._dynamo.reset()
-    compiled = torch.compile(module, fullgraph=True, backend="eager", dynamic=True)
+    compiled = torch.compile(module, fullgraph=True, backend=backend, dynamic=dynamic)
     with torch.no_grad():
         for a in (args, *others):
             _close(compiled(*a), module(*a), atol, "torch.compile")

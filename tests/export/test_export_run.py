@@ -140,9 +140,10 @@ def test_captions_through_onnx_runtime_equal_qkv(tiny_run, exported, one_thread,
 # ------------------------------------------------------------------------------------------------- bad input
 
 
-def test_a_run_without_weights_is_a_one_line_error(tiny_run, tmp_path, capsys):
+@pytest.mark.parametrize("app", ["sentiment", "summarize", "speech", "qa"])
+def test_a_run_without_weights_is_a_one_line_error(tiny_run, tmp_path, capsys, app):
     run = tmp_path / "run"
-    shutil.copytree(tiny_run("sentiment"), run)
+    shutil.copytree(tiny_run(app), run)
     for weights in run.rglob("model.safetensors"):
         weights.unlink()
     assert main(["export", str(run), "--out", str(tmp_path / "out")]) == 2

@@ -191,3 +191,26 @@ def test_vision_blocks_compile_and_export(gen, tmp_path):
     model = Vision().eval()
     example, *others = ((torch.randn(b, 16, h, w, generator=gen),) for b, h, w in ((2, 6, 5), (3, 4, 7), (2, 9, 3)))
     _check(model, example, others, ({0: "B", 2: "H", 3: "W"},), tmp_path)
+
+
+class Representative(nn.Module):
+    """What inductor compiles in the tests (the example of the docs): grouped-query causal self-attention with its
+    weights, then the cosine score under a mask."""
+
+    def __init__(self, dim=32):
+        super().__init__()
+        self.mha = qkv.MultiHeadAttention(dim, 4, kv_heads=2)
+
+    def forward(self, x, mask):
+        y, w = self.mha(x, is_causal=True, return_weights=True)
+        return y, w, qkv.attention(y, x, x, score="cosine", mask=mask)
+
+
+def test_inductor_compiles_a_representative_model(gen, one_thread):
+    """``torch.compile``'s default backend (inductor), ``fullgraph=True``: the generated kernels give the eager
+    outputs and weights. (Every piece compiles with ``fullgraph=True`` in the tests above, with dynamo's eager
+    backend; inductor's code generation takes minutes for all of them on two cores, so it runs on this one.)"""
+    x = torch.randn(2, 7, 32, generator=gen)
+    mask = torch.rand(2, 7, 7, generator=gen) > 0.3
+    mask[..., 0] = True
+    compiles(Representative().eval(), (x, mask), atol=1e-4, backend="inductor", dynamic=False)

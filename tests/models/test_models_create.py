@@ -29,6 +29,7 @@ from qkv.models import (
 from qkv.models.bisenet import FCN, BiSeNet
 from qkv.models.captioning import FixedCaptioner, HardCaptioner, SoftCaptioner, TransformerCaptioner
 from qkv.models.lm import CausalLM, LMConfig
+from qkv.models.lm_classifier import LMClassifier
 from qkv.models.pointer import PointerGenerator, TransformerPointer
 from qkv.models.reading import AttentiveReader, BiDAFReader, TransformerReader
 from qkv.models.speech import LAS, CTCModel
@@ -43,6 +44,7 @@ RNN = {"src_vocab": 11, "tgt_vocab": 13, "embed_dim": 8, "hidden_dim": 12, "attn
 TRANSFORMER = {"src_vocab": 11, "tgt_vocab": 13, "dim": 16, "num_heads": 2, "ffn_dim": 24, "num_layers": 1,
                "num_decoder_layers": 2, "positions": "learned", "max_len": 20}
 CLASSIFIER = {"vocab_size": 30, "num_classes": 3, "embed_dim": 8}
+LM_BODY = {"vocab_size": 30, "dim": 16, "num_heads": 2, "num_layers": 2, "max_len": 12}
 CASES = {
     "fixed": (RNN, lambda: FixedContextSeq2Seq(RNNConfig(**RNN))),
     "bahdanau": ({**RNN, "num_layers": 2}, lambda: BahdanauSeq2Seq(RNNConfig(**RNN, num_layers=2))),
@@ -63,6 +65,8 @@ CASES = {
        for name in ("resnet18", "resnet34", "resnet50", "resnet101")},
     "sknet50": ({"num_classes": 5, "attn_kwargs": {"reduction": 8}},
                 lambda: sknet50(num_classes=5, attn_kwargs={"reduction": 8})),
+    "lm-classifier": ({"lm": LM_BODY, "num_classes": 3, "bos_id": 2, "hops": 2},
+                      lambda: LMClassifier(LM_BODY, 3, bos_id=2, hops=2)),
     "lm": ({"vocab_size": 30, "dim": 16, "num_heads": 2, "num_layers": 1, "kv_heads": 1, "max_len": 12},
            lambda: CausalLM(LMConfig(vocab_size=30, dim=16, num_heads=2, num_layers=1, kv_heads=1, max_len=12))),
     **{name: (cfg, lambda cls=cls, cfg=cfg: cls(**cfg)) for name, cls, cfg in (

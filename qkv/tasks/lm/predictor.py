@@ -107,11 +107,48 @@ class LanguageModel(Predictor):
                            context=self.context or self.options.context,
                            max_tokens=self.options.eval_tokens if max_tokens is None else max_tokens)
 
+    #: the settings of ``qkv view`` a language-model run takes: it generates from the text, step by step
+    view_takes = ("generate", "strategy", "seed")
+
+    def viewing(self, *, generate: int | None = None, strategy: str = "greedy", seed: int = 0) -> LanguageModel:
+        """This run with what :meth:`view` shows set: with ``generate``, up to that many tokens generated from the
+        text (``strategy`` ``greedy`` or ``sample`` with ``seed``), every step's attention recorded."""
+        if strategy not in ("greedy", "sample"):
+            raise ValueError(f"--strategy {strategy}: a language-model run generates greedy or sample (no beams)")
+        self._viewing = {"generate": generate, "strategy": strategy, "seed": seed}
+        return self
+
+    def induction_table(self, length: int = 50, seed: int = 0):
+        """Induction-head scores of every layer and head on ``length`` repeated random tokens
+        (:func:`qkv.models.induction.induction_table`)."""
+        from ...models.induction import induction_table
+
+        return induction_table(self.model, start_id=self.tokenizer.eos_id, length=length, seed=seed)
+
+    def _induction_notes(self) -> list[str]:
+        try:
+            table = self.induction_table()
+        except ValueError as e:  # a vocabulary too small for a repeated sequence
+            return [f"induction heads: not measured ({e})"]
+        notes = [f"induction heads: {table.length} random tokens repeated; loss {table.loss_first:.2f} nats on the "
+                 f"first copy, {table.loss_second:.2f} on the second (in-context learning). Per head (layer.head): "
+                 "induction = attention to the token after the earlier occurrence, previous = to the previous token "
+                 f"(a uniform head gives {_uniform(table.length):.3f}), copying = its OV circuit raises the token it "
+                 f"reads (chance {1 / table.length:.3f})"]
+        for row in sorted(table.rows(), key=lambda r: -r["induction"]):
+            notes.append(f"head {row['layer']}.{row['head']}: induction {row['induction']:.3f}, previous "
+                         f"{row['previous']:.3f}, copying {row['copying']:.2f}")
+        return notes
+
     def view(self, given: ViewInput) -> PageInput:
-        """Every attention of the model reading ``given.text`` (each layer's causal self-attention, per head)."""
+        """Every attention of the model reading ``given.text`` (each layer's causal self-attention, per head), and
+        its induction-head table; after :meth:`viewing` with ``generate``, its generation step by step."""
         from ...capture import capture_attention
 
         text = need_text(given.text, "language-model")
+        viewing = getattr(self, "_viewing", None)
+        if viewing and viewing["generate"]:
+            return self._view_generation(text, **viewing)
         ids = [self.tokenizer.eos_id] + self.tokenizer.encode(text)  # read as the start of a document
         notes = [f"{self.options.num_layers}-layer causal language model; row t attends over tokens 0..t "
                  "(the first, <eos>, marks the start of a document)"]
@@ -121,4 +158,40 @@ class LanguageModel(Predictor):
             logger.warning("the text was cut to its first %d tokens (the model's context)", self.context - 1)
         with capture_attention(self.model) as records, torch.no_grad():
             self.model(torch.tensor([ids], device=self.device))
-        return PageInput(records, self.tokenizer.tokens_of_ids(ids), title=text[:80], notes=notes)
+        return PageInput(records, self.tokenizer.tokens_of_ids(ids), title=text[:80],
+                         notes=notes + self._induction_notes())
+
+    @torch.no_grad()
+    def _view_generation(self, text: str, generate: int, strategy: str, seed: int) -> PageInput:
+        """The page of ``generate`` tokens generated from ``text``: the shared step view of
+        :func:`qkv.integrations.generation.generation_page` (row ``t`` the attention of the token fed at step
+        ``t``: with the KV cache, the rows of one pass over the whole sequence)."""
+        from ...capture import capture_attention
+        from ...integrations.generation import generation_page, steps_of
+        from ...models.lm import generate as lm_generate
+
+        prompt = self._prompt_ids(text, 1)
+        n = generate if self.context is None else min(generate, self.context - len(prompt))
+        notes = [f"{self.options.num_layers}-layer causal language model generating from the text "
+                 f"({'greedy decoding' if strategy == 'greedy' else f'sampling (seed {seed})'}), with the KV cache"]
+        if n < generate:
+            notes.append(f"{n} tokens generated at most: the model's context ({self.context}) is then full")
+        seq = lm_generate(self.model, torch.tensor([prompt], device=self.device), n, greedy=strategy == "greedy",
+                          eos_id=self.tokenizer.eos_id, seed=seed)[0].tolist()
+        new = seq[len(prompt):]
+        if self.tokenizer.eos_id in new:  # the end of the document is the last step
+            new = new[:new.index(self.tokenizer.eos_id) + 1]
+        seq = prompt + new
+        with capture_attention(self.model) as records:
+            logits = self.model(torch.tensor([seq[:-1]], device=self.device))[0]
+        steps = steps_of(logits[len(prompt) - 1:], new)
+        notes.append(f"{len(new)} token(s) generated" + (", the last ending the document" if new and
+                                                          new[-1] == self.tokenizer.eos_id else ""))
+        names = self.tokenizer.tokens_of_ids
+        return generation_page(records, {"tokens": names(seq[:-1])}, steps, names, first_row=len(prompt) - 1,
+                               strategy=strategy, title=text + self.tokenizer.decode(new), notes=notes)
+
+
+def _uniform(length: int) -> float:
+    """The induction score of a head attending uniformly over the keys it may see."""
+    return float((1 / torch.arange(length + 2, 2 * length + 2, dtype=torch.float64)).mean())

@@ -8,8 +8,10 @@ from ...options import check_options, option
 
 __all__ = ["SentimentOptions", "train_defaults", "MODELS"]
 
-MODELS = ("bigru", "bilstm", "transformer", "bigram")
+MODELS = ("bigru", "bilstm", "transformer", "bigram", "lm")
 _RNN = {"model": ("bigru", "bilstm")}
+_OWN_WORDS = {"model": ("bigru", "bilstm", "transformer", "bigram")}  # a vocabulary and vectors of their own
+_LM = {"model": ("lm",)}
 _NOT_TRANSFORMER = {"model": ("bigru", "bilstm", "bigram")}
 _TRANSFORMER = {"model": ("transformer",)}
 
@@ -35,15 +37,23 @@ class SentimentOptions:
     fold: int = option(0, low=0, cli=False, help="the fold this task trains (set by the k-fold loop)")
     data_seed: int = option(0, low=0, help="seed of the splits (not of training)")
     # tokens
-    min_freq: int = option(1, low=1, help="words seen fewer times in the training split become <unk>")
-    max_vocab: int | None = option(30000, low=5, help="vocabulary cap, special tokens included")
-    max_len: int = option(100, low=1, help="tokens kept per text")
-    lowercase: bool = option(True, help="lower-case the words")
+    min_freq: int = option(1, low=1, applies=_OWN_WORDS,
+                           help="words seen fewer times in the training split become <unk>")
+    max_vocab: int | None = option(30000, low=5, applies=_OWN_WORDS, help="vocabulary cap, special tokens included")
+    max_len: int = option(100, low=1, help="tokens kept per text (lm: at most the language model's context - 1)")
+    lowercase: bool = option(True, applies=_OWN_WORDS, help="lower-case the words")
     # model
-    model: str = option("bigru", choices=MODELS, help="bigru, bilstm (attention pooling), transformer, or bigram "
-                        "(attention pooling over word + hashed bigram vectors, no recurrence)")
-    embed_dim: int | None = option(None, low=1, help="word vector size (default: 128; bigram: 64; from the "
-                                   "vectors file when given)")
+    model: str | None = option(None, choices=MODELS, help="bigru, bilstm (attention pooling), transformer, bigram "
+                               "(attention pooling over word + hashed bigram vectors, no recurrence), or lm (a "
+                               "pretrained language model's body, from --init) (default: bigru; lm with --init)")
+    init: str | None = option(None, help="lm: a language-model run (qkv train lm) to start from: its "
+                              "tokenizer and Transformer body, fine-tuned with a classification head")
+    lr_decay: float = option(2.6, low=1, applies=_LM, help="lm: discriminative learning rates: each layer below the "
+                             "head learns at the rate of the one above divided by this (ULMFiT's 2.6; 1 = one rate)")
+    unfreeze: float = option(0.5, low=0, applies=_LM, help="lm: gradual unfreezing: the head trains alone for this "
+                             "many epochs, then one more layer from the top every this many epochs (0 = all at once)")
+    embed_dim: int | None = option(None, low=1, applies=_OWN_WORDS, help="word vector size (default: 128; bigram: 64; "
+                                   "from the vectors file when given)")
     hidden_dim: int = option(128, low=2, applies=_RNN, help="RNNs: output size, both directions together")
     attn_dim: int | None = option(None, low=1, applies=_NOT_TRANSFORMER, help="size of the attention-pooling "
                                   "keys (default: hidden-dim / 2 for the RNNs, embed-dim for bigram)")
@@ -63,16 +73,23 @@ class SentimentOptions:
                                  "(default: 4 x dim)")
     pooling: str = option("cls", choices=("cls", "attention"), applies=_TRANSFORMER,
                           help="transformer: a [CLS]-style query, or attention pooling")
-    num_layers: int = option(1, low=1, help="RNN or transformer layers")
+    num_layers: int = option(1, low=1, applies=_OWN_WORDS, help="RNN or transformer layers")
     hops: int = option(1, low=1, help="attention-pooling queries (Lin et al. 2017 when > 1)")
     penalty: float = option(0.0, low=0, help="weight of Lin et al.'s ||AA^T - I||^2 penalty (needs hops > 1)")
     dropout: float = option(0.5, low=0, high=0.99, help="dropout")
-    embed_dropout: float = option(0.5, low=0, high=0.99, help="dropout on the word vectors")
-    vectors: str | None = option(None, help="pretrained word vectors (GloVe/word2vec text file)")
-    freeze_vectors: bool = option(False, help="keep the pretrained vectors fixed (needs vectors)")
+    embed_dropout: float = option(0.5, low=0, high=0.99, applies=_OWN_WORDS, help="dropout on the word vectors")
+    vectors: str | None = option(None, applies=_OWN_WORDS, help="pretrained word vectors (GloVe/word2vec text file)")
+    freeze_vectors: bool = option(False, applies=_OWN_WORDS, help="keep the pretrained vectors fixed (needs "
+                                  "vectors)")
 
     def __post_init__(self):
+        if self.model is None:
+            self.model = "lm" if self.init else "bigru"
         check_options(self)
+        if self.init and self.model != "lm":
+            raise ValueError(f"init goes with model lm (a language model's body), not model {self.model}")
+        if self.model == "lm" and not self.init:
+            raise ValueError("model lm starts from a language model: give init (--init RUN, a qkv train lm run)")
         if (self.text_col is None) != (self.label_col is None):
             raise ValueError("give both text_col and label_col (or neither, for the movie-review format)")
         if self.text_col is None and (self.delimiter is not None or not self.header or self.labels is not None):
@@ -98,9 +115,13 @@ class SentimentOptions:
 
 def train_defaults(options: SentimentOptions):
     """The trainer's settings for sentiment (the ``qkv train sentiment`` defaults), per model: the bigram model's
-    from the search recorded in BENCHMARKS.md (``benchmarks/sentiment.py --set``), the others the BiGRU's."""
+    from the search recorded in BENCHMARKS.md (``benchmarks/sentiment.py --set``), the language model's body a short
+    fine-tuning, the others the BiGRU's."""
     from ...train import TrainConfig
 
+    if options.model == "lm":  # fine-tuning a pretrained body: few epochs, a short warm-up (ULMFiT's slanted rates)
+        return TrainConfig(epochs=4, batch_size=32, lr=2e-3, weight_decay=0.01, schedule="cosine", warmup_steps=50,
+                           patience=0, monitor="accuracy")
     if options.model == "bigram":
         return TrainConfig(epochs=20, batch_size=100, lr=1e-2, weight_decay=0.05, schedule="cosine", patience=0,
                            monitor="accuracy")

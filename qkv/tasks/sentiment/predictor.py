@@ -55,6 +55,10 @@ class SentimentClassifier(Predictor):
         self.label_names = self.config.get("label_names") or []
         self.regression = bool(self.config.get("regression"))
         self.max_len = options.max_len
+        lm = self.config.get("model", {}).get("config", {}).get("lm") if options.model == "lm" else None
+        self._init = None if lm is None else {"run": self.config.get("init", options.init), "model": lm}
+        if getattr(model, "max_tokens", None) is not None:  # a language model's body reads at most its context
+            self.max_len = min(self.max_len, model.max_tokens)
         self._spans = tokenizer.spans if isinstance(tokenizer, WordTokenizer) else None
 
     def display_tokens(self, text: str) -> list[str]:
@@ -125,7 +129,7 @@ class SentimentClassifier(Predictor):
         if split not in ("valid", "test"):
             raise ValueError(f"no split {split!r}; one of valid, test")
         task = SentimentTask(self.options_for(data), self.data(data))
-        task.tokenizer = self.tokenizer
+        task.tokenizer, task.init = self.tokenizer, self._init
         task.setup()
         examples = task.encoded[split][:limit]
         if not examples:

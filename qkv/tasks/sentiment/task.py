@@ -65,9 +65,15 @@ def make_splits(labels, options: SentimentOptions) -> dict[str, list[int]]:
     return splits
 
 
-def model_spec(options: SentimentOptions, *, vocab_size: int, num_classes: int) -> dict[str, Any]:
-    """``{"name", "config"}`` for :func:`qkv.models.create` (JSON only: pretrained vectors are loaded apart)."""
+def model_spec(options: SentimentOptions, *, vocab_size: int, num_classes: int, lm: dict[str, Any] | None = None,
+               bos_id: int | None = None) -> dict[str, Any]:
+    """``{"name", "config"}`` for :func:`qkv.models.create` (JSON only: pretrained vectors and a language model's
+    weights are loaded apart); model ``lm`` takes the language model's configuration ``lm`` and its document
+    start ``bos_id``."""
     o = options
+    if o.model == "lm":
+        return {"name": "lm-classifier", "config": {"lm": lm, "num_classes": num_classes, "bos_id": bos_id,
+                                                    "hops": o.hops, "dropout": o.dropout}}
     embed_dim = o.embed_dim or (BIGRAM_DIM if o.model == "bigram" else 128)
     config: dict[str, Any] = {"vocab_size": vocab_size, "num_classes": num_classes, "embed_dim": embed_dim,
                               "num_layers": o.num_layers, "hops": o.hops, "dropout": o.dropout,
@@ -116,9 +122,15 @@ class SentimentTask(ApplicationTask, name="sentiment", unit="items", options=Sen
     (e.g. once for all folds).
     """
 
+    #: model lm: the language model's configuration and run, kept with every checkpoint (a resumed run rebuilds its
+    #: model without the language-model run)
+    json_assets = ("init",)
+
     def __init__(self, options: SentimentOptions, data=None):
         super().__init__(options, data)
         self.encoded: dict[str, list[tuple[list[int], Any]]] = {}
+        self.init: dict[str, Any] | None = None  #: model lm: the language model's configuration, where it came from
+        self._lm_weights = None
 
     def setup(self) -> None:
         from ...data.tokenize import WordTokenizer
@@ -126,15 +138,55 @@ class SentimentTask(ApplicationTask, name="sentiment", unit="items", options=Sen
         o = self.options
         data = self.read_data()
         self.splits = make_splits(data.labels, o)
+        if o.model == "lm" and self.init is None:
+            self._read_init()
         if self.tokenizer is None:
             self.tokenizer = WordTokenizer.train((data.texts[i] for i in self.splits["train"]), min_freq=o.min_freq,
                                                  max_size=o.max_vocab, lowercase=o.lowercase)
         logger.info("%s: %d examples (train %d, valid %d, test %d), %d classes, vocabulary %d",
                     o.data, len(data), *(len(self.splits[s]) for s in ("train", "valid", "test")),
                     data.num_classes, self.tokenizer.vocab_size)
+        limit = self.max_len
         for split, idx in self.splits.items():
             ids = self.tokenizer.encode_batch(data.texts[i] for i in idx)
-            self.encoded[split] = [(x[: o.max_len], data.labels[i]) for x, i in zip(ids, idx, strict=True)]
+            self.encoded[split] = [(x[:limit], data.labels[i]) for x, i in zip(ids, idx, strict=True)]
+
+    @property
+    def max_len(self) -> int:
+        """Tokens read per text: ``max_len``, and for model lm at most the language model's context less one (its
+        document start)."""
+        if self.init is None or self.init["model"].get("positions") == "alibi":
+            return self.options.max_len
+        return min(self.options.max_len, self.init["model"]["max_len"] - 1)
+
+    def _read_init(self) -> None:
+        """The language model of ``init``: its configuration, tokenizer and weights (a run of another task, or one
+        without weights, is a ``ValueError`` naming ``init``)."""
+        from ...data import load_tokenizer
+        from ..lm.options import LMOptions
+        from ..run import load_run
+
+        path = self.options.init
+        try:
+            run = load_run(path, "lm", LMOptions, "cpu")
+        except (ValueError, OSError) as e:
+            raise type(e)(f"init {path}: {e}") from None
+        spec = run.checkpoint.config["model"]
+        try:
+            tokenizer = load_tokenizer(run.checkpoint.assets / "tokenizer")
+        except (ValueError, OSError) as e:
+            raise ValueError(f"init {path}: no readable tokenizer ({e})") from None
+        if tokenizer.vocab_size != spec["config"]["vocab_size"]:
+            raise ValueError(f"init {path}: its tokenizer has {tokenizer.vocab_size} tokens but its model reads "
+                             f"{spec['config']['vocab_size']}: the run's tokenizer does not belong to its weights")
+        if self.tokenizer is not None and self.tokenizer != tokenizer:
+            raise ValueError(f"init {path}: its tokenizer is not the one this run was started with (a resumed run "
+                             "keeps its own): give the same language-model run")
+        self.tokenizer = tokenizer
+        self.init = {"run": str(path), "model": dict(spec["config"])}
+        self._lm_weights = run.model.state_dict()
+        logger.info("init: the %d-layer language model of %s (vocabulary %d)", spec["config"]["num_layers"], path,
+                    tokenizer.vocab_size)
 
     def train_examples(self):
         return self.encoded["train"]
@@ -146,10 +198,24 @@ class SentimentTask(ApplicationTask, name="sentiment", unit="items", options=Sen
         return collate_texts(examples, regression=self.data.regression)
 
     def run_config(self) -> dict[str, Any]:
-        return {"label_names": self.data.label_names, "regression": self.data.regression}
+        extra = {} if self.init is None else {"init": self.init["run"]}
+        return {"label_names": self.data.label_names, "regression": self.data.regression, **extra}
 
     def sizes(self) -> dict[str, Any]:
-        return {"vocab_size": self.tokenizer.vocab_size, "num_classes": self.data.num_classes}
+        extra = {} if self.init is None else {"lm": self.init["model"], "bos_id": self.tokenizer.eos_id}
+        return {"vocab_size": self.tokenizer.vocab_size, "num_classes": self.data.num_classes, **extra}
+
+    def param_groups(self, model, config) -> list[dict[str, Any]]:
+        """Model lm: discriminative learning rates (``lr_decay``) and gradual unfreezing (``unfreeze`` epochs per
+        layer, from the top) over :meth:`~qkv.models.lm_classifier.LMClassifier.layer_groups`; the others one
+        rate."""
+        from ...train.precision import layered_groups
+
+        if self.options.model != "lm":
+            return super().param_groups(model, config)
+        steps_per_epoch = math.ceil(len(self.encoded["train"]) / config.batch_size)
+        return layered_groups(model.layer_groups(), config.weight_decay, lr_decay=self.options.lr_decay,
+                              unfreeze_steps=round(self.options.unfreeze * steps_per_epoch))
 
     def build_model(self) -> nn.Module:
         """The classifier of :meth:`spec`; with ``vectors``, its embedding starts from the vectors of the
@@ -158,6 +224,11 @@ class SentimentTask(ApplicationTask, name="sentiment", unit="items", options=Sen
         from ...models.classifiers import load_word_vectors
 
         o, spec = self.options, self.spec()
+        if o.model == "lm":  # the language model's body; on a resume the checkpoint's weights replace it
+            model = create(spec["name"], **spec["config"])
+            if self._lm_weights is not None:
+                model.body.load_state_dict(self._lm_weights)
+            return model
         extra: dict[str, Any] = {}
         if o.vectors:
             vocab = self.tokenizer.tokens_of_ids(range(self.tokenizer.vocab_size))
