@@ -58,3 +58,44 @@ def runs_in_onnx(module, args, others, dynamic, path, atol=1e-4, **options):
         for a in others:
             got = session.run(None, {n: t.numpy() for n, t in zip(names, a, strict=True) if n in fed})
             _close([torch.from_numpy(g) for g in got], module(*a), atol, "onnxruntime")
+
+
+#: sources of several lengths and languages for the exported translators
+DATE_TEXTS = ["3 March 2021", "le 12 avril 1999", "2001-05-06", "Tuesday, 9 January 2024", "7/8/1990"]
+
+
+def translations_equal(predictor, out) -> None:
+    """The numpy/ONNX Runtime loop over what ``qkv export`` wrote in ``out`` translates as ``predictor`` does, at
+    beam 1 and 3: the same text, score and alignment."""
+    import numpy as np
+    import pytest
+
+    from qkv.export.runtime import Translator
+    from qkv.tasks.translate.decode import source_ids
+
+    translator = Translator(out)
+    for beam in (1, 3):
+        want = predictor.predict(DATE_TEXTS, beam=beam, max_len=12)
+        got = translator.decode([source_ids(predictor.src_tokenizer, t)[0] for t in DATE_TEXTS], beam=beam,
+                                max_len=12)
+        for w, g in zip(want, got, strict=True):
+            assert predictor.tgt_tokenizer.decode(g.tokens) == w.text
+            assert g.score == pytest.approx(w.score, abs=1e-3)
+            np.testing.assert_allclose(g.attention, w.attention.numpy(), atol=1e-4)
+
+
+def captions_equal(predictor, out, images) -> list:
+    """The loop over ``out`` captions ``images`` (uint8) as ``predictor`` does, at beam 1 and 3 (text and score);
+    the pairs ``(qkv's, the loop's)`` of the last beam."""
+    import pytest
+
+    from qkv.export.runtime import Captioner
+
+    captioner = Captioner(out)
+    for beam in (1, 3):
+        want = predictor.predict(images, beam=beam, max_len=8)
+        got = captioner.decode((images.float() / 255).numpy(), beam=beam, max_len=8)
+        for w, g in zip(want, got, strict=True):
+            assert predictor.tokenizer.decode(g.tokens) == w.text
+            assert g.score == pytest.approx(w.score, abs=1e-3)
+    return list(zip(want, got, strict=True))

@@ -15,6 +15,7 @@ import torch
 
 from qkv.cli import main
 from qkv.tasks import load_predictor
+from tests.export.harness import captions_equal, translations_equal
 from tests.helpers import TINY_RUNS, single_thread
 
 pytestmark = pytest.mark.slow  # each export traces a model (seconds)
@@ -138,39 +139,18 @@ TRANSLATORS = {"bahdanau, gru": {"model": "bahdanau"}, "luong, lstm, 2 layers": 
 
 @pytest.mark.parametrize("arch", list(TRANSLATORS))
 def test_recurrent_translations_through_onnx_runtime_equal_qkv(exported, arch, one_thread):
-    from qkv.export.runtime import Translator
-    from qkv.tasks.translate.decode import source_ids
-
     run, out = exported("translate", dim=None, num_heads=None, embed_dim=8, hidden_dim=8, **TRANSLATORS[arch])
     assert arch == "fixed" or _weights(out)
-    predictor = load_predictor(run, device="cpu")
-    texts = ["3 March 2021", "le 12 avril 1999", "2001-05-06", "Tuesday, 9 January 2024", "7/8/1990"]
-    translator = Translator(out)
-    for beam in (1, 3):
-        want = predictor.predict(texts, beam=beam, max_len=12)
-        got = translator.decode([source_ids(predictor.src_tokenizer, t)[0] for t in texts], beam=beam, max_len=12)
-        for w, g in zip(want, got, strict=True):
-            assert predictor.tgt_tokenizer.decode(g.tokens) == w.text
-            assert g.score == pytest.approx(w.score, abs=1e-3)
-            np.testing.assert_allclose(g.attention, w.attention.numpy(), atol=1e-4)
+    translations_equal(load_predictor(run, device="cpu"), out)
 
 
 @pytest.mark.parametrize("arch", ["soft", "hard", "fixed"])
 def test_recurrent_captions_through_onnx_runtime_equal_qkv(exported, arch, one_thread, gen):
-    from qkv.export.runtime import Captioner
-
     run, out = exported("caption", model=arch, dim=None, num_heads=None, num_layers=None)
     assert arch == "fixed" or _weights(out)
     predictor = load_predictor(run, device="cpu")
     size, channels = predictor.image_size, predictor.channels
-    images = torch.randint(0, 256, (3, channels, size, size), generator=gen, dtype=torch.uint8)
-    captioner = Captioner(out)
-    for beam in (1, 3):
-        want = predictor.predict(images, beam=beam, max_len=8)
-        got = captioner.decode((images.float() / 255).numpy(), beam=beam, max_len=8)
-        for w, g in zip(want, got, strict=True):
-            assert predictor.tokenizer.decode(g.tokens) == w.text
-            assert g.score == pytest.approx(w.score, abs=1e-3)
+    captions_equal(predictor, out, torch.randint(0, 256, (3, channels, size, size), generator=gen, dtype=torch.uint8))
 
 
 READERS = {"bidaf": {}, "reader": {"model": "reader"},

@@ -14,6 +14,7 @@ import qkv
 from qkv.cli import main
 from qkv.export import ExportError, check_exportable, export_run
 from qkv.tasks import load_predictor
+from tests.export.harness import captions_equal, translations_equal
 
 pytestmark = pytest.mark.slow  # each export traces a model (seconds)
 ort = pytest.importorskip("onnxruntime")
@@ -101,40 +102,20 @@ def test_segmentation_graph_takes_any_size(tiny_run, exported, one_thread, gen):
 
 
 def test_translation_through_onnx_runtime_equals_qkv(tiny_run, exported, one_thread):
-    from qkv.export.runtime import Translator
-    from qkv.tasks.translate.decode import source_ids
-
     out = exported("translate")
     for graph in ("encoder", "decoder_step"):
         _session(out, graph)
-    predictor = load_predictor(tiny_run("translate"), device="cpu")
-    texts = ["3 March 2021", "le 12 avril 1999", "2001-05-06", "Tuesday, 9 January 2024", "7/8/1990"]
-    translator = Translator(out)
-    for beam in (1, 3):
-        want = predictor.predict(texts, beam=beam, max_len=12)
-        got = translator.decode([source_ids(predictor.src_tokenizer, t)[0] for t in texts], beam=beam, max_len=12)
-        for w, g in zip(want, got, strict=True):
-            assert predictor.tgt_tokenizer.decode(g.tokens) == w.text
-            assert g.score == pytest.approx(w.score, abs=1e-3)
-            np.testing.assert_allclose(g.attention, w.attention.numpy(), atol=1e-4)
+    translations_equal(load_predictor(tiny_run("translate"), device="cpu"), out)
 
 
 def test_captions_through_onnx_runtime_equal_qkv(tiny_run, exported, one_thread, gen):
-    from qkv.export.runtime import Captioner
-
     out = exported("caption")
     predictor = load_predictor(tiny_run("caption"), device="cpu")
     size, channels = predictor.image_size, predictor.channels
     images = torch.randint(0, 256, (3, channels, size, size), generator=gen, dtype=torch.uint8)
-    captioner = Captioner(out)
-    for beam in (1, 3):
-        want = predictor.predict(images, beam=beam, max_len=8)
-        got = captioner.decode((images.float() / 255).numpy(), beam=beam, max_len=8)
-        for w, g in zip(want, got, strict=True):
-            assert predictor.tokenizer.decode(g.tokens) == w.text
-            assert g.score == pytest.approx(w.score, abs=1e-3)
-            n = len(w.words)
-            np.testing.assert_allclose(g.attention[:n].reshape(w.attention.shape), w.attention.numpy(), atol=1e-4)
+    for w, g in captions_equal(predictor, out, images):
+        n = len(w.words)
+        np.testing.assert_allclose(g.attention[:n].reshape(w.attention.shape), w.attention.numpy(), atol=1e-4)
 
 
 # ------------------------------------------------------------------------------------------------- bad input
