@@ -187,6 +187,41 @@ def test_padding_causal_offset_and_broadcast_keys(gen, small_blocks, eager):
     assert got[1].shape == k.shape and torch.equal(got[0][1], torch.zeros_like(got[0][1]))
 
 
+def test_weights_too_small_for_a_normal_float_are_zero(gen, small_blocks, eager, monkeypatch):
+    """Scores that fall more than 87 below their row's maximum give float32 weights below the smallest normal number:
+    the blocks write them as zero (subnormal numbers make the matrix products that read them several times slower),
+    forward and backward, and everything else stays the float64 formula's."""
+    q, k, v = inputs(gen, b=2, h=2, tq=6, tk=40, d=4)
+
+    def steep(s, b, h, q_idx, kv_idx):
+        return s - 2.3 * (h + 1) * (q_idx - kv_idx).abs()
+
+    want, w64 = formula(q, k, v, steep, None)
+    tiny = torch.finfo(torch.float32).tiny
+    assert ((w64 > 0) & (w64 < tiny)).any()  # the formula has weights that float32 can only hold as subnormals
+    q32, k32, v32 = (t.float().requires_grad_() for t in (q, k, v))
+    with torch.no_grad():  # (weights that are differentiated take the checkpointed stages, not the blocks)
+        out, w = qkv.attention(q32, k32, v32, score_mod=steep, return_weights=True)
+    assert not ((w > 0) & (w < tiny)).any()
+    torch.testing.assert_close(w.double(), w64, atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(out.double(), want, atol=1e-5, rtol=1e-5)
+    probs = {}
+    real = chunked.block_grads
+
+    def spy(s, *args, **kwargs):
+        result = real(s, *args, **kwargs)
+        probs.setdefault("p", []).append(s.clone())  # the backward's probabilities, written over s
+        return result
+
+    monkeypatch.setattr(chunked.GRADS, "fn", spy)
+    got = torch.autograd.grad(qkv.attention(q32, k32, v32, score_mod=steep).square().sum(), (q32, k32, v32))
+    assert probs and not any(((p > 0) & (p < tiny)).any() for p in probs["p"])
+    params = [t.clone().requires_grad_() for t in (q, k, v)]
+    expected = torch.autograd.grad(formula(*params, steep, None)[0].square().sum(), params)
+    for a, b in zip(got, expected, strict=True):
+        torch.testing.assert_close(a.double(), b, atol=1e-4, rtol=1e-4)
+
+
 def test_gradcheck(gen, eager, monkeypatch):
     """torch.autograd.gradcheck through the blocks: ALiBi and a learned per-head bias (a tensor the modifier's
     closure holds), soft-capped, under a causal mask."""
