@@ -3,6 +3,7 @@
     python benchmarks/mods.py --threads 2                  # B=4, H=8, D=64, T=1024 and 4096
     python benchmarks/mods.py --seq 512 --quick            # a smoke test
     python benchmarks/mods.py --device cuda                # on a GPU
+    python benchmarks/mods.py --keep-memory                # freed memory kept for reuse, as the qkv command does
 
 Rows (inference, float32): ALiBi + causal, and a causal sliding window of 256 keys:
 ``qkv.attention(q, k, v, score_mod=..., mask_mod=...)`` (fused, compiled once per signature) against
@@ -34,6 +35,7 @@ from attention import RssPeak, machine, sync, timeit  # noqa: E402
 
 import qkv  # noqa: E402
 from qkv import compiled, mods  # noqa: E402
+from qkv.memory import keep_freed_memory  # noqa: E402
 
 WINDOW = 256
 
@@ -141,8 +143,12 @@ def main() -> int:
                     " documents, prefix LM), times only")
     ap.add_argument("--training", action="store_true", help="only forward + backward with ALiBi + causal: qkv (on the "
                     "CPU, blocks of query rows, checkpointed) vs SDPA + (H, T, T) bias, times and peaks")
+    ap.add_argument("--keep-memory", action="store_true", help="keep freed CPU memory for reuse "
+                    "(qkv.memory.keep_freed_memory, as the qkv command does): no fresh pages for the weights per call")
     ap.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.keep_memory and not keep_freed_memory():
+        raise SystemExit("--keep-memory: keep_freed_memory is not available here (not glibc)")
     compiled.set_compile(True)  # the fused kernels measured warm (compiled during the warm-up call)
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -155,7 +161,8 @@ def main() -> int:
     print("### Score and mask modifiers: fused (FlexAttention) vs SDPA with the bias/mask materialised\n")
     print(f"Machine: {machine(device)}.  ")
     print(f"Command: `python benchmarks/{Path(__file__).name} {' '.join(sys.argv[1:])}`\n")
-    print(f"B={b}, H={h}, D={d}, float32, inference; sliding window of {WINDOW} keys.\n")
+    kept = ", freed memory kept for reuse (`--keep-memory`)" if args.keep_memory else ""
+    print(f"B={b}, H={h}, D={d}, float32, inference; sliding window of {WINDOW} keys{kept}.\n")
     print("| T | what | qkv | reference | ratio | qkv peak | reference peak | qkv compile |")
     print("|---|---|---|---|---|---|---|---|")
     for t in args.seq:
@@ -168,7 +175,8 @@ def main() -> int:
                 for name in fns:
                     cmd = [sys.executable, __file__, "--child", name, str(t), "--batch", str(b), "--heads", str(h),
                            "--head-dim", str(d), "--device", args.device] + (["--threads", str(args.threads)]
-                                                                            if args.threads else [])
+                                                                            if args.threads else []) + (
+                        ["--keep-memory"] if args.keep_memory else [])
                     out = subprocess.run(cmd, capture_output=True, text=True, check=True)
                     mem[name] = json.loads(out.stdout.strip().splitlines()[-1])
             row(t, times, mem, "training (fwd+bwd), ALiBi + causal: qkv vs SDPA + (H, T, T) bias (speed-up)",
@@ -191,7 +199,8 @@ def main() -> int:
             for name in ("alibi_qkv", "alibi_sdpa", "window_qkv", "window_sdpa", "alibi_weights"):
                 cmd = [sys.executable, __file__, "--child", name, str(t), "--batch", str(b), "--heads", str(h),
                        "--head-dim", str(d), "--device", args.device] + (["--threads", str(args.threads)]
-                                                                        if args.threads else [])
+                                                                        if args.threads else []) + (
+                    ["--keep-memory"] if args.keep_memory else [])
                 out = subprocess.run(cmd, capture_output=True, text=True, check=True)
                 mem[name] = json.loads(out.stdout.strip().splitlines()[-1])
 

@@ -177,16 +177,17 @@ class PairwiseScore(Score):
 
     Args:
         max_elements: bound on the elements of one ``(..., cq, ck, hidden)`` tile; the score is computed
-            tile by tile, each tile checkpointed (recomputed in backward) when gradients are needed.
+            tile by tile, each tile checkpointed (recomputed in backward) when gradients are needed. None (the
+            default): 2**24 on a CPU, 2**27 on a GPU (:func:`qkv.tiling.max_elements_for`).
     """
 
     def __init__(self, query_dim: int, key_dim: int, hidden_dim: int, *, bias: bool = True,
-                 max_elements: int = DEFAULT_MAX_ELEMENTS, device=None, dtype=None):
+                 max_elements: int | None = None, device=None, dtype=None):
         super().__init__()
         if min(query_dim, key_dim, hidden_dim) <= 0:
             raise ValueError(f"sizes must be positive, got query_dim={query_dim}, key_dim={key_dim}, "
                              f"hidden_dim={hidden_dim}")
-        if max_elements <= 0:
+        if max_elements is not None and max_elements <= 0:
             raise ValueError(f"max_elements must be positive, got {max_elements}")
         self.query_dim, self.key_dim, self.hidden_dim = query_dim, key_dim, hidden_dim
         self.max_elements = max_elements
@@ -215,7 +216,8 @@ class PairwiseScore(Score):
     def tile_sizes(self, query: Tensor, key: Tensor) -> tuple[int, int]:
         """``(cq, ck)``: query and key rows per eager tile under ``max_elements`` (:func:`qkv.tiling.tile_sizes`)."""
         lead = math.prod(torch.broadcast_shapes(query.shape[:-2], key.shape[:-2]))
-        return tiling.tile_sizes(query.shape[-2], key.shape[-2], lead, self.hidden_dim, self.max_elements)
+        return tiling.tile_sizes(query.shape[-2], key.shape[-2], lead, self.hidden_dim,
+                                 tiling.max_elements_for(query.device, self.max_elements))
 
     def fused_form(self) -> tuple[Tensor, Tensor | None, str] | None:
         """``(w, b, act)`` when ``pair(h) = sum_h w_h act(h) + b`` (one elementwise layer, then a dot product):
@@ -244,7 +246,7 @@ class Additive(PairwiseScore):
     """
 
     def __init__(self, query_dim: int, key_dim: int, hidden_dim: int, *, bias: bool = True,
-                 max_elements: int = DEFAULT_MAX_ELEMENTS, device=None, dtype=None):
+                 max_elements: int | None = None, device=None, dtype=None):
         super().__init__(query_dim, key_dim, hidden_dim, bias=bias, max_elements=max_elements,
                          device=device, dtype=dtype)
         self.v = nn.Linear(hidden_dim, 1, bias=False, device=device, dtype=dtype)
@@ -269,7 +271,7 @@ class MLP(PairwiseScore):
 
     def __init__(self, query_dim: int, key_dim: int, hidden_dims: int | Sequence[int] = 64, *,
                  act_layer: type[nn.Module] = nn.ReLU, dropout: float = 0.0, bias: bool = True,
-                 max_elements: int = DEFAULT_MAX_ELEMENTS, device=None, dtype=None):
+                 max_elements: int | None = None, device=None, dtype=None):
         dims = [hidden_dims] if isinstance(hidden_dims, int) else list(hidden_dims)
         if not dims:
             raise ValueError("hidden_dims must name at least one hidden layer")

@@ -27,12 +27,24 @@ from torch.utils.checkpoint import checkpoint
 
 from . import compiled
 
-__all__ = ["DEFAULT_MAX_ELEMENTS", "FUSED_MIN_ELEMENTS", "ACTIVATIONS", "tile_sizes", "tiles", "tiled_scores",
-           "FUSED"]
+__all__ = ["DEFAULT_MAX_ELEMENTS", "GPU_MAX_ELEMENTS", "FUSED_MIN_ELEMENTS", "ACTIVATIONS", "max_elements_for",
+           "tile_sizes", "tiles", "tiled_scores", "FUSED"]
 
-#: default tile bound of the pairwise scores: 2**24 elements of the ``(..., Tq, Tk, hidden)`` tensor per tile
-#: (64 MiB in float32)
+#: default tile bound of the pairwise scores on a CPU: 2**24 elements of the ``(..., Tq, Tk, hidden)`` tensor per
+#: tile (64 MiB in float32)
 DEFAULT_MAX_ELEMENTS = 1 << 24
+#: the bound on a GPU, where one tile of 16 M elements runs ~7x slower than the textbook formula (a few large
+#: kernels there): 128 M elements (256 MiB in bfloat16), 0.7x the textbook's time at a quarter of its memory for
+#: B=8, T=512, hidden 256 (BENCHMARKS.md)
+GPU_MAX_ELEMENTS = 1 << 27
+
+
+def max_elements_for(device: torch.device | str, max_elements: int | None) -> int:
+    """``max_elements``, or when None the default bound of ``device``'s kind: :data:`DEFAULT_MAX_ELEMENTS` on a CPU,
+    :data:`GPU_MAX_ELEMENTS` elsewhere."""
+    if max_elements is not None:
+        return max_elements
+    return DEFAULT_MAX_ELEMENTS if torch.device(device).type == "cpu" else GPU_MAX_ELEMENTS
 #: pairwise tiles of at least this many ``(query, key, hidden)`` elements may use the compiled fused kernel (smaller
 #: ones are cheaper eager than any compilation)
 FUSED_MIN_ELEMENTS = 1 << 20
@@ -106,13 +118,14 @@ def _fusable(form: FusedForm | None, qp: Tensor, elements: int) -> bool:
             and compiled.available(qp.device))
 
 
-def tiles(qp: Tensor, kp: Tensor, pair: Callable[[Tensor], Tensor], form: FusedForm | None, max_elements: int,
+def tiles(qp: Tensor, kp: Tensor, pair: Callable[[Tensor], Tensor], form: FusedForm | None, max_elements: int | None,
           name: str = "pairwise score") -> Iterator[tuple[slice, slice, Tensor]]:
     """Yield ``(query_rows, key_rows, scores)`` of ``pair(qp_i + kp_j)`` tile by tile, never holding more than one
     tile: ``qp (..., Tq, H)``, ``kp (..., Tk, H)`` (the projected queries and keys); ``pair`` maps a fresh tile
     ``(..., cq, ck, H)`` (which it may overwrite) to ``(..., cq, ck)``; ``form`` its fused form or None."""
     tq, tk, hidden = qp.shape[-2], kp.shape[-2], qp.shape[-1]
     lead = math.prod(torch.broadcast_shapes(qp.shape[:-2], kp.shape[:-2]))
+    max_elements = max_elements_for(qp.device, max_elements)
     cq, ck = tile_sizes(tq, tk, lead, hidden, max_elements)
     fused = _fusable(form, qp, lead * min(cq, tq) * min(ck, tk) * hidden)
     kernel = signature = None
@@ -162,12 +175,13 @@ def _tile(pair: Callable[[Tensor], Tensor], qp: Tensor, kp: Tensor) -> Tensor:
 
 
 def tiled_scores(qp: Tensor, kp: Tensor, pair: Callable[[Tensor], Tensor], form: FusedForm | None,
-                 max_elements: int, name: str = "pairwise score") -> Tensor:
+                 max_elements: int | None, name: str = "pairwise score") -> Tensor:
     """The raw scores ``(..., Tq, Tk)``: one eager tile when it fits and is too small to fuse, else tile by tile."""
     if torch.compiler.is_compiling():  # traced by torch.compile or torch.export: one tile (its sizes are symbolic)
         return _tile(pair, qp, kp)
     tq, tk, hidden = qp.shape[-2], kp.shape[-2], qp.shape[-1]
     lead = math.prod(torch.broadcast_shapes(qp.shape[:-2], kp.shape[:-2]))
+    max_elements = max_elements_for(qp.device, max_elements)
     cq, ck = tile_sizes(tq, tk, lead, hidden, max_elements)
     one = (cq >= tq and ck >= tk) or tq == 0 or tk == 0  # one tile (an empty one holds no elements)
     if one and (lead * tq * tk * hidden < FUSED_MIN_ELEMENTS or form is None):

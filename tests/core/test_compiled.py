@@ -114,6 +114,50 @@ def test_the_machine_remembers_what_compiling_cost(fake):
     assert run_calls(again, 4) == [False] * 3 + [True]
 
 
+def test_the_record_is_read_once_per_signature(fake, monkeypatch):
+    """The compile time expected comes from a file: it is read once for a signature, not on every eager call."""
+    reads = []
+    real = compiled._read_record
+    monkeypatch.setattr(compiled, "_read_record", lambda: reads.append(1) or real())
+    fake.step = 0.001
+    assert not any(run_calls(new_kernel(cold=30.0), 200))
+    assert len(reads) == 1
+
+
+def test_cuda_runs_are_timed_by_events_without_waiting(fake, monkeypatch):
+    """On CUDA an eager run is timed between two events, counted once the GPU has passed the second one (a later
+    call reads it): never a synchronisation, and a run still on the GPU does not count yet."""
+
+    class Event:
+        done = True
+
+        def __init__(self):
+            self.at = None
+
+        def record(self):
+            self.at = fake.clock()
+
+        def query(self):
+            return Event.done
+
+        def elapsed_time(self, end):
+            return (end.at - self.at) * 1000.0  # milliseconds, as CUDA's
+
+    monkeypatch.setattr(compiled, "_event", Event)
+    monkeypatch.setattr(compiled, "available", lambda device="cpu": True)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: pytest.fail("synchronised"))
+    kernel = new_kernel(cold=10.0)
+    Event.done = False
+    for _ in range(30):
+        assert not kernel.use("s", "cuda")
+        with kernel.eager("s", "cuda"):
+            pass
+    assert kernel.counts["s"].calls == 0 and len(kernel.counts["s"].pending) == 30
+    Event.done = True
+    assert kernel.use("s", "cuda")  # 30 runs of 1 s (fake) read at once: 15 s saved >= 10 s to compile
+    assert kernel.counts["s"].calls == 30 and kernel.counts["s"].eager_seconds == pytest.approx(30.0)
+
+
 def test_switches(fake, monkeypatch):
     kernel = new_kernel(cold=1e9)
     compiled.set_compile(True)
