@@ -124,11 +124,10 @@ def zero_unseen_keys(allowed: Tensor, key: Tensor, value: Tensor, query_dim: int
         if (_harmless(key, k_unseen, math.sqrt(finfo.max) / max(key.shape[-1], query_dim, 1))
                 and _harmless(value, v_unseen, finfo.max)):
             return key, value
-    zero = _ZERO if key.device.type != "cpu" else 0.0  # (a CPU scalar: no fill kernel on the GPU)
-    return torch.where(k_unseen, zero, key), torch.where(v_unseen, zero, value)  # one pass each (masked_fill: two)
+    # a Python number: a 0-dim CPU tensor here would be copied to the GPU on every call, and wait for it
+    return torch.where(k_unseen, 0.0, key), torch.where(v_unseen, 0.0, value)  # one pass each (masked_fill: two)
 
 
-_ZERO = torch.zeros(())
 _derived: dict[int, tuple] = {}  # id(mask) -> (weak reference, version, {name: tensor})
 
 

@@ -228,3 +228,31 @@ def test_what_is_derived_from_a_mask_is_kept_while_the_mask_is_unchanged():
     again = common.derived(mask, "rows", make)
     assert len(made) == 2 and again.tolist() == [[True], [True]]
     assert common.derived(mask.clone(), "rows", make) is not again  # another tensor: its own
+
+
+def test_zeroing_unseen_keys_off_the_cpu_takes_no_tensor_from_another_device():
+    """Off the CPU (the meta device stands in for a GPU here), the zeroed keys and values are made from the inputs
+    and Python numbers only: a CPU tensor among the arguments would be copied to the GPU on every call, and the
+    call would wait for that copy."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from qkv.paths import common
+
+    class Devices(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.seen = set()
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            for a in torch.utils._pytree.tree_leaves((args, kwargs or {})):
+                if isinstance(a, torch.Tensor):
+                    self.seen.add((str(func), a.device.type))
+            return func(*args, **(kwargs or {}))
+
+    k, v = torch.empty(2, 3, 5, 4, device="meta"), torch.empty(2, 3, 5, 6, device="meta")
+    pad = torch.ones(2, 1, 1, 5, dtype=torch.bool, device="meta")
+    with Devices() as mode:
+        k0, v0 = common.zero_unseen_keys(pad, k, v, 4)
+    assert k0.shape == k.shape and v0.shape == v.shape
+    assert any("where" in f for f, _ in mode.seen)
+    assert {d for _, d in mode.seen} == {"meta"}, sorted(mode.seen)
