@@ -207,7 +207,8 @@ def _reference(query, key, value, sc, pair, smod, mmod, score_mod, mask_mod, all
                          None if allowed is None else _as_4d(allowed), None if bias is None else _as_4d(bias),
                          dropout, return_weights, query.dtype, grad, mods=(smod, mmod) if traceable else None,
                          key=(_code(score_mod), _code(mask_mod), smod is not score_mod, mmod is not mask_mod),
-                         on_fail=lambda e: _fused_failed(e, score_mod, mask_mod))
+                         on_fail=lambda e: _fused_failed(e, score_mod, mask_mod),
+                         mask_axes=None if mmod is None else uses(mmod))
         if return_weights:
             return _from_4d(result[0], ndim), _from_4d(result[1], ndim)
         return _from_4d(result, ndim)

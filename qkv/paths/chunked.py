@@ -182,8 +182,14 @@ class _Plan:
     """One call's blocks: the block spans (with the range of keys that the masks leave to each), and which kernels
     run them."""
 
-    def __init__(self, q, k, v, factor, score_fn, mask_fn, keep, bias, out_dtype, mods, key, on_fail, grad):
+    def __init__(self, q, k, v, factor, score_fn, mask_fn, keep, bias, out_dtype, mods, key, on_fail, grad,
+                 mask_axes=None):
         self.work = work_dtype(q)
+        # the batch/head axes the mask depends on: the keys of each block are found once for the others
+        axes = frozenset({"b", "h"}) if mask_axes is None or mask_fn is None else frozenset(mask_axes)
+        self.by_b = "b" in axes or (keep is not None and keep.shape[0] > 1)
+        self.by_h = "h" in axes or (keep is not None and keep.shape[1] > 1)
+        self._found: dict[tuple, list[tuple[int, int]]] = {}
         self.b, self.h = max(q.shape[0], k.shape[0], v.shape[0]), max(q.shape[1], k.shape[1], v.shape[1])
         self.tq, self.tk, self.dv = q.shape[-2], k.shape[-2], v.shape[-1]
         self.factor, self.out_dtype = factor, out_dtype
@@ -208,8 +214,17 @@ class _Plan:
 
     def _keys(self, bi: int, h0: int, h1: int, blocks: int) -> list[tuple[int, int]]:
         """For each block of rows of batch row ``bi`` and heads ``h0:h1``: ``(j0, j1)``, the keys from the first to the
-        last that some query of the block may see (``(0, 0)``: none). The mask is evaluated for many blocks at once
-        (at most :data:`MASK_ELEMENTS` entries a head)."""
+        last that some query of the block may see (``(0, 0)``: none). Found once for every batch row (and on one head
+        for all heads) when the mask does not depend on that axis (a causal mask, a window)."""
+        memo = (bi if self.by_b else 0, (h0, h1) if self.by_h else None, blocks)
+        found = self._found.get(memo)
+        if found is None:
+            found = self._found[memo] = self._find_keys(bi, h0, h1 if self.by_h else h0 + 1, blocks)
+        return found
+
+    def _find_keys(self, bi: int, h0: int, h1: int, blocks: int) -> list[tuple[int, int]]:
+        """:meth:`_keys`, the mask evaluated for many blocks at once (at most :data:`MASK_ELEMENTS` entries a
+        head)."""
         per = max(1, MASK_ELEMENTS // max(1, self.rows * self.tk))
         out = []
         for first_block in range(0, blocks, per):
@@ -377,17 +392,18 @@ class _Blocks(torch.autograd.Function):
 def chunked(q: Tensor, k: Tensor, v: Tensor, factor: float, score_fn: Callable | None, mask_fn: Callable | None,
             keep: Tensor | None, bias: Tensor | None, dropout: float, return_weights: bool, out_dtype: torch.dtype,
             grad: bool, *, mods: tuple[Callable | None, Callable | None] | None = None, key: Hashable = None,
-            on_fail: Callable[[BaseException], None] | None = None):
+            on_fail: Callable[[BaseException], None] | None = None, mask_axes: frozenset[str] | None = None):
     """``softmax(mods(factor * q k^T))`` (masked) ``@ v`` on 4-D ``q (B, H, Tq, D)``, ``k (B, H, Tk, D)``,
     ``v (B, H, Tk, Dv)`` (batch and head axes broadcast); ``keep``/``bias`` 4-D, broadcastable to the scores.
     ``grad``: a backward pass may follow. Returns the output, and the weights when ``return_weights``.
 
     ``mods``: the modifiers as the compiled kernels take them (traceable; None: never compile), ``key`` what tells
     their code apart (part of the kernels' signature), ``on_fail`` what to do when compiling fails (by default,
-    compiled kernels are turned off)."""
+    compiled kernels are turned off), ``mask_axes`` the batch/head axes (``"b"``, ``"h"``) ``mask_fn`` depends on
+    (:func:`qkv.mods.uses`; None: both)."""
     if dropout > 0 or (grad and return_weights) or (bias is not None and bias.requires_grad):
         return _checkpointed(q, k, v, factor, score_fn, mask_fn, keep, bias, dropout, return_weights, out_dtype, grad)
-    plan = _Plan(q, k, v, factor, score_fn, mask_fn, keep, bias, out_dtype, mods, key, on_fail, grad)
+    plan = _Plan(q, k, v, factor, score_fn, mask_fn, keep, bias, out_dtype, mods, key, on_fail, grad, mask_axes)
     if grad:
         leaves = _grad_leaves(score_fn, plan.work, q.device) or []
         return _Blocks.apply(plan, q, k, v, *leaves)

@@ -271,6 +271,43 @@ def test_blocks_skip_the_keys_a_mask_hides(small_blocks, monkeypatch):
     assert [(s[5], s[6]) for s in nobody.spans] == [(0, 8), (0, 8), (0, 0), (0, 0)]  # rows with no key: nothing
 
 
+def test_the_keys_of_the_blocks_are_found_once_for_the_axes_a_mask_ignores(small_blocks, gen):
+    """A causal mask depends on neither the batch row nor the head: the keys each block needs are found on one head
+    of one batch row and serve every other; a mask that depends on the batch row (key padding) is evaluated for each
+    row; a user's function, whose axes are unknown, for each row and head group. The spans are the same."""
+    q = torch.zeros(3, 4, 8, 2)
+    calls = []
+
+    def counted(mod, axes=None):
+        def mask(b, h, q_idx, kv_idx):
+            calls.append((int(b.flatten()[0]), h.numel()))
+            return mod(b, h, q_idx, kv_idx)
+
+        if axes is not None:
+            mask.qkv_uses = frozenset(axes)
+        return mask
+
+    def plan(mask_fn, keep=None, axes=None):
+        calls.clear()
+        return chunked._Plan(q, q, q, 1.0, None, mask_fn, keep, None, q.dtype, None, None, None, False,
+                             mask_axes=axes)
+
+    known = plan(counted(mods.causal), axes=mods.uses(mods.causal))
+    assert calls == [(0, 1)]
+    unknown = plan(counted(mods.causal))
+    assert len(calls) == 3 * 4 and known.spans == unknown.spans  # (one head per block here: small blocks)
+    pad = torch.rand(3, 1, 1, 8, generator=gen) > 0.3
+    padded = plan(counted(mods.causal), keep=pad, axes=mods.uses(mods.causal))
+    assert sorted({b for b, _ in calls}) == [0, 1, 2] and all(n == 1 for _, n in calls)
+    assert padded.spans == plan(counted(mods.causal), keep=pad).spans
+    q, k, v = (torch.randn(3, 4, 8, 2, generator=gen, dtype=DOUBLE) for _ in range(3))
+    with torch.no_grad():
+        out, w = qkv.attention(q, k, v, mask=pad, mask_mod=mods.causal, score_mod=mods.alibi(4), return_weights=True)
+    want, want_w = formula(q, k, v, mods.alibi(4), mods.causal, allowed=pad)
+    torch.testing.assert_close(out, want)
+    torch.testing.assert_close(w, want_w)
+
+
 # ------------------------------------------------------------------------------------------ compiling the blocks
 
 
