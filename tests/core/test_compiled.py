@@ -259,18 +259,35 @@ def test_fused_tiles_equal_the_eager_ones(gen, small_tiles, monkeypatch, make):
 
 
 @pytest.mark.parametrize("act", ["Tanh", "Sigmoid"])
-def test_the_factored_activations_are_exact(gen, act):
-    """sum_h w_h act(a_ih + b_jh) through exp(2a) exp(2b): float64 against the plain formula, values and gradients,
-    and large pre-activations left to the plain kernel."""
-    a = (torch.randn(2, 7, 16, generator=gen, dtype=torch.float64) * 4).requires_grad_()
-    b = (torch.randn(2, 9, 16, generator=gen, dtype=torch.float64) * 4).requires_grad_()
-    w = torch.randn(16, generator=gen, dtype=torch.float64)
-    eq, ek = tiling._factored(act, a, b)
-    got = tiling._exp_kernel(eq, ek, w, None, act)
-    expected = tiling._pair_kernel(a, b, w, None, act)
-    torch.testing.assert_close(got, expected)
-    torch.testing.assert_close(torch.autograd.grad(got.sum(), [a, b]), torch.autograd.grad(expected.sum(), [a, b]))
-    assert tiling._factored(act, a * 10, b) is None  # beyond FACTOR_LIMIT: the plain kernel
+@pytest.mark.parametrize("hidden", [16, 15])
+def test_the_factored_activations_are_exact(gen, act, hidden):
+    """sum_h w_h act(a_ih + b_jh) through exp(2a) exp(2b), one hidden unit per division and, for an even hidden size,
+    two: float64 and float32 against the plain formula, values and gradients, with pre-activations at the limits;
+    large pre-activations left to the plain kernel."""
+    limit = tiling.PAIRED_LIMIT if act == "Tanh" else tiling.FACTOR_LIMIT
+    for dtype, tol in ((torch.float64, {}), (torch.float32, {"atol": 2e-5, "rtol": 1e-5})):
+        a = (torch.rand(2, 7, hidden, generator=gen, dtype=torch.float64) * 2 - 1) * limit
+        b = (torch.rand(2, 9, hidden, generator=gen, dtype=torch.float64) * 2 - 1) * limit
+        a[0, 0], b[1, 2] = limit, -limit  # the extremes the factors allow
+        w = torch.randn(hidden, generator=gen, dtype=torch.float64)
+        a32, b32 = (t.to(dtype).requires_grad_() for t in (a, b))
+        assert tiling._factored(act, a32, b32)[2] is False  # gradients needed: one unit per division
+        with torch.no_grad():
+            eq, ek, paired = tiling._factored(act, a32, b32)
+        assert paired == (hidden % 2 == 0)
+        eq, ek = tiling._factored(act, a32, b32)[:2]  # (with their graph, for the gradients below)
+        got = tiling._exp_kernel(eq, ek, w.to(dtype), None, act, paired)
+        a64, b64 = a.clone().requires_grad_(), b.clone().requires_grad_()
+        expected = tiling._pair_kernel(a64, b64, w, None, act)
+        torch.testing.assert_close(got.double(), expected, **tol)
+        cot = torch.randn(got.shape, generator=gen, dtype=torch.float64)
+        for g, e in zip(torch.autograd.grad((got * cot.to(dtype)).sum(), [a32, b32]),
+                        torch.autograd.grad((expected * cot).sum(), [a64, b64]), strict=True):
+            torch.testing.assert_close(g.double(), e, **tol)
+    a, b = torch.randn(2, 7, hidden, dtype=torch.float64), torch.randn(2, 9, hidden, dtype=torch.float64)
+    if act == "Tanh":  # beyond the paired limit: one unit per division
+        assert tiling._factored(act, a / a.abs().max() * (limit + 1), b)[2] is False
+    assert tiling._factored(act, a / a.abs().max() * (tiling.FACTOR_LIMIT + 1), b) is None  # the plain kernel
     assert tiling._factored("ReLU", a, b) is None
 
 
