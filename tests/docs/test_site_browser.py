@@ -26,7 +26,7 @@ pytestmark = [pytest.mark.skipif(not CHROMIUM, reason="no Chromium here (apt-get
               pytest.mark.xdist_group("browser"), pytest.mark.slow]
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # (built once: the browser group's tests of other modules run between these)
 def site(tmp_path_factory):
     out = tmp_path_factory.mktemp("site")
     env = {**os.environ, "PYTHONPATH": str(ROOT), "MPLBACKEND": "Agg", "OMP_NUM_THREADS": "1"}
@@ -36,7 +36,7 @@ def site(tmp_path_factory):
     return out
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def served(site):
     class Quiet(http.server.SimpleHTTPRequestHandler):
         def log_message(self, *args):

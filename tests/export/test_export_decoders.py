@@ -73,7 +73,9 @@ def _weights(out, graph: str = "decoder_step") -> list[str]:
     return [o for o in outputs if o.startswith("attention.")]
 
 
-SUMMARIZERS = {"pointer": {}, "pointer with coverage and slots": {"coverage_from": 0, "oov_slots": 2},
+# (the plain pointer, content-only LAS and the fixed captioner are left out: their graphs are those below without a
+# piece of state, and each export costs seconds of the suite)
+SUMMARIZERS = {"pointer with coverage and slots": {"coverage_from": 0, "oov_slots": 2},
                "seq2seq": {"model": "seq2seq"},
                "transformer": {"model": "transformer", "embed_dim": None, "hidden_dim": None, "dim": 8,
                                "num_heads": 2, "num_layers": 1}}
@@ -105,7 +107,6 @@ def test_summaries_through_onnx_runtime_equal_qkv(exported, arch, one_thread):
 
 SPEECH = {"las + ctc (joint decoding)": {},
           "las, location-aware, windowed": {"ctc_weight": None},
-          "las, content": {"ctc_weight": None, "score": "content"},
           "transformer + ctc": {"model": "transformer", "hidden_dim": None, "num_layers": 1, "decoder_dim": None,
                                 "attn_dim": None, "embed_dim": None, "dim": 8, "num_heads": 2},
           "ctc alone": {"model": "ctc", "ctc_weight": None, "embed_dim": None, "decoder_dim": None,
@@ -144,10 +145,10 @@ def test_recurrent_translations_through_onnx_runtime_equal_qkv(exported, arch, o
     translations_equal(load_predictor(run, device="cpu"), out)
 
 
-@pytest.mark.parametrize("arch", ["soft", "hard", "fixed"])
+@pytest.mark.parametrize("arch", ["soft", "hard"])
 def test_recurrent_captions_through_onnx_runtime_equal_qkv(exported, arch, one_thread, gen):
     run, out = exported("caption", model=arch, dim=None, num_heads=None, num_layers=None)
-    assert arch == "fixed" or _weights(out)
+    assert _weights(out)
     predictor = load_predictor(run, device="cpu")
     size, channels = predictor.image_size, predictor.channels
     captions_equal(predictor, out, torch.randint(0, 256, (3, channels, size, size), generator=gen, dtype=torch.uint8))
