@@ -331,10 +331,8 @@ def _join(calls: list[tuple[int, str, str, bool, Tensor]], buffers: dict[str, tu
 
 
 def _page_input_class():
-    try:
-        from ..viz.page import PageInput
-    except ImportError:
-        from ..tasks.base import PageInput
+    from ..viz.page import PageInput  # (the page's own module: no application is needed to show a model)
+
     return PageInput
 
 

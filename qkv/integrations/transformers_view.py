@@ -27,10 +27,8 @@ __all__ = ["is_hf_model_dir", "view_page_input", "load_model", "view_image_input
 
 
 def _page_input_class():
-    try:
-        from ..viz.page import PageInput
-    except ImportError:
-        from ..tasks.base import PageInput
+    from ..viz.page import PageInput  # (the page's own module: no application is needed to show a model)
+
     return PageInput
 
 
