@@ -213,13 +213,13 @@ def test_an_additive_attention_compiles_in_a_loop_not_on_its_first_call(fake, sm
     and the outputs agree throughout."""
     sc = Additive(4, 4, 8)
     q, k, v = (torch.randn(2, 12, 4, generator=gen) for _ in range(3))
-    tiling.EXP.counts.clear()
+    tiling.PAIRED.counts.clear()
     fake.step = 40.0  # every eager call "takes" 40 s: compiling (30 s expected) pays after 3 calls
-    with torch.no_grad():
+    with torch.no_grad():  # (inference, an even hidden size, small values: two units per division)
         expected = qkv.attention(q, k, v, score=sc, impl="reference")
         outs = [qkv.attention(q, k, v, score=sc) for _ in range(5)]
-    assert fake.compiles == ["_exp_kernel"]
-    assert [c.calls for c in tiling.EXP.counts.values()] == [compiled.MIN_CALLS]
+    assert fake.compiles == ["_paired_kernel"]
+    assert [c.calls for c in tiling.PAIRED.counts.values()] == [compiled.MIN_CALLS]
     for out in outs:
         torch.testing.assert_close(out, expected)
 
@@ -276,7 +276,12 @@ def test_the_factored_activations_are_exact(gen, act, hidden):
             eq, ek, paired = tiling._factored(act, a32, b32)
         assert paired == (hidden % 2 == 0)
         eq, ek = tiling._factored(act, a32, b32)[:2]  # (with their graph, for the gradients below)
-        got = tiling._exp_kernel(eq, ek, w.to(dtype), None, act, paired)
+        w32 = w.to(dtype)
+        if paired:
+            h = hidden // 2
+            got = tiling._paired_kernel(eq[..., :h], eq[..., h:], ek[..., :h], ek[..., h:], w32[:h], w32[h:], None, act)
+        else:
+            got = tiling._exp_kernel(eq, ek, w32, None, act)
         a64, b64 = a.clone().requires_grad_(), b.clone().requires_grad_()
         expected = tiling._pair_kernel(a64, b64, w, None, act)
         torch.testing.assert_close(got.double(), expected, **tol)
