@@ -34,18 +34,10 @@ __all__ = ["DEFAULT_MAX_ELEMENTS", "GPU_MAX_ELEMENTS", "FUSED_MIN_ELEMENTS", "AC
 #: default tile bound of the pairwise scores on a CPU: 2**24 elements of the ``(..., Tq, Tk, hidden)`` tensor per
 #: tile (64 MiB in float32)
 DEFAULT_MAX_ELEMENTS = 1 << 24
-#: the bound on a GPU, where one tile of 16 M elements runs ~7x slower than the textbook formula (a few large
-#: kernels there): 128 M elements (256 MiB in bfloat16), 0.7x the textbook's time at a quarter of its memory for
-#: B=8, T=512, hidden 256 (BENCHMARKS.md)
+#: the bound on a GPU, where tiles of 16 M elements ran ~7x slower than the textbook formula (which is a few large
+#: kernels there): 128 M elements (256 MiB in bfloat16), 0.7-0.9x the textbook's speed at a quarter of its memory for
+#: B=8, T=512, hidden 256 on an H200 (BENCHMARKS.md)
 GPU_MAX_ELEMENTS = 1 << 27
-
-
-def max_elements_for(device: torch.device | str, max_elements: int | None) -> int:
-    """``max_elements``, or when None the default bound of ``device``'s kind: :data:`DEFAULT_MAX_ELEMENTS` on a CPU,
-    :data:`GPU_MAX_ELEMENTS` elsewhere."""
-    if max_elements is not None:
-        return max_elements
-    return DEFAULT_MAX_ELEMENTS if torch.device(device).type == "cpu" else GPU_MAX_ELEMENTS
 #: pairwise tiles of at least this many ``(query, key, hidden)`` elements may use the compiled fused kernel (smaller
 #: ones are cheaper eager than any compilation)
 FUSED_MIN_ELEMENTS = 1 << 20
@@ -128,6 +120,14 @@ PAIRED = compiled.Kernel("the additive kernel (two units per division)", _paired
                          saving=0.8, options={"dynamic": True})
 #: the compiled kernels of the fused form, by whether the activation factors through exp
 FUSED = {False: PAIR, True: EXP}
+
+
+def max_elements_for(device: torch.device | str, max_elements: int | None) -> int:
+    """``max_elements``, or when None the default bound of ``device``'s kind: :data:`DEFAULT_MAX_ELEMENTS` on a CPU,
+    :data:`GPU_MAX_ELEMENTS` elsewhere."""
+    if max_elements is not None:
+        return max_elements
+    return DEFAULT_MAX_ELEMENTS if torch.device(device).type == "cpu" else GPU_MAX_ELEMENTS
 
 
 def tile_sizes(tq: int, tk: int, lead: int, hidden: int, max_elements: int) -> tuple[int, int]:
