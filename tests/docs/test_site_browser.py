@@ -26,7 +26,7 @@ pytestmark = [pytest.mark.skipif(not CHROMIUM, reason="no Chromium here (apt-get
               pytest.mark.xdist_group("browser"), pytest.mark.slow]
 
 
-@pytest.fixture(scope="session")  # (built once: the browser group's tests of other modules run between these)
+@pytest.fixture(scope="session")  # (built once per worker, whatever order the browser group runs in)
 def site(tmp_path_factory):
     out = tmp_path_factory.mktemp("site")
     env = {**os.environ, "PYTHONPATH": str(ROOT), "MPLBACKEND": "Agg", "OMP_NUM_THREADS": "1"}
