@@ -119,13 +119,14 @@ class StateStep(nn.Module):
         return tuple(o.clone() if any(o is x for x in rest) else o for o in out)
 
 
+def _changed(a: Tensor, b: Tensor) -> list[int]:
+    """The axes after the batch where ``a`` and ``b`` (one state tensor of two examples) differ in size."""
+    return [i for i in range(1, a.dim()) if a.shape[i] != b.shape[i]]
+
+
 def _axes(a: Tensor, b: Tensor, name: str, bound: int | None) -> dict[int, Any]:
-    """``{0: batch}`` and every other axis where ``a`` and ``b`` differ (the ``name`` axis, at most ``bound``)."""
-    axes: dict[int, Any] = {0: "batch"}
-    for i in range(1, a.dim()):
-        if a.shape[i] != b.shape[i]:
-            axes[i] = (name, None, bound)
-    return axes
+    """``{0: batch}`` and every axis of :func:`_changed` (the ``name`` axis, at most ``bound``)."""
+    return {0: "batch", **{i: (name, None, bound) for i in _changed(a, b)}}
 
 
 def state_graphs(model: nn.Module, encode: Callable[..., Any], inputs: Sequence[Tensor], other: Sequence[Tensor],
@@ -146,8 +147,7 @@ def state_graphs(model: nn.Module, encode: Callable[..., Any], inputs: Sequence[
     enc = StateEncoder(model, encode, input_names, outputs, input_dynamic)
     info = {"bos_id": BOS_ID, "eos_id": EOS_ID, "pad_id": PAD_ID, "unk_id": UNK_ID, **extra,
             "state": {n: {"dtype": str(leaves[n].dtype).removeprefix("torch."),
-                          "source_axes": [i for i in range(1, leaves[n].dim())
-                                          if leaves[n].shape[i] != other_leaves[n].shape[i]]} for n in outputs}}
+                          "source_axes": _changed(leaves[n], other_leaves[n])} for n in outputs}}
     graphs = {"encoder": (enc, tuple(inputs), {"kind": "state", "state_inputs": given})}
     if not step:  # an encoder alone (a CTC model): the settings beside it
         graphs["encoder"][2].update(info)
