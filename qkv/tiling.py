@@ -11,7 +11,8 @@ fused kernel that never holds the ``(cq, ck, hidden)`` tile, forward or backward
 ``max_elements`` scores (not pre-activations), so there are few of them. ``tanh`` and ``sigmoid`` are computed
 there through ``exp(2 qp) * exp(2 kp) = exp(2 (qp + kp))``: a multiply and a division per pair and hidden unit
 instead of a transcendental function, and while the values allow, one division per two hidden units
-(:func:`_factored`, :func:`_paired_kernel`).
+(:func:`_factored`, :func:`_paired_kernel`), in training too, with a backward pass of its own
+(:class:`_PairedTraining`).
 
 This module knows tensors and functions only; :class:`qkv.scores.PairwiseScore` projects its inputs and calls it.
 """
@@ -24,6 +25,7 @@ from collections.abc import Callable, Iterator
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+from torch.autograd.function import once_differentiable
 from torch.utils.checkpoint import checkpoint
 
 from . import compiled
@@ -67,9 +69,9 @@ def _factored(act: str, qp: Tensor, kp: Tensor) -> tuple[Tensor, Tensor, bool] |
     """``(eq, ek, paired)`` with ``act(qp_i + kp_j)`` a cheap function of ``eq_i * ek_j``, or None where that does not
     hold exactly: ``tanh(x) = 1 - 2 / (1 + exp(2x))`` and ``sigmoid(x) = 1 / (1 + exp(-x))``, with ``exp(2 (a + b)) =
     exp(2a) exp(2b)``. Only on the CPU in float32/float64 (a GPU computes ``tanh`` as fast), and only while every
-    ``|qp|``, ``|kp|`` is within :data:`FACTOR_LIMIT` (so that no product overflows). ``paired``: no gradient is
-    needed, the hidden size is even and the values within :data:`PAIRED_LIMIT` (tanh), so :func:`_paired_kernel` may add
-    two units per division."""
+    ``|qp|``, ``|kp|`` is within :data:`FACTOR_LIMIT` (so that no product overflows). ``paired``: the hidden size
+    is even and the values within :data:`PAIRED_LIMIT` (tanh), so :func:`_paired_kernel` may add two units per
+    division (and :class:`_PairedTraining` differentiate it)."""
     if (act not in ("Tanh", "Sigmoid") or qp.device.type != "cpu" or qp.dtype not in (torch.float32, torch.float64)
             or torch.compiler.is_compiling()):
         return None
@@ -77,10 +79,7 @@ def _factored(act: str, qp: Tensor, kp: Tensor) -> tuple[Tensor, Tensor, bool] |
         bound = max(_absmax(qp), _absmax(kp))
     if bound > FACTOR_LIMIT:
         return None
-    # (inference only: inductor's backward of the paired form ran 4.7x slower than the single one's, measured)
-    grad = torch.is_grad_enabled() and (qp.requires_grad or kp.requires_grad)
-    paired = (not grad and qp.shape[-1] % 2 == 0
-              and bound <= (PAIRED_LIMIT if act == "Tanh" else FACTOR_LIMIT))
+    paired = qp.shape[-1] % 2 == 0 and bound <= (PAIRED_LIMIT if act == "Tanh" else FACTOR_LIMIT)
     if act == "Tanh":
         return torch.exp(2 * qp), torch.exp(2 * kp), paired
     return torch.exp(-qp), torch.exp(-kp), paired
@@ -113,13 +112,89 @@ def _paired_kernel(eqa: Tensor, eqb: Tensor, eka: Tensor, ekb: Tensor, wa: Tenso
     return s if b is None else s + b
 
 
+def _paired_grads(eqa: Tensor, eqb: Tensor, eka: Tensor, ekb: Tensor, g: Tensor, weights: bool) -> tuple[Tensor, ...]:
+    """For the backward pass of :func:`_paired_kernel`, sums over the query rows ``i`` (``r = 1 / (1 + eq_ih ek_jh)``,
+    one division per two hidden units): ``sum_i g_ij r_ijh^2 eq_ih`` for both halves, and with ``weights`` also
+    ``sum_i g_ij r_ijh``; ``(..., ck, h)`` each. The queries' sums are the same with the roles of queries and keys
+    swapped and ``g`` transposed. Inductor's loop is sensitive to how this is written: ``g / (da db)`` instead of
+    ``g * (1 / (da db))`` ran 15-20x slower, measured."""
+    da = 1 + eqa[..., :, None, :] * eka[..., None, :, :]
+    db = 1 + eqb[..., :, None, :] * ekb[..., None, :, :]
+    inv = 1 / (da * db)
+    ra, rb = db * inv, da * inv
+    gg = g[..., None]
+    factors = (gg * ra * ra * eqa[..., :, None, :]).sum(-3), (gg * rb * rb * eqb[..., :, None, :]).sum(-3)
+    if not weights:
+        return factors
+    return *factors, (gg * db * inv).sum(-3), (gg * da * inv).sum(-3)
+
+
 PAIR = compiled.Kernel("the pairwise (MLP) kernel", _pair_kernel, cold_seconds=30.0, saving=0.5,
                        options={"dynamic": True})
 EXP = compiled.Kernel("the additive kernel", _exp_kernel, cold_seconds=30.0, saving=0.6, options={"dynamic": True})
 PAIRED = compiled.Kernel("the additive kernel (two units per division)", _paired_kernel, cold_seconds=30.0,
                          saving=0.8, options={"dynamic": True})
+PAIRED_GRADS = compiled.Kernel("the additive kernel's backward", _paired_grads, cold_seconds=30.0,
+                              options={"dynamic": True})
 #: the compiled kernels of the fused form, by whether the activation factors through exp
 FUSED = {False: PAIR, True: EXP}
+#: query rows per eager chunk of a backward kernel that could not be compiled: at most this many ``(i, j, h)`` terms
+_EAGER_TERMS = 1 << 22
+
+
+def _grad_sums(signature, eqa: Tensor, eqb: Tensor, eka: Tensor, ekb: Tensor, g: Tensor,
+               weights: bool) -> tuple[Tensor, ...]:
+    """:func:`_paired_grads`, compiled; if compiling fails, eager in chunks of query rows small enough never to hold
+    more than :data:`_EAGER_TERMS` terms."""
+    if compiled.available(g.device):
+        try:
+            return PAIRED_GRADS(signature, eqa, eqb, eka, ekb, g, weights)
+        except Exception as e:  # noqa: BLE001 - no compiler, unsupported dtype...: eager chunks
+            compiled.failed(e, PAIRED_GRADS.name)
+    lead = math.prod(g.shape[:-2])
+    rows = max(1, _EAGER_TERMS // max(1, lead * g.shape[-1] * eqa.shape[-1]))
+    sums = [g.new_zeros((*g.shape[:-2], g.shape[-1], eqa.shape[-1])) for _ in range(4 if weights else 2)]
+    for i in range(0, g.shape[-2], rows):
+        part = _paired_grads(eqa[..., i:i + rows, :], eqb[..., i:i + rows, :], eka, ekb, g[..., i:i + rows, :], weights)
+        sums = [s + p for s, p in zip(sums, part, strict=True)]
+    return tuple(sums)
+
+
+class _PairedTraining(torch.autograd.Function):
+    """:func:`_paired_kernel` with a backward pass of its own: the gradients of the factors and of the output
+    weights in two compiled passes of :func:`_paired_grads` (over the query rows, then over the key rows), each with
+    one division per two hidden units, no ``(cq, ck, hidden)`` tensor (inductor's own backward of the paired form ran
+    4.7x slower than the single form's, measured). ``c``: ``d score / d r`` per unit weight (-2 for tanh, 1 for
+    sigmoid)."""
+
+    @staticmethod
+    def forward(ctx, eqa, eqb, eka, ekb, wa, wb, b, act, signature):
+        ctx.act, ctx.signature, ctx.b_shape = act, signature, None if b is None else b.shape
+        ctx.save_for_backward(eqa, eqb, eka, ekb, wa, wb)
+        return PAIRED(signature, eqa, eqb, eka, ekb, wa, wb, b, act)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, g):
+        eqa, eqb, eka, ekb, wa, wb = ctx.saved_tensors
+        need = ctx.needs_input_grad
+        g = g.contiguous()
+        c = -2.0 if ctx.act == "Tanh" else 1.0
+        grads = [None] * 9
+        weights = need[4] or need[5]
+        if need[2] or need[3] or weights:  # d s / d ek_jh = -c w_h sum_i g_ij r_ijh^2 eq_ih; d s / d w_h = c r_ijh
+            sums = _grad_sums(ctx.signature, eqa, eqb, eka, ekb, g, weights)
+            grads[2], grads[3] = (-c * wa * sums[0]).sum_to_size(eka.shape), (-c * wb * sums[1]).sum_to_size(ekb.shape)
+            if weights:  # (+ 1 for tanh)
+                total, hidden = (g.sum() if ctx.act == "Tanh" else 0.0), wa.shape[-1]
+                grads[4] = (c * sums[2].reshape(-1, hidden).sum(0) + total).reshape(wa.shape)
+                grads[5] = (c * sums[3].reshape(-1, hidden).sum(0) + total).reshape(wb.shape)
+        if need[0] or need[1]:  # the same with the queries as keys
+            sums = _grad_sums(ctx.signature, eka, ekb, eqa, eqb, g.transpose(-1, -2).contiguous(), False)
+            grads[0], grads[1] = (-c * wa * sums[0]).sum_to_size(eqa.shape), (-c * wb * sums[1]).sum_to_size(eqb.shape)
+        if need[6]:
+            grads[6] = g.sum().reshape(ctx.b_shape)
+        return tuple(grads)
 
 
 def max_elements_for(device: torch.device | str, max_elements: int | None) -> int:
@@ -181,8 +256,9 @@ def tiles(qp: Tensor, kp: Tensor, pair: Callable[[Tensor], Tensor], form: FusedF
                     qi = slice(i, min(i + cq, tq))
                     for j in range(0, tk, ck):
                         kj = slice(j, min(j + ck, tk))
-                        yield qi, kj, kernel(signature, *(t[..., qi, :] for t in a), *(t[..., kj, :] for t in b),
-                                             *w, form[1], form[2])
+                        args = (*(t[..., qi, :] for t in a), *(t[..., kj, :] for t in b), *w, form[1], form[2])
+                        yield qi, kj, (_PairedTraining.apply(*args, signature) if paired and torch.is_grad_enabled()
+                                       else kernel(signature, *args))
             return
         except Exception as e:  # noqa: BLE001 - no compiler, unsupported dtype...: the eager tiles
             if qi.start != 0 or kj.start != 0:

@@ -208,12 +208,13 @@ def test_says_it_once_per_machine_and_keeps_the_cache_where_it_says(fake, tmp_pa
     assert not (tmp_path / "inductor").exists() and not (tmp_path / "compile-times.json").exists()
 
 
-def test_an_additive_attention_compiles_in_a_loop_not_on_its_first_call(fake, small_tiles, gen):
+def test_an_additive_attention_compiles_in_a_loop_not_on_its_first_call(fake, small_tiles, gen, monkeypatch):
     """Through qkv.attention: the first calls run the eager tiles, a loop of them then compiles the fused kernel,
     and the outputs agree throughout."""
     sc = Additive(4, 4, 8)
     q, k, v = (torch.randn(2, 12, 4, generator=gen) for _ in range(3))
-    tiling.PAIRED.counts.clear()
+    monkeypatch.setattr(tiling.PAIRED, "_compiled", None)  # compiled by the fake compiler, restored after
+    monkeypatch.setattr(tiling.PAIRED, "counts", {})
     fake.step = 40.0  # every eager call "takes" 40 s: compiling (30 s expected) pays after 3 calls
     with torch.no_grad():  # (inference, an even hidden size, small values: two units per division)
         expected = qkv.attention(q, k, v, score=sc, impl="reference")
@@ -271,11 +272,8 @@ def test_the_factored_activations_are_exact(gen, act, hidden):
         a[0, 0], b[1, 2] = limit, -limit  # the extremes the factors allow
         w = torch.randn(hidden, generator=gen, dtype=torch.float64)
         a32, b32 = (t.to(dtype).requires_grad_() for t in (a, b))
-        assert tiling._factored(act, a32, b32)[2] is False  # gradients needed: one unit per division
-        with torch.no_grad():
-            eq, ek, paired = tiling._factored(act, a32, b32)
+        eq, ek, paired = tiling._factored(act, a32, b32)
         assert paired == (hidden % 2 == 0)
-        eq, ek = tiling._factored(act, a32, b32)[:2]  # (with their graph, for the gradients below)
         w32 = w.to(dtype)
         if paired:
             h = hidden // 2
@@ -296,6 +294,43 @@ def test_the_factored_activations_are_exact(gen, act, hidden):
     assert tiling._factored("ReLU", a, b) is None
 
 
+@pytest.mark.parametrize("act", ["Tanh", "Sigmoid"])
+@pytest.mark.parametrize("eager", [False, True])
+def test_the_paired_backward_equals_the_formula(gen, fake, monkeypatch, act, eager):
+    """The paired kernel's own backward pass (:class:`qkv.tiling._PairedTraining`): the gradients of the factors, of
+    both halves of the output weights and of the bias equal the float64 formula's, with pre-activations at the
+    paired limits, keys broadcast over the batch, and a tile of queries against keys of another length; ``eager``:
+    compiling the backward fails and its sums run eagerly in chunks of one query row."""
+    for kernel in (tiling.PAIRED, tiling.PAIRED_GRADS):  # compiled afresh by the fake compiler, restored after
+        monkeypatch.setattr(kernel, "_compiled", None)
+        monkeypatch.setattr(kernel, "counts", {})
+    if eager:
+        monkeypatch.setattr(tiling, "_EAGER_TERMS", 64)  # 64 terms: one query row per chunk
+        monkeypatch.setattr(compiled, "_broken", "RuntimeError: no compiler")
+    limit = tiling.PAIRED_LIMIT if act == "Tanh" else tiling.FACTOR_LIMIT
+    hidden = 12
+    a = (torch.rand(3, 5, hidden, generator=gen, dtype=torch.float64) * 2 - 1) * limit
+    b = (torch.rand(1, 7, hidden, generator=gen, dtype=torch.float64) * 2 - 1) * limit
+    a[1, 0], b[0, 2] = limit, -limit
+    w, bias = torch.randn(hidden, generator=gen, dtype=torch.float64), torch.randn((), dtype=torch.float64)
+    for dtype, tol in ((torch.float64, {}), (torch.float32, {"atol": 5e-5, "rtol": 1e-5})):
+        leaves = [t.to(dtype).requires_grad_() for t in (a, b, w, bias)]
+        eq, ek, paired = tiling._factored(act, *leaves[:2])
+        assert paired
+        h = hidden // 2
+        wq = leaves[2]
+        got = tiling._PairedTraining.apply(eq[..., :h], eq[..., h:], ek[..., :h], ek[..., h:], wq[:h], wq[h:],
+                                           leaves[3], act, ("test", dtype))
+        refs = [t.clone().requires_grad_() for t in (a, b, w, bias)]
+        expected = tiling._pair_kernel(*refs[:3], refs[3], act)
+        torch.testing.assert_close(got.double(), expected, **tol)
+        cot = torch.randn(got.shape, generator=gen, dtype=torch.float64)
+        for name, g, e in zip("abwb", torch.autograd.grad((got * cot.to(dtype)).sum(), leaves),
+                              torch.autograd.grad((expected * cot).sum(), refs), strict=True):
+            torch.testing.assert_close(g.double(), e, **tol, msg=lambda m, name=name: f"d/d{name}: {m}")
+    assert fake.compiles == ["_paired_kernel"] + ([] if eager else ["_paired_grads"])
+
+
 def test_forms():
     assert Additive(4, 4, 8).fused_form()[2] == "Tanh"
     assert MLP(4, 4, [8, 8]).fused_form() is None  # two hidden layers: not one fused reduction
@@ -312,8 +347,9 @@ def test_falls_back_and_says_so_once(gen, small_tiles, monkeypatch, caplog, fake
         raise RuntimeError("InductorError: no working C++ compiler")
 
     monkeypatch.setattr(compiled, "_compile", lambda fn, **kw: broken)
-    monkeypatch.setattr(tiling.EXP, "_compiled", None)
-    tiling.EXP.counts.clear()
+    for kernel in (tiling.EXP, tiling.PAIRED, tiling.PAIRED_GRADS):
+        monkeypatch.setattr(kernel, "_compiled", None)
+        monkeypatch.setattr(kernel, "counts", {})
     compiled.set_compile(True)
     with caplog.at_level(logging.WARNING, logger="qkv.compiled"):
         torch.testing.assert_close(sc(q, k), expected)
@@ -321,7 +357,6 @@ def test_falls_back_and_says_so_once(gen, small_tiles, monkeypatch, caplog, fake
     said = [r.getMessage() for r in caplog.records if "compiled kernels are off" in r.getMessage()]
     assert len(said) == 1 and "C++ compiler" in said[0] and "Additive" in said[0]
     assert not compiled.available()
-    monkeypatch.setattr(tiling.EXP, "_compiled", None)
 
 
 @needs_compile
