@@ -269,7 +269,7 @@ def _check_float(name: str, t, min_dim: int = 0) -> None:
 def _broadcast(*named) -> tuple[int, ...]:
     """The broadcast batch axes (all but the last two) of the named tensors; ``ValueError`` naming them if none."""
     names, tensors = named[::2], named[1::2]
-    batch = broadcast_batch(*(tuple(t.shape[:-2]) for t in tensors))
+    batch = broadcast_batch(*[t.shape[:-2] for t in tensors])
     if batch is None:
         listed = ", ".join(f"{n} {tuple(t.shape)}" for n, t in zip(names, tensors, strict=True))
         raise ValueError(f"batch axes of {listed} do not broadcast")

@@ -144,6 +144,9 @@ def broadcast_batch(*shapes: tuple[int, ...]) -> tuple[int, ...] | None:
     Plain Python on a few short tuples: ``torch.broadcast_shapes`` costs ~15 us a call, which shows next to a
     GPU kernel of a few hundred.
     """
+    first = shapes[0]
+    if not torch.compiler.is_compiling() and all(sh == first for sh in shapes[1:]):
+        return tuple(first)  # the common case, a few times faster (traced, sizes are compared one by one below)
     out: list[int] = []
     for dims in zip(*(((1,) * (max(map(len, shapes)) - len(sh)) + tuple(sh)) for sh in shapes), strict=True):
         sizes = [d for d in dims if d != 1]  # a list, not a set: symbolic sizes under torch.export are unhashable

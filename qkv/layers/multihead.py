@@ -187,6 +187,8 @@ class MultiHeadAttention(nn.Module):
             v = v.repeat_interleave(h // g, dim=1)
 
         full_mask = self._mask(mask, key_mask, b, tq, tk)
+        if is_causal and tq == 1:  # one new query after the cache sees every key: nothing to mask
+            is_causal = False
         lower_right = is_causal and tk != tq
         if lower_right:
             full_mask = combine_masks(full_mask, causal_mask(tq, tk, lower_right=True, device=query.device))
@@ -252,8 +254,8 @@ class MultiHeadAttention(nn.Module):
 
 def _chain(own: Callable | None, extra: Callable | None, *, scores: bool) -> Callable | None:
     """The layer's modifier and the call's, one after the other (scores) or both required (masks)."""
-    from ..mods import and_masks, chain
-
     if own is None or extra is None:
         return own if extra is None else extra
+    from ..mods import and_masks, chain  # (imported here: most calls have one modifier or none)
+
     return chain(own, extra) if scores else and_masks(own, extra)

@@ -174,10 +174,15 @@ def test_masked_garbage_never_leaks(**case):
     check(**case)
 
 
+@pytest.mark.parametrize("zeroing", ["copy", "check first"])
 @pytest.mark.parametrize("normalize", ["softmax", "sparsemax"])
 @pytest.mark.parametrize("score_name", SCORES)
-def test_masked_garbage_every_score_and_normaliser(score_name, normalize):
-    """Every score x normaliser x path at least once, whatever hypothesis draws: padding and general masks."""
+def test_masked_garbage_every_score_and_normaliser(score_name, normalize, zeroing, monkeypatch):
+    """Every score x normaliser x path at least once, whatever hypothesis draws: padding and general masks; the
+    unseen keys zeroed at once (small inputs on a CPU) or after a check of their values (larger ones)."""
+    from qkv.paths import common
+
+    monkeypatch.setattr(common, "CHECK_ABOVE", 0 if zeroing == "check first" else 1 << 30)
     cases = [("padding", True, "nan"), ("general", False, "inf"), ("float", True, "max"), ("shared", False, "big")]
     for i, (mask_kind, heads, garbage) in enumerate(cases):
         check(b=2, heads=heads, tq=3, tk=5, d=3, dv=2, score_name=score_name, normalize=normalize,
@@ -256,3 +261,22 @@ def test_zeroing_unseen_keys_off_the_cpu_takes_no_tensor_from_another_device():
     assert k0.shape == k.shape and v0.shape == v.shape
     assert any("where" in f for f, _ in mode.seen)
     assert {d for _, d in mode.seen} == {"meta"}, sorted(mode.seen)
+
+
+def test_unseen_keys_are_checked_before_they_are_copied_only_when_large():
+    """On a CPU, keys and values above ``CHECK_ABOVE`` elements are zeroed only when an unseen row holds something
+    harmful (left as they are, no copy, otherwise); smaller ones are zeroed at once (the copy is cheaper than the
+    check). Either way the unseen rows reach nothing."""
+    from qkv.paths import common
+
+    pad = (torch.arange(64) < 48)[None, None, None, :].expand(2, 1, 1, 64)
+    for shape in ((2, 4, 64, 64), (1, 1, 64, 2)):  # above and below the bound
+        k, v = torch.randn(shape), torch.randn(shape)
+        large = k.numel() + v.numel() > common.CHECK_ABOVE
+        k0, v0 = common.zero_unseen_keys(pad, k, v, shape[-1])
+        assert (k0 is k and v0 is v) == large, shape
+        v[..., 50, :] = math.nan
+        k0, v0 = common.zero_unseen_keys(pad, k, v, shape[-1])
+        assert k0 is not k and v0 is not v, shape
+        assert torch.all(k0[..., 48:, :] == 0) and torch.all(v0[..., 48:, :] == 0), shape
+        torch.testing.assert_close(v0[..., :48, :], v[..., :48, :])

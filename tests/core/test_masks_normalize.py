@@ -19,6 +19,26 @@ def test_lengths_to_mask_and_key_padding():
         masks.lengths_to_mask(torch.tensor([1.0]))
 
 
+def test_broadcast_batch_is_torchs_broadcast(gen):
+    """Batch axes of random shapes (equal, broadcastable or not, as tuples or torch.Size) broadcast as
+    torch.broadcast_shapes does, or give None where it refuses."""
+    for _ in range(300):
+        n = int(torch.randint(1, 4, (1,), generator=gen))
+        base = torch.randint(1, 4, (int(torch.randint(0, 4, (1,), generator=gen)),), generator=gen).tolist()
+        shapes = []
+        for _ in range(n):
+            sh = [d if torch.rand(1, generator=gen) < 0.6 else int(torch.randint(1, 4, (1,), generator=gen))
+                  for d in base]
+            if torch.rand(1, generator=gen) < 0.3:  # fewer axes: broadcast from the left
+                sh = sh[int(torch.randint(0, len(sh) + 1, (1,), generator=gen)):]
+            shapes.append(torch.Size(sh) if torch.rand(1, generator=gen) < 0.5 else tuple(sh))
+        try:
+            want = tuple(torch.broadcast_shapes(*shapes))
+        except RuntimeError:
+            want = None
+        assert masks.broadcast_batch(*shapes) == want, shapes
+
+
 @pytest.mark.parametrize("tq,tk", [(4, 4), (2, 5), (5, 2)])
 def test_causal_mask_alignments(tq, tk):
     # top left is what SDPA's is_causal does; check against SDPA's own weights through one-hot values

@@ -97,6 +97,26 @@ def test_kv_cache_decoding_equals_full_causal(kv_heads, score, gen):
     assert len(cache) == 9
 
 
+def test_one_new_query_after_the_cache_builds_no_mask(gen, monkeypatch):
+    """Decoding one token after a cache: its query sees every key, so no causal mask is built for it (the mask
+    costs more than the step's attention on a small model), and the step still equals the full causal pass."""
+    import qkv.layers.multihead as multihead
+
+    mha = qkv.MultiHeadAttention(16, 4).eval()
+    x = torch.randn(2, 6, 16, generator=gen)
+    full = mha(x, is_causal=True)
+    cache = qkv.KVCache()
+    steps = [mha(x[:, :5], is_causal=True, cache=cache)]
+
+    def refused(*args, **kw):
+        raise AssertionError("a causal mask was built for one query")
+
+    monkeypatch.setattr(multihead, "causal_mask", refused)
+    monkeypatch.setattr(qkv.functional, "causal_mask", refused)
+    steps.append(mha(x[:, 5:], is_causal=True, cache=cache))
+    torch.testing.assert_close(torch.cat(steps, 1), full, atol=1e-5, rtol=1e-5)
+
+
 def test_static_cache_for_cross_attention(gen):
     mha = qkv.MultiHeadAttention(16, 2).eval()
     mem = torch.randn(2, 7, 16, generator=gen)
