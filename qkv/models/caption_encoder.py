@@ -58,11 +58,12 @@ class GridEncoder(nn.Module):
         self.net = nn.Sequential(*layers)
         self.dim = cin
 
-    def forward(self, images: Tensor, *, with_local: bool = False, with_items: bool = False):
+    def forward(self, images: Tensor, *, with_local: bool = False, with_items: bool = False, with_mid: bool = False):
         """``images (B, C, H, W)`` -> ``(a (B, L, D), (h, w))``, then with ``with_local`` the second stage's
         features averaged onto the grid, ``(B, L, widths[1])``: what each grid position holds itself (they see
-        14 pixels), and with ``with_items`` the third stage's features pooled onto the grid, ``(B, L, widths[2])``
-        (they see 22 pixels, less than an item of the scenes; the grid features ``a`` see 54)."""
+        14 pixels), with ``with_items`` the third stage's features pooled onto the grid, ``(B, L, widths[2])``
+        (they see 22 pixels, less than an item of the scenes; the grid features ``a`` see 54), and with
+        ``with_mid`` the first convolution after them, ``(B, L, widths[3])`` (38 pixels: about an item)."""
         x = images
         if self.coords:
             b, _, hh, ww = x.shape
@@ -71,11 +72,14 @@ class GridEncoder(nn.Module):
             x = torch.cat([x, torch.stack([ys, xs]).expand(b, 2, hh, ww)], dim=1)
         local = self.net[:4](x)  # conv, pool, conv, pool: stride 4
         items = self.net[4:6](local)  # conv, pool: stride 8, the grid
-        f = self.net[6:](items)
+        mid = self.net[6](items)
+        f = self.net[7:](mid)
         grid = (f.shape[-2], f.shape[-1])
         out = [f.flatten(2).transpose(1, 2), grid]
         if with_local:
             out.append(torch.nn.functional.adaptive_avg_pool2d(local, grid).flatten(2).transpose(1, 2))
         if with_items:
             out.append(items.flatten(2).transpose(1, 2))
+        if with_mid:
+            out.append(mid.flatten(2).transpose(1, 2))
         return tuple(out)

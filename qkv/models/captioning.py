@@ -31,6 +31,7 @@ positions, ``D`` feature channels, ``H`` decoder state, ``E`` word embedding, ``
   pixels, so the features beside an item name it as well as the item's own and the attention may settle beside
   it. ``"local"``: the CNN's third stage at the grid's stride (22 pixels seen, less than an item of the scenes),
   through a per-place ``ReLU(Linear)`` to ``D``: an item word is right only with the window on the item.
+  ``"mid"``: the first convolution after it (38 pixels seen, about an item), through the same kind of layer.
 - :class:`SoftCaptioner` (``caption-soft``): LSTM decoder, ``alpha_t = softmax(score(h_{t-1}, a))`` through
   :func:`qkv.functional.attention` with any qkv score (the paper's is ``additive``), the gate
   ``beta_t = sigmoid(f_beta(h_{t-1}))`` on the context ``z_t = beta_t sum_i alpha_ti a_i``, initial ``h_0, c_0``
@@ -71,6 +72,8 @@ __all__ = ["CAPTION_MODELS", "CaptionOutput", "GridEncoder", "SoftCaptioner", "H
 
 
 KEYS = ("features", "both", "positions")
+#: what the glimpse reads: the grid features (54 px seen), the third stage (22 px) or the conv after it (38 px)
+GLIMPSE_FEATURES = ("grid", "local", "mid")
 
 
 class _Window(nn.Module):
@@ -121,8 +124,9 @@ class _LSTMCaptioner(CaptionLosses, nn.Module):
             raise ValueError(f"keys must be one of {', '.join(KEYS)}, got {keys!r}")
         if glimpse and deep_output != "grounded":
             raise ValueError("glimpse=True needs deep_output='grounded' (it is what the item words read)")
-        if glimpse_features not in ("grid", "local"):
-            raise ValueError(f"glimpse_features must be 'grid' or 'local', got {glimpse_features!r}")
+        if glimpse_features not in GLIMPSE_FEATURES:
+            raise ValueError(f"glimpse_features must be one of {', '.join(GLIMPSE_FEATURES)}, got "
+                             f"{glimpse_features!r}")
         if glimpse_features != "grid" and not glimpse:
             raise ValueError(f"glimpse_features={glimpse_features!r} needs glimpse=True (it is what the glimpse reads)")
         if salience not in ("features", "local"):
@@ -150,8 +154,8 @@ class _LSTMCaptioner(CaptionLosses, nn.Module):
             self.log_sigma = nn.Parameter(torch.tensor(-1.2))
             self.window = _Window()  # its own module: qkv.capture_attention records the glimpse apart from alpha
         self.glimpse_features = glimpse_features
-        if glimpse_features == "local":  # the third stage (22 px seen), per place to the features' size
-            self.read = nn.Sequential(nn.Linear(tuple(widths)[2], d), nn.ReLU())
+        if glimpse_features != "grid":  # the third stage (22 px seen) or the next conv (38 px), per place to D
+            self.read = nn.Sequential(nn.Linear(tuple(widths)[2 if glimpse_features == "local" else 3], d), nn.ReLU())
         self.out_h, self.out_z = nn.Linear(hidden_dim, embed_dim), nn.Linear(d, embed_dim, bias=False)
         if where:
             self.out_loc = nn.Linear(2, embed_dim, bias=False)
@@ -172,8 +176,9 @@ class _LSTMCaptioner(CaptionLosses, nn.Module):
 
     def encode(self, images: Tensor) -> dict:
         """The decoding state of ``images (B, C, H, W)``: annotations, prepared keys, ``h``, ``c``."""
-        local_salience, read_items = self.salience_from == "local", self.glimpse_features == "local"
-        a, grid, *taps = self.encoder(images, with_local=local_salience, with_items=read_items)
+        local_salience, read_items = self.salience_from == "local", self.glimpse_features != "grid"
+        a, grid, *taps = self.encoder(images, with_local=local_salience, with_items=self.glimpse_features == "local",
+                                      with_mid=self.glimpse_features == "mid")
         mean = a.mean(dim=1)
         if self.init_state == "mean":
             h, c = torch.tanh(self.init_h(mean)), torch.tanh(self.init_c(mean))

@@ -519,6 +519,23 @@ def test_the_local_glimpse_reads_features_that_see_less_than_an_item(gen, widths
     assert grid.glimpse_features == "grid" and "items" not in grid.encode(images)
 
 
+@pytest.mark.parametrize("widths", [(4, 4, 6, 8), (3, 5, 4, 6, 7)])
+def test_the_mid_glimpse_reads_features_that_see_about_an_item(gen, widths):
+    """glimpse_features='mid': the window reads the first convolution after the third stage, whose receptive field
+    (measured) is more than the third stage's 22 pixels and at most 38, about a scene's item (24-32)."""
+    torch.manual_seed(15)
+    base = {**MODELS["caption-soft"], "widths": widths, "coords": False, "where": True, "deep_output": "grounded",
+            "glimpse": True, "content_ids": [5, 7], "keys": "positions", "padding": "circular"}
+    model = SoftCaptioner(**base, glimpse_features="mid").double().eval()
+    images = torch.rand(2, 1, 64, 64, generator=gen, dtype=torch.float64, requires_grad=True)
+    state = model.encode(images)
+    for place in (0, 27, 36):
+        assert 22 < max(_seen(state["items"][1, place].sum(), images, place)) <= 38
+    with torch.no_grad():
+        mid = model.encoder.net[:7](images.detach())  # the third stage, then one convolution at the grid's stride
+        torch.testing.assert_close(state["items"], model.read(mid.flatten(2).transpose(1, 2)))
+
+
 def test_glimpse_features_are_checked():
     with pytest.raises(ValueError, match="glimpse_features"):
         SoftCaptioner(**{**MODELS["caption-soft"], "where": True, "deep_output": "grounded", "glimpse": True,

@@ -73,12 +73,13 @@ class CaptionOptions(TransformerOptions):
     glimpse: bool | None = option(None, applies=_ATTENDING_RNN, help="soft/hard, grounded: the item words read the "
                                   "features in a Gaussian window at the attended location, weighted by salience "
                                   "(the same window in every cell; default: on for scenes)")
-    glimpse_features: str | None = option(None, choices=("grid", "local"), applies=_ATTENDING_RNN,
+    glimpse_features: str | None = option(None, choices=("grid", "local", "mid"), applies=_ATTENDING_RNN,
                                           help="soft/hard, glimpse: what the window reads: the grid features "
-                                               "(they see 54 pixels, so a place beside an item names it too) or "
-                                               "the CNN's third stage (22 pixels, less than an item: an item word "
-                                               "is right only with the window on the item; BENCHMARKS.md, "
-                                               "captioning: grounded on every seed measured, fewer items named)")
+                                               "(they see 54 pixels, so a place beside an item names it too), "
+                                               "the CNN's third stage (local: 22 pixels, less than an item: an item "
+                                               "word is right only with the window on the item), or the "
+                                               "convolution after it (mid: 38 pixels, about an item); "
+                                               "BENCHMARKS.md, captioning, compares them")
     embed_dim: int = option(64, low=1, applies=_RNN, help="LSTMs: word embedding size")
     hidden_dim: int = option(128, low=1, applies=_RNN, help="LSTMs: decoder state size")
     attn_dim: int = option(128, low=1, applies=_ATTENDING_RNN, help="hidden size of the additive/MLP score")

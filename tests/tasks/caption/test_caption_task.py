@@ -276,13 +276,13 @@ def test_the_glimpse_reads_grid_features_by_default_and_local_on_request():
     from qkv.models import create
 
     for model in ("soft", "hard"):
-        for what in ("local", "grid"):
-            o = CaptionOptions(model=model, **({} if what == "grid" else {"glimpse_features": "local"}))
+        for what in ("local", "mid", "grid"):
+            o = CaptionOptions(model=model, **({} if what == "grid" else {"glimpse_features": what}))
             assert o.glimpse_features == what
             spec = model_spec(o, vocab_size=30, in_channels=1, image_size=64, content_ids=[7, 9])
             assert spec["config"]["glimpse_features"] == what
             built = create(spec["name"], **spec["config"])
-            assert built.glimpse_features == what and hasattr(built, "read") == (what == "local")
+            assert built.glimpse_features == what and hasattr(built, "read") == (what != "grid")
     assert CaptionOptions(glimpse=False).glimpse_features == "grid"
     with pytest.raises(ValueError, match="glimpse"):
         CaptionOptions(glimpse=False, glimpse_features="local")
