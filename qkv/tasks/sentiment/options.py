@@ -48,10 +48,12 @@ class SentimentOptions:
                                "pretrained language model's body, from --init) (default: bigru; lm with --init)")
     init: str | None = option(None, help="lm: a language-model run (qkv train lm) to start from: its "
                               "tokenizer and Transformer body, fine-tuned with a classification head")
-    lr_decay: float = option(2.6, low=1, applies=_LM, help="lm: discriminative learning rates: each layer below the "
-                             "head learns at the rate of the one above divided by this (ULMFiT's 2.6; 1 = one rate)")
-    unfreeze: float = option(0.5, low=0, applies=_LM, help="lm: gradual unfreezing: the head trains alone for this "
-                             "many epochs, then one more layer from the top every this many epochs (0 = all at once)")
+    lr_decay: float = option(1.0, low=1, applies=_LM, help="lm: discriminative learning rates: each layer below the "
+                             "head learns at the rate of the one above divided by this (ULMFiT's 2.6; 1 = one rate, "
+                             "the default: better on the language models trained here in minutes, BENCHMARKS.md)")
+    unfreeze: float = option(0.0, low=0, applies=_LM, help="lm: gradual unfreezing: the head trains alone for this "
+                             "many epochs, then one more layer from the top every this many epochs (ULMFiT's 1; 0 = "
+                             "all at once, the default)")
     embed_dim: int | None = option(None, low=1, applies=_OWN_WORDS, help="word vector size (default: 128; bigram: 64; "
                                    "from the vectors file when given)")
     hidden_dim: int = option(128, low=2, applies=_RNN, help="RNNs: output size, both directions together")
