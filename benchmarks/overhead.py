@@ -7,10 +7,10 @@ Rows (float32, CPU, ``torch.no_grad``): ``qkv.attention`` against ``F.scaled_dot
 ``(1, 1, 4, 8)`` inputs, without a mask, causal, and with a key-padding mask; ``qkv.MultiHeadAttention`` against
 ``torch.nn.MultiheadAttention`` (E=8, 2 heads, ``need_weights=False``); and token-by-token decoding of a small
 language model with its key/value caches (``qkv.models.lm.generate``, width 128, 4 layers, 200 new tokens).
-Microseconds per call are the best of ``--repeat`` medians of interleaved batches of calls (the machine is
-shared: the best is the least disturbed). What is left between the two columns is Python: argument checks, mask
-preparation, the choice of a path. On a GPU the same time is spent on the CPU per call, and shows where a kernel
-takes less than it.
+Microseconds per call are the best of ``--repeat`` rounds, each a batch of ``--calls`` calls of every function in
+turn (the machine is shared: the best round is the least disturbed). What is left between the two columns is
+Python: argument checks, mask preparation, the choice of a path. On a GPU the same time is spent on the CPU per
+call, and shows where a kernel takes less than it.
 """
 
 from __future__ import annotations
