@@ -7,7 +7,11 @@ from dataclasses import dataclass
 from ...models.lm import LM_POSITIONS
 from ...options import check_options, option
 
-__all__ = ["LMOptions", "train_defaults", "budget_defaults"]
+__all__ = ["LMOptions", "train_defaults", "budget_defaults", "ARCHITECTURE"]
+
+#: the options that a run going on from another (``init``) takes from it: its tokenizer and its model's shape
+ARCHITECTURE = ("tokenizer", "vocab_size", "context", "dim", "num_heads", "kv_heads", "num_layers", "ffn_dim",
+                "positions", "score")
 
 
 @dataclass
@@ -36,6 +40,10 @@ class LMOptions:
                             "embeddings, or ALiBi (a bias on the scores; reads past the context)")
     score: str = option("scaled_dot", help="attention score, any qkv score name")
     dropout: float = option(0.1, low=0, high=0.99, help="dropout")
+    init: str | None = option(None, help="a language-model run (qkv train lm) to go on from: its tokenizer, "
+                              "architecture and weights, trained further on --data (the text of a target domain "
+                              "before fine-tuning a classifier on it: ULMFiT's second stage); the architecture and "
+                              "tokenizer options are the run's")
     # evaluation
     eval_tokens: int = option(100_000, low=1, help="at most this many tokens of a split scored per evaluation")
 
@@ -61,7 +69,9 @@ def budget_defaults(options: LMOptions, config) -> dict:
     under the flags given): a budget of at most 10 minutes gets width 96, 3 layers and a context of 64, which reach
     2.47 test bits per character on Tatoeba in 5 minutes on one core where the dataclass defaults (128, 4 layers,
     context 128) reach 3.01 in 931 against 408 steps (``benchmarks/lm.py``, BENCHMARKS.md); longer budgets, or none,
-    keep the defaults."""
+    keep the defaults. A run that goes on from another (``init``) has that run's size."""
+    if options.init is not None:
+        return {}
     if config.max_minutes is not None and config.max_minutes <= 10:
         return {"dim": 96, "num_layers": 3, "context": 64}
     return {"dim": 128, "num_layers": 4, "context": 128}

@@ -9,6 +9,7 @@ characters of the documents, one more per document for its end.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 from typing import Any
@@ -18,7 +19,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..base import ApplicationTask
-from .options import LMOptions
+from .options import ARCHITECTURE, LMOptions
 
 logger = logging.getLogger(__name__)
 
@@ -91,11 +92,23 @@ def evaluate_lm(model: nn.Module, tokenizer, documents: list[str], *, context: i
 
 class LMTask(ApplicationTask, name="lm", unit="tokens", options=LMOptions, load_data=load_data, model_spec=model_spec,
              assets=("tokenizer",)):
-    """Next-token cross-entropy over windows of the training stream."""
+    """Next-token cross-entropy over windows of the training stream; with ``init``, from another run's tokenizer,
+    architecture and weights."""
+
+    #: with ``init``: the run it goes on from and its architecture options, kept with every checkpoint (a resumed run
+    #: rebuilds its model without that run)
+    json_assets = ("init",)
+
+    def __init__(self, options: LMOptions, data=None):
+        super().__init__(options, data)
+        self.init: dict[str, Any] | None = None
+        self._init_weights: dict[str, Tensor] | None = None
 
     def setup(self) -> None:
         from ...data import train_tokenizer
 
+        if self.options.init is not None:
+            self._read_init()
         corpus = self.read_data()
         logger.info("data %s: %d train, %d valid, %d test documents", self.options.data, len(corpus.train),
                     len(corpus.valid), len(corpus.test))
@@ -105,6 +118,39 @@ class LMTask(ApplicationTask, name="lm", unit="tokens", options=LMOptions, load_
             self.tokenizer = train_tokenizer(kind, corpus.train, **kw)
         ids, _ = token_stream(self.tokenizer, corpus.train)
         self._train = windows(ids, self.options.context)
+
+    def _read_init(self) -> None:
+        """The run of ``init``: its tokenizer, weights and architecture, which replace the options' (one given with
+        another value than the run's and the default is a ``ValueError``, as is a run of another task)."""
+        from ...data import load_tokenizer
+        from ..run import load_run
+
+        o, path = self.options, self.options.init
+        if self.init is None:  # a resumed run has it from its checkpoint, and the checkpoint's weights
+            try:
+                run = load_run(path, "lm", LMOptions, "cpu")
+                tokenizer = load_tokenizer(run.checkpoint.assets / "tokenizer")
+            except (ValueError, OSError) as e:
+                raise ValueError(f"init {path}: {e}") from None
+            self.init = {"run": str(path), "architecture": {k: getattr(run.options, k) for k in ARCHITECTURE}}
+            self._init_weights = run.model.state_dict()
+            if self.tokenizer is None:
+                self.tokenizer = tokenizer
+        shape = self.init["architecture"]
+        default = {f.name: f.default for f in dataclasses.fields(LMOptions)}
+        clash = [f"{k}={getattr(o, k)!r} (the run's: {v!r})" for k, v in shape.items()
+                 if getattr(o, k) != v and getattr(o, k) != default[k]]
+        if clash:
+            raise ValueError(f"init {path}: the tokenizer and architecture are the language model's it goes on from; "
+                             f"drop {', '.join(clash)}")
+        self.options = dataclasses.replace(o, **shape)
+        logger.info("init: the %d-layer language model of %s", shape["num_layers"], path)
+
+    def build_model(self) -> nn.Module:
+        model = super().build_model()
+        if self._init_weights is not None:  # on a resume the checkpoint's weights replace them
+            model.load_state_dict(self._init_weights)
+        return model
 
     def train_examples(self):
         return self._train

@@ -154,3 +154,47 @@ def test_view_reads_up_to_the_context_and_says_where_it_cut(pattern_run, caplog)
     cut = lm.view(ViewInput(text="a" * 50))
     assert len(cut.tokens) == 32 and any("cut to its first 31 tokens" in n for n in cut.notes)
     assert "cut" in caplog.text
+
+
+def test_a_run_goes_on_from_another_runs_tokenizer_shape_and_weights(pattern_run, tmp_path, capsys):
+    """``--init RUN``: the new run starts as that run (the same tokenizer, architecture and weights) on another
+    text, keeps what it needs to resume without it, and a different architecture or a run of another kind is a
+    one-line error."""
+    import dataclasses
+    import json
+    import shutil
+
+    from qkv.tasks.lm import LMOptions, LMTask
+
+    start = tmp_path / "start"
+    shutil.copytree(pattern_run, start)
+    other = tmp_path / "other.txt"
+    other.write_text("\n".join(f"edcba {i} " * 3 for i in range(60)) + "\n")
+    before = LanguageModel.load(start, "cpu")
+    task = LMTask(LMOptions(data=str(other), init=str(start)))  # the defaults' shape (128 wide, 4 layers) is not it
+    task.setup()
+    model = task.build_model()
+    assert (task.options.dim, task.options.num_layers, task.options.context) == (32, 2, 32)
+    assert task.tokenizer == before.tokenizer
+    state = before.model.state_dict()
+    assert model.state_dict().keys() == state.keys()
+    assert all(torch.equal(model.state_dict()[k], state[k]) for k in state)
+
+    out = tmp_path / "next"
+    argv = ["train", "lm", "--data", str(other), "--init", str(start), "--max-steps", "2", "--batch-size", "8",
+            "--eval-every", "0", "--no-progress", "--out", str(out)]
+    assert main(argv) == 0
+    after = LanguageModel.load(out, "cpu")
+    assert after.tokenizer == before.tokenizer  # and the shape; the dropout is the new run's own
+    assert dataclasses.replace(after.model.cfg, dropout=0.0) == before.model.cfg
+    assert json.loads((out / "checkpoint" / "assets" / "init.json").read_text())["run"] == str(start)
+    shutil.rmtree(start)  # a resumed run needs its checkpoint only
+    assert main([*argv[:argv.index("--max-steps") + 1], "4", *argv[argv.index("--max-steps") + 2:], "--resume"]) == 0
+    capsys.readouterr()
+
+    for bad, match in [(["--init", str(out), "--dim", "64"], "dim=64 (the run's: 32)"),
+                       (["--init", str(tmp_path / "none")], "no checkpoint")]:
+        assert main(["train", "lm", "--data", str(other), *bad, "--max-steps", "1", "--no-progress", "--out",
+                     str(tmp_path / "bad")]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("qkv: error:") and "init" in err and match in err and len(err.splitlines()) == 1, err
