@@ -22,7 +22,8 @@ class CaptionOutput:
 
     ``logits (B, T, V)``; ``attention (B, T, L)``; ``beta (B, T)`` (soft model's gate, else None);
     ``sample_log_prob (B, T)`` ``log alpha_t[s_t]`` and ``entropy (B, T)`` of ``alpha_t`` (hard model in
-    training, else None).
+    training, else None); ``naming (B, T, V)``: in training, a second reading of each step's word through the
+    glimpse from the third stage's features (models with ``naming``, else None).
     """
 
     logits: Tensor
@@ -30,6 +31,7 @@ class CaptionOutput:
     beta: Tensor | None = None
     sample_log_prob: Tensor | None = None
     entropy: Tensor | None = None
+    naming: Tensor | None = None
 
 
 def rows_of(state: dict, owner: Tensor | None) -> dict:

@@ -32,6 +32,11 @@ positions, ``D`` feature channels, ``H`` decoder state, ``E`` word embedding, ``
   it. ``"local"``: the CNN's third stage at the grid's stride (22 pixels seen, less than an item of the scenes),
   through a per-place ``ReLU(Linear)`` to ``D``: an item word is right only with the window on the item.
   ``"mid"``: the first convolution after it (38 pixels seen, about an item), through the same kind of layer.
+- ``naming`` (with ``glimpse``): in training, each step's word is also read from the third stage's features (22
+  pixels seen) through the same window (``CaptionOutput.naming``), and the task adds that reading's cross-entropy
+  at the item words, weighted: features that see less than an item name it only with the window on it, so the
+  term draws the attention onto the items, whatever the glimpse reads for the caption itself (a place 20 px beside
+  an item, whose grid or ``mid`` features name it as well, names nothing here).
 - :class:`SoftCaptioner` (``caption-soft``): LSTM decoder, ``alpha_t = softmax(score(h_{t-1}, a))`` through
   :func:`qkv.functional.attention` with any qkv score (the paper's is ``additive``), the gate
   ``beta_t = sigmoid(f_beta(h_{t-1}))`` on the context ``z_t = beta_t sum_i alpha_ti a_i``, initial ``h_0, c_0``
@@ -104,7 +109,7 @@ class _LSTMCaptioner(CaptionLosses, nn.Module):
                  dropout: float = 0.3, coords: bool = True, where: bool = False, deep_output: str = "full",
                  content_ids: Sequence[int] = (), padding: str = "zeros", keys: str = "features",
                  init_state: str = "mean", glimpse: bool = False, salience: str = "features",
-                 glimpse_features: str = "grid"):
+                 glimpse_features: str = "grid", naming: bool = False):
         super().__init__()
         if vocab_size < 4 or embed_dim < 1 or hidden_dim < 1 or attn_dim < 1:
             raise ValueError(f"vocab_size (>= 4), embed_dim, hidden_dim and attn_dim must be positive, got "
@@ -129,6 +134,8 @@ class _LSTMCaptioner(CaptionLosses, nn.Module):
                              f"{glimpse_features!r}")
         if glimpse_features != "grid" and not glimpse:
             raise ValueError(f"glimpse_features={glimpse_features!r} needs glimpse=True (it is what the glimpse reads)")
+        if naming and not glimpse:
+            raise ValueError("naming=True needs glimpse=True (the item words are read again through its window)")
         if salience not in ("features", "local"):
             raise ValueError(f"salience must be 'features' or 'local', got {salience!r}")
         if init_state not in ("mean", "learned"):
@@ -156,6 +163,10 @@ class _LSTMCaptioner(CaptionLosses, nn.Module):
         self.glimpse_features = glimpse_features
         if glimpse_features != "grid":  # the third stage (22 px seen) or the next conv (38 px), per place to D
             self.read = nn.Sequential(nn.Linear(tuple(widths)[2 if glimpse_features == "local" else 3], d), nn.ReLU())
+        self.naming = naming
+        if naming:  # the second reading (training only): the third stage per place, the window, the vocabulary
+            self.name_read = nn.Sequential(nn.Linear(tuple(widths)[2], d), nn.ReLU())
+            self.name_out = nn.Linear(d, vocab_size)
         self.out_h, self.out_z = nn.Linear(hidden_dim, embed_dim), nn.Linear(d, embed_dim, bias=False)
         if where:
             self.out_loc = nn.Linear(2, embed_dim, bias=False)
@@ -177,7 +188,9 @@ class _LSTMCaptioner(CaptionLosses, nn.Module):
     def encode(self, images: Tensor) -> dict:
         """The decoding state of ``images (B, C, H, W)``: annotations, prepared keys, ``h``, ``c``."""
         local_salience, read_items = self.salience_from == "local", self.glimpse_features != "grid"
-        a, grid, *taps = self.encoder(images, with_local=local_salience, with_items=self.glimpse_features == "local",
+        naming = self.naming and self.training
+        with_items = self.glimpse_features == "local" or naming
+        a, grid, *taps = self.encoder(images, with_local=local_salience, with_items=with_items,
                                       with_mid=self.glimpse_features == "mid")
         mean = a.mean(dim=1)
         if self.init_state == "mean":
@@ -199,6 +212,8 @@ class _LSTMCaptioner(CaptionLosses, nn.Module):
             state["values"] = torch.cat([a, state["coords"]], -1) if self.where else a
             if read_items:  # what the glimpse reads: features that see less than an item
                 state["items"] = self.read(taps[-1])
+            if naming:  # the third stage, read again for the naming term
+                state["naming"] = self.name_read(taps[1 if local_salience else 0])
         return state
 
     def _look(self, state: dict) -> tuple[Tensor, Tensor, Tensor]:
@@ -249,6 +264,10 @@ class _LSTMCaptioner(CaptionLosses, nn.Module):
             z, attn = self.window(loc, state["coords"], state.get("items", state["a"]), state["salience"],
                                   self.log_sigma)
             z = z * extras.get("beta", z.new_ones(z.shape[0]))[:, None]
+            if "naming" in state:  # the same window over the third stage: names an item only when on it
+                w = torch.softmax(state["salience"][:, 0] - ((loc[:, None] - state["coords"]) ** 2).sum(-1)
+                                  / (2 * torch.exp(2 * self.log_sigma)), dim=-1)
+                extras = {**extras, "naming": self.name_out((w[..., None] * state["naming"]).sum(1))}
         rest = self.out(self.dropout(e_state + self.out_loc(loc) + self.out_h(self.dropout(h))))
         logits = torch.where(self.content, self.out(self.dropout(e + self.out_z(z))), rest)
         return logits, attn, {**state, "h": h, "c": c}, {**extras, "loc": loc}
@@ -269,7 +288,7 @@ class _LSTMCaptioner(CaptionLosses, nn.Module):
             extras.append(ex)
         stack = {k: torch.stack([ex[k] for ex in extras], dim=1) for k in (extras[0] if extras else {})}
         return CaptionOutput(torch.stack(logits, 1), torch.stack(attns, 1), stack.get("beta"),
-                             stack.get("log_prob"), stack.get("entropy"))
+                             stack.get("log_prob"), stack.get("entropy"), stack.get("naming"))
 
 
 class SoftCaptioner(_LSTMCaptioner):
@@ -280,12 +299,12 @@ class SoftCaptioner(_LSTMCaptioner):
                  dropout: float = 0.3, coords: bool = True, where: bool = False, deep_output: str = "full",
                  content_ids: Sequence[int] = (), padding: str = "zeros", keys: str = "features",
                  init_state: str = "mean", glimpse: bool = False, salience: str = "features",
-                 glimpse_features: str = "grid"):
+                 glimpse_features: str = "grid", naming: bool = False):
         super().__init__(vocab_size, in_channels=in_channels, widths=widths, embed_dim=embed_dim,
                          hidden_dim=hidden_dim, attn_dim=attn_dim, score=score, dropout=dropout, coords=coords,
                          where=where, deep_output=deep_output, content_ids=content_ids, padding=padding,
                          keys=keys, init_state=init_state, glimpse=glimpse, salience=salience,
-                         glimpse_features=glimpse_features)
+                         glimpse_features=glimpse_features, naming=naming)
         self.f_beta = nn.Linear(self.hidden_dim, 1)
 
     def auxiliary_loss(self, out, log_likelihood, mask, *, doubly_stochastic=0.0, **_):
@@ -313,12 +332,13 @@ class HardCaptioner(_LSTMCaptioner):
                  dropout: float = 0.3, coords: bool = True, where: bool = False, deep_output: str = "full",
                  content_ids: Sequence[int] = (), padding: str = "zeros", keys: str = "features",
                  init_state: str = "mean", glimpse: bool = False, salience: str = "features",
-                 glimpse_features: str = "grid", test_attention: str = "expectation", expected_share: float = 0.5):
+                 glimpse_features: str = "grid", test_attention: str = "expectation", expected_share: float = 0.5,
+                 naming: bool = False):
         super().__init__(vocab_size, in_channels=in_channels, widths=widths, embed_dim=embed_dim,
                          hidden_dim=hidden_dim, attn_dim=attn_dim, score=score, dropout=dropout, coords=coords,
                          where=where, deep_output=deep_output, content_ids=content_ids, padding=padding,
                          keys=keys, init_state=init_state, glimpse=glimpse, salience=salience,
-                         glimpse_features=glimpse_features)
+                         glimpse_features=glimpse_features, naming=naming)
         if test_attention not in ("expectation", "argmax"):
             raise ValueError(f"test_attention must be 'expectation' or 'argmax', got {test_attention!r}")
         if not 0.0 <= expected_share <= 1.0:

@@ -542,3 +542,26 @@ def test_glimpse_features_are_checked():
                          "content_ids": [5], "glimpse_features": "pixels"})
     with pytest.raises(ValueError, match="glimpse_features"):  # nothing reads them without the glimpse
         HardCaptioner(**{**MODELS["caption-hard"], "glimpse_features": "local"})
+
+
+@pytest.mark.parametrize("glimpse_features", ["grid", "mid"])
+def test_naming_reads_each_word_again_from_the_third_stage_through_the_glimpse_window(gen, glimpse_features):
+    """naming=True: in training, each step's word is read again from the third stage's features through the very
+    window the glimpse read with (the step's attention map); nothing of it in evaluation or decoding."""
+    torch.manual_seed(16)
+    base = {**MODELS["caption-soft"], "where": True, "deep_output": "grounded", "glimpse": True,
+            "content_ids": [5, 7], "keys": "positions", "padding": "circular", "glimpse_features": glimpse_features,
+            "coords": False}
+    model = SoftCaptioner(**base, naming=True).double().train()
+    model.dropout.p = 0.0
+    images = torch.rand(2, 1, 32, 32, generator=gen, dtype=torch.float64)
+    tgt = torch.tensor([[BOS_ID, 5, 6, 7], [BOS_ID, 7, 8, 5]])
+    out = model(images, tgt)
+    assert out.naming.shape == out.logits.shape
+    third = model.encoder.net[:6](images)  # conv, pool, conv, pool, conv, pool: the third stage at the grid
+    read = model.name_read(third.flatten(2).transpose(1, 2))  # (B, L, D)
+    expected = model.name_out(torch.einsum("btl,bld->btd", out.attention, read))
+    torch.testing.assert_close(out.naming, expected)
+    assert model.eval()(images, tgt).naming is None  # evaluation: the captions' own reading only
+    with pytest.raises(ValueError, match="naming"):
+        SoftCaptioner(**{**base, "glimpse": False, "glimpse_features": "grid"}, naming=True)

@@ -49,6 +49,8 @@ def model_spec(options: CaptionOptions, *, vocab_size: int, in_channels: int, im
                     raise ValueError(f"deep_output {o.deep_output!r} needs the item words' ids (captions data "
                                      "with items)")
                 config["content_ids"] = list(content_ids)
+            if o.naming:
+                config["naming"] = True
         if o.model == "hard":
             config.update(test_attention=o.hard_test, expected_share=o.hard_expected)
     return {"name": f"caption-{o.model}", "config": config}
@@ -118,6 +120,11 @@ class CaptionTask(ApplicationTask, name="caption", unit="words", options=Caption
             reward_weight=o.reward_weight, entropy_weight=o.entropy_weight, baseline_decay=o.baseline_decay)
         if extra is not None:
             loss = loss + extra
+        if out.naming is not None and o.naming:  # the item words read again from features that see less than one
+            items = module.content[target] & mask
+            naming = F.cross_entropy(out.naming.float().transpose(1, 2), target, reduction="none")[items].sum()
+            loss = loss + o.naming * naming
+            more = {**more, "naming": naming.detach()}
         return loss, mask.sum(), {**stats, **more}
 
     def evaluate(self, model, split: str) -> dict[str, float]:
