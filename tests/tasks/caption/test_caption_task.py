@@ -308,3 +308,28 @@ def test_evaluate_on_another_captions_file_naming_missing_images(tmp_path, capsy
     assert "| BLEU-1 |" in capsys.readouterr().out
     assert main(["caption", str(out), "--index", "0", "--on-error", "skip"]) == 2
     assert "--on-error goes with --evaluate --data" in capsys.readouterr().err
+
+
+def test_naming_adds_its_weighted_cross_entropy_at_the_item_words():
+    """--naming W: the loss is the captions' cross-entropy plus W times the second reading's at the item words
+    only; the option needs the glimpse."""
+    options = CaptionOptions(model="soft", n_train=8, n_valid=2, n_test=2, dropout=0.0, references="sample",
+                             naming=2.0)
+    task = CaptionTask(options)
+    task.setup()
+    torch.manual_seed(0)
+    model = task.build_model().train()
+    batch = task.collate([task.train_examples()[i] for i in range(8)])
+    images, target, mask = batch["images"].float() / 255, batch["tgt_out"], batch["mask"]
+    with torch.no_grad():
+        out = model(images, batch["tgt_in"])
+        ce = torch.nn.functional.cross_entropy(out.logits.transpose(1, 2), target, ignore_index=0,
+                                               label_smoothing=options.label_smoothing, reduction="sum")
+        items = model.content[target] & mask
+        naming = torch.nn.functional.cross_entropy(out.naming.transpose(1, 2), target, reduction="none")[items]
+        loss, _, stats = task.loss(model, batch)
+    assert 0 < int(items.sum()) < int(mask.sum())
+    assert float(loss) == pytest.approx(float(ce + 2.0 * naming.sum()), rel=1e-5)
+    assert float(stats["naming"]) == pytest.approx(float(naming.sum()), rel=1e-5)
+    with pytest.raises(ValueError, match="naming"):
+        CaptionOptions(glimpse=False, naming=1.0)
