@@ -80,11 +80,11 @@ class CaptionOptions(TransformerOptions):
                                                "word is right only with the window on the item), or the "
                                                "convolution after it (mid: 38 pixels, about an item); "
                                                "BENCHMARKS.md, captioning, compares them")
-    naming: float = option(0.0, low=0, applies=_ATTENDING_RNN,
-                           help="soft/hard, glimpse: weight of a second reading of each item word in training, "
-                                "from the CNN's third stage (22 pixels seen) through the same window: it names the "
-                                "item only with the window on it, so its loss draws the attention onto the items "
-                                "(0 = off)")
+    naming: float | None = option(None, low=0, applies=_ATTENDING_RNN,
+                                  help="soft/hard, glimpse: weight of a second reading of each item word in "
+                                       "training, from the CNN's third stage (22 pixels seen) through the same "
+                                       "window: it names the item only with the window on it, so its loss draws the "
+                                       "attention onto the items (0 = off; default: 1 with the glimpse)")
     embed_dim: int = option(64, low=1, applies=_RNN, help="LSTMs: word embedding size")
     hidden_dim: int = option(128, low=1, applies=_RNN, help="LSTMs: decoder state size")
     attn_dim: int = option(128, low=1, applies=_ATTENDING_RNN, help="hidden size of the additive/MLP score")
@@ -140,6 +140,8 @@ class CaptionOptions(TransformerOptions):
             elif self.glimpse_features != "grid" and not self.glimpse:
                 raise ValueError(f"glimpse_features {self.glimpse_features!r} needs the glimpse (--glimpse): it "
                                  "is what the glimpse reads")
+            if self.naming is None:
+                self.naming = 1.0 if self.glimpse else 0.0
             if self.naming and not self.glimpse:
                 raise ValueError("naming needs the glimpse (--glimpse): the item words are read again through its "
                                  "window")

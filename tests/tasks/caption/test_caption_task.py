@@ -214,7 +214,7 @@ def test_least_loss_reference_per_image_against_brute_force(gen):
 def test_best_reference_loss_trains_on_each_images_most_likely_reference():
     """references='best': the loss is the cross-entropy of the reference the model finds most likely, per image;
     'sample' draws one; the model's owner= forward equals a forward on the repeated images."""
-    options = CaptionOptions(model="soft", n_train=8, n_valid=2, n_test=2, dropout=0.0)
+    options = CaptionOptions(model="soft", n_train=8, n_valid=2, n_test=2, dropout=0.0, naming=0.0)
     assert options.references == "best" and CaptionOptions(data="x.txt").references == "sample"
     task = CaptionTask(options)
     task.setup()
