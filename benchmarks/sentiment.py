@@ -13,6 +13,9 @@ TF-IDF unigrams + bigrams fitted on the same training part. Reference: Kim (2014
 embeddings) and 81.5% (CNN, word2vec) 10-fold accuracy on Pang & Lee's MR sentences, whose labels are the
 reviews' own polarity rather than these human ratings.
 
+``--ensemble N`` trains N models per fold (seeds ``--seed`` to ``--seed + N - 1``, each its own ``--minutes``) and
+scores the mean of their class probabilities on the fold's test sentences: the time per fold is then N runs.
+
 ``--models lm --init RUN`` fine-tunes a language model trained with ``qkv train lm`` (its tokenizer and body; the
 trainer's ``--model lm`` defaults: discriminative rates, gradual unfreezing); the language model's own training time
 is not counted here: state it beside the figure.
@@ -100,6 +103,8 @@ def main() -> int:
     ap.add_argument("--init", default=None, help="the language-model run of --models lm (qkv train lm)")
     ap.add_argument("--scratch", action="store_true", help="--models lm: the same model and tokenizer from a random "
                     "start (the language model's weights left out), to see what pretraining gives")
+    ap.add_argument("--ensemble", type=int, default=1, help="models per fold (seeds --seed, --seed + 1, ...), "
+                    "scored by their mean class probabilities")
     ap.add_argument("--quick", action="store_true", help="30 steps per model: a smoke test, not a result")
     ap.add_argument("-v", "--verbose", action="store_true")
     args = ap.parse_args()
@@ -140,14 +145,21 @@ def main() -> int:
         for f in folds:
             o = dataclasses.replace(opts, fold=f)
             c = cfg.replace(out=str(Path(cfg.out) / f"fold-{f}")) if cfg.out and args.folds else cfg
-            runs.append(train((ScratchTask if args.scratch and name == "lm" else SentimentTask)(o, data), c))
-            accs.append(runs[-1].metrics.get("test", {}).get("accuracy", float("nan")))
+            members = []
+            for m in range(args.ensemble):
+                task = (ScratchTask if args.scratch and name == "lm" else SentimentTask)(o, data)
+                cm = c.replace(seed=args.seed + m, out=f"{c.out}-seed{args.seed + m}" if c.out and m else c.out)
+                members.append((task, train(task, cm)))
+            runs.append(members[0][1])
+            accs.append(runs[-1].metrics.get("test", {}).get("accuracy", float("nan")) if args.ensemble == 1 else
+                        ensemble_accuracy(members))
         seconds = (time.monotonic() - t0) / len(folds)
         valid = [r.metrics.get("valid", {}).get("accuracy", float("nan")) for r in runs]
         epochs = statistics.mean(r.state.epoch + (r.state.step > 0) for r in runs)
         params = sum(p.numel() for p in runs[0].model.parameters())
         label = name + (" from a random start" if args.scratch and name == "lm" else "") + \
-            (f" [{' '.join(args.set)}]" if args.set else "")
+            (f" [{' '.join(args.set)}]" if args.set else "") + \
+            (f", {args.ensemble} seeds' mean probabilities" if args.ensemble > 1 else "")
         rows.append((f"{label} ({params / 1e6:.2f} M parameters)", accs, valid, seconds, f"{epochs:.1f}"))
     what = f"{args.folds}-fold cross-validation, mean +- std" if args.folds else "held-out test split (10%)"
     if args.only_folds:
@@ -165,6 +177,22 @@ def main() -> int:
             print(f"{name}: {' '.join(f'{100 * a:.2f}' for a in test)}  ")
     print("\nReference (Pang & Lee MR, 10-fold, Kim 2014): CNN-rand 76.1%, CNN-static (word2vec) 81.5%.")
     return 0
+
+
+@torch.no_grad()
+def ensemble_accuracy(members) -> float:
+    """Test accuracy of the mean class probabilities of ``members``, ``(task, TrainResult)`` pairs of one fold (the
+    same test sentences in the same order)."""
+    from qkv.data.text_classification import collate_texts
+
+    examples = members[0][0].encoded["test"]
+    batch = collate_texts(examples)
+    probs = []
+    for task, run in members:
+        assert [y for _, y in task.encoded["test"]] == [y for _, y in examples]
+        run.model.eval()
+        probs.append(torch.softmax(run.model(batch["ids"], batch["mask"]).logits.float(), -1))
+    return float((torch.stack(probs).mean(0).argmax(-1) == batch["labels"]).float().mean())
 
 
 class ScratchTask(SentimentTask):

@@ -264,10 +264,6 @@ class _LSTMCaptioner(CaptionLosses, nn.Module):
             z, attn = self.window(loc, state["coords"], state.get("items", state["a"]), state["salience"],
                                   self.log_sigma)
             z = z * extras.get("beta", z.new_ones(z.shape[0]))[:, None]
-            if "naming" in state:  # the same window over the third stage: names an item only when on it
-                w = torch.softmax(state["salience"][:, 0] - ((loc[:, None] - state["coords"]) ** 2).sum(-1)
-                                  / (2 * torch.exp(2 * self.log_sigma)), dim=-1)
-                extras = {**extras, "naming": self.name_out((w[..., None] * state["naming"]).sum(1))}
         rest = self.out(self.dropout(e_state + self.out_loc(loc) + self.out_h(self.dropout(h))))
         logits = torch.where(self.content, self.out(self.dropout(e + self.out_z(z))), rest)
         return logits, attn, {**state, "h": h, "c": c}, {**extras, "loc": loc}
@@ -287,8 +283,12 @@ class _LSTMCaptioner(CaptionLosses, nn.Module):
             attns.append(attn)
             extras.append(ex)
         stack = {k: torch.stack([ex[k] for ex in extras], dim=1) for k in (extras[0] if extras else {})}
-        return CaptionOutput(torch.stack(logits, 1), torch.stack(attns, 1), stack.get("beta"),
-                             stack.get("log_prob"), stack.get("entropy"), stack.get("naming"))
+        attention = torch.stack(attns, 1)
+        naming = None
+        if "naming" in state:  # the glimpse's own window over the third stage: names an item only when on it
+            naming = self.name_out(torch.einsum("btl,bld->btd", attention, state["naming"]))
+        return CaptionOutput(torch.stack(logits, 1), attention, stack.get("beta"), stack.get("log_prob"),
+                             stack.get("entropy"), naming)
 
 
 class SoftCaptioner(_LSTMCaptioner):

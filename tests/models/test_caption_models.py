@@ -562,6 +562,8 @@ def test_naming_reads_each_word_again_from_the_third_stage_through_the_glimpse_w
     read = model.name_read(third.flatten(2).transpose(1, 2))  # (B, L, D)
     expected = model.name_out(torch.einsum("btl,bld->btd", out.attention, read))
     torch.testing.assert_close(out.naming, expected)
+    (grad,) = torch.autograd.grad(out.naming[:, 1:].logsumexp(-1).sum(), model.log_sigma)  # through the window
+    assert grad.abs() > 0
     assert model.eval()(images, tgt).naming is None  # evaluation: the captions' own reading only
     with pytest.raises(ValueError, match="naming"):
         SoftCaptioner(**{**base, "glimpse": False, "glimpse_features": "grid"}, naming=True)
