@@ -141,7 +141,7 @@ def main() -> int:
             cfg = TrainConfig(**{"epochs": args.epochs, "monitor": "accuracy", "patience": 3, "schedule": "cosine",
                                  **common, **train_kw, **cfg_set})
         t0 = time.monotonic()
-        runs, accs = [], []
+        runs, accs, single = [], [], []
         for f in folds:
             o = dataclasses.replace(opts, fold=f)
             c = cfg.replace(out=str(Path(cfg.out) / f"fold-{f}")) if cfg.out and args.folds else cfg
@@ -151,6 +151,7 @@ def main() -> int:
                 cm = c.replace(seed=args.seed + m, out=f"{c.out}-seed{args.seed + m}" if c.out and m else c.out)
                 members.append((task, train(task, cm)))
             runs.append(members[0][1])
+            single.append(runs[-1].metrics.get("test", {}).get("accuracy", float("nan")))
             accs.append(runs[-1].metrics.get("test", {}).get("accuracy", float("nan")) if args.ensemble == 1 else
                         ensemble_accuracy(members))
         seconds = (time.monotonic() - t0) / len(folds)
@@ -161,6 +162,8 @@ def main() -> int:
             (f" [{' '.join(args.set)}]" if args.set else "") + \
             (f", {args.ensemble} seeds' mean probabilities" if args.ensemble > 1 else "")
         rows.append((f"{label} ({params / 1e6:.2f} M parameters)", accs, valid, seconds, f"{epochs:.1f}"))
+        if args.ensemble > 1:  # the first seed alone, from the same runs
+            rows.append((f"{name}, seed {args.seed} alone", single, valid, seconds / args.ensemble, f"{epochs:.1f}"))
     what = f"{args.folds}-fold cross-validation, mean +- std" if args.folds else "held-out test split (10%)"
     if args.only_folds:
         what += f" (folds {args.only_folds} only)"
