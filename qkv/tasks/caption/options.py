@@ -84,7 +84,7 @@ class CaptionOptions(TransformerOptions):
                                   help="soft/hard, glimpse: weight of a second reading of each item word in "
                                        "training, from the CNN's third stage (22 pixels seen) through the same "
                                        "window: it names the item only with the window on it, so its loss draws the "
-                                       "attention onto the items (0 = off; default: 1 with the glimpse)")
+                                       "attention onto the items (0 = off; default: 1 for soft with the glimpse)")
     embed_dim: int = option(64, low=1, applies=_RNN, help="LSTMs: word embedding size")
     hidden_dim: int = option(128, low=1, applies=_RNN, help="LSTMs: decoder state size")
     attn_dim: int = option(128, low=1, applies=_ATTENDING_RNN, help="hidden size of the additive/MLP score")
@@ -141,7 +141,7 @@ class CaptionOptions(TransformerOptions):
                 raise ValueError(f"glimpse_features {self.glimpse_features!r} needs the glimpse (--glimpse): it "
                                  "is what the glimpse reads")
             if self.naming is None:
-                self.naming = 1.0 if self.glimpse else 0.0
+                self.naming = 1.0 if self.glimpse and self.model == "soft" else 0.0  # measured on soft
             if self.naming and not self.glimpse:
                 raise ValueError("naming needs the glimpse (--glimpse): the item words are read again through its "
                                  "window")

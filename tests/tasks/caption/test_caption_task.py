@@ -333,3 +333,8 @@ def test_naming_adds_its_weighted_cross_entropy_at_the_item_words():
     assert float(stats["naming"]) == pytest.approx(float(naming.sum()), rel=1e-5)
     with pytest.raises(ValueError, match="naming"):
         CaptionOptions(glimpse=False, naming=1.0)
+    # on by default where it was measured: the soft model with the glimpse (scenes)
+    assert (CaptionOptions().naming, CaptionOptions(model="hard").naming, CaptionOptions(glimpse=False).naming,
+            CaptionOptions(data="x.txt").naming) == (1.0, 0.0, 0.0, 0.0)
+    assert model_spec(CaptionOptions(), vocab_size=30, in_channels=1, image_size=64,
+                      content_ids=[7, 9])["config"]["naming"] is True
