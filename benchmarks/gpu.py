@@ -262,6 +262,9 @@ def main(argv=None) -> int:
     parser.add_argument("--compile", default="1", choices=["0", "1", "auto"],
                         help="qkv's compiled kernels (default 1: compiled before the timed calls); 0 also leaves out "
                              "FlexAttention's own compiled baseline")
+    parser.add_argument("--size", default=None, metavar="B,H,T",
+                        help="batch, heads and length of the dot and modifier rows (default 8,8,1024): a larger size "
+                             "shows the kernels where the host's time per call no longer counts")
     parser.add_argument("--out", default=None, help="write the markdown table there (and print it)")
     args = parser.parse_args(argv)
     device = torch.device(args.device)
@@ -272,6 +275,11 @@ def main(argv=None) -> int:
         cfg = dict(b=2, h=2, t=128, d=16, ab=2, at=64, hidden=32, hf_b=2, hf_t=64)
     else:
         cfg = dict(b=8, h=8, t=1024, d=64, ab=8, at=512, hidden=256, hf_b=8, hf_t=512)
+    if args.size:
+        try:
+            cfg["b"], cfg["h"], cfg["t"] = (int(x) for x in args.size.split(","))
+        except ValueError:
+            parser.error(f"--size: expected three integers B,H,T, got {args.size!r}")
     reps = args.reps or (2 if args.quick else 10)
     compiled.set_compile(args.compile)  # "1": compiled kernels measured warm (compiled during the warm-up calls)
     ROWS.clear()

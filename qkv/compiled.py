@@ -82,10 +82,21 @@ def mode() -> str:
     (``1`` means ``0``; ``0`` or empty means ``auto``), else ``auto``."""
     if _override is not None:
         return _override
-    env = os.environ.get("QKV_COMPILE", "").strip()
+    env = os.environ.get("QKV_COMPILE", "")
+    old = os.environ.get("QKV_NO_COMPILE", "")
+    if (env, old) == _read_env[0]:  # (read on every call: parsing it again cost more than a GPU kernel launch)
+        return _read_env[1]
+    found = _mode_of(env.strip(), old.strip())
+    _read_env[:] = [(env, old), found]
+    return found
+
+
+_read_env: list = [None, None]  # [(QKV_COMPILE, QKV_NO_COMPILE) as last read, the mode they give]
+
+
+def _mode_of(env: str, old: str) -> str:
     if env:
         return _parse(env, "QKV_COMPILE")
-    old = os.environ.get("QKV_NO_COMPILE", "").strip()
     if old:
         try:
             no = _parse(old, "QKV_NO_COMPILE")
@@ -101,7 +112,7 @@ def available(device: torch.device | str = "cpu") -> bool:
     """Whether compiled kernels may be used on ``device`` (not after a failure, not when switched off)."""
     if _broken is not None or mode() == "0":
         return False
-    return torch.device(device).type in ("cpu", "cuda")
+    return (device if isinstance(device, torch.device) else torch.device(device)).type in ("cpu", "cuda")
 
 
 def reason() -> str | None:
@@ -232,7 +243,9 @@ class Kernel:
             return False
         if torch.compiler.is_compiling():
             return True  # the caller's compilation covers the plain function
-        count = self.counts.setdefault(signature, _Count())
+        count = self.counts.get(signature)
+        if count is None:
+            count = self.counts[signature] = _Count()
         if count.compiled or mode() == "1":
             return True
         _harvest(count)
@@ -268,9 +281,10 @@ class Kernel:
         caller's compilation, the plain function."""
         if torch.compiler.is_compiling():
             return self.fn(*args, **kwargs)
-        count = self.counts.setdefault(signature, _Count())
-        if count.compiled:
+        count = self.counts.get(signature)
+        if count is not None and count.compiled:
             return self._compiled(*args, **kwargs)
+        count = self.counts.setdefault(signature, _Count())
         with _lock:
             device = next((a.device for a in args if isinstance(a, torch.Tensor)), torch.device("cpu"))
             first = self._key(device) not in _read_record()

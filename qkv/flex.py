@@ -56,11 +56,16 @@ _eager_only: weakref.WeakSet = weakref.WeakSet()  # user modifiers FlexAttention
 
 def fused_available(device: torch.device | str = "cpu") -> bool:
     """Whether the fused path may be tried (compiled kernels on, FlexAttention in this torch, CPU or CUDA)."""
-    try:
-        import torch.nn.attention.flex_attention  # noqa: F401
-    except ImportError:
-        return False
-    return compiled.available(device)
+    if _has_flex[0] is None:
+        try:
+            import torch.nn.attention.flex_attention  # noqa: F401
+            _has_flex[0] = True
+        except ImportError:
+            _has_flex[0] = False
+    return _has_flex[0] and compiled.available(device)
+
+
+_has_flex: list = [None]  # whether this torch has FlexAttention (found once)
 
 
 def _flex_attention(q, k, v, score_mod=None, block_mask=None, scale=None):
@@ -99,7 +104,7 @@ def _block_mask(mask_mod: MaskMod | None, b: int, h: int, tq: int, tk: int, devi
     b, h = (b if "b" in axes else 1), (h if "h" in axes else 1)
     if key is None:
         return create_block_mask(mask_mod, b, h, tq, tk, device=device)
-    cache_key = (*key, b, h, tq, tk, str(device))
+    cache_key = (*key, b, h, tq, tk, device)
     found = _block_masks.get(cache_key)
     if found is not None:
         _block_masks.move_to_end(cache_key)
@@ -109,6 +114,13 @@ def _block_mask(mask_mod: MaskMod | None, b: int, h: int, tq: int, tk: int, devi
     if len(_block_masks) > 64:
         _block_masks.popitem(last=False)
     return bm
+
+
+def _full(t: Tensor, b: int, h: int) -> Tensor:
+    """``t (b or 1, h or 1, T, D)`` as a contiguous ``(b, h, T, D)`` tensor (itself when it is one already)."""
+    if t.shape[0] == b and t.shape[1] == h and t.is_contiguous():
+        return t
+    return t.expand(b, h, *t.shape[-2:]).contiguous()
 
 
 def _as_4d(t: Tensor) -> Tensor:
@@ -161,16 +173,18 @@ def attention_with_mods(query: Tensor, key: Tensor, value: Tensor, *, sc, score_
     pair = sc.dot_form(query, key, key_prepared=key_prepared)
     padding = _key_padding(allowed, b, tk) if allowed is not None else None
     cpu = query.device.type == "cpu"
+    users = _user_mods(score_mod, mask_mod)
     # (not under torch.export: ONNX and other exporters have no FlexAttention; the reference path computes the same)
     fused = (impl == "auto" and not torch.compiler.is_exporting() and pair is not None and normalizer is softmax
              and dropout == 0.0 and not return_weights
              and bias is None and (allowed is None or padding is not None) and tq * tk >= FUSED_MIN_SIZE
              and query.dtype in ((torch.float32,) if cpu else (torch.float32, torch.bfloat16, torch.float16))
              and not (cpu and needs_grad(query, key, value, score_mod, mask_mod))
-             and not any(m in _eager_only for m in _user_mods(score_mod, mask_mod)) and fused_available(query.device))
+             and not any(m in _eager_only for m in users) and fused_available(query.device))
     signature = _signature(q4, v4, b, h, score_mod, mask_mod, padding, is_causal) if fused else None
     if fused and FLEX.use(signature, query.device):
-        _check_mods(score_mod, smod, mask_mod, mmod, b, h, tq, tk, query)
+        if users:
+            _check_mods(score_mod, smod, mask_mod, mmod, b, h, tq, tk, query)
         result = _fused(pair, v4, b, h, tq, tk, smod, mmod, padding, sc, query, key, scale, (score_mod, mask_mod,
                                                                                             q_offset, is_causal),
                         signature)
@@ -340,7 +354,7 @@ def _fused(pair, v4, b, h, tq, tk, smod, mmod, padding, sc, query, key, scale, m
     q, k = _as_4d(pair[0]), _as_4d(pair[1])
     # contiguous (B, H, T, D): inductor's CPU template reads the layout of its inputs (a view fails inside a
     # caller's torch.compile)
-    q, k, v = (t.expand(b, h, *t.shape[-2:]).contiguous() for t in (q, k, v4))
+    q, k, v = _full(q, b, h), _full(k, b, h), _full(v4, b, h)
     factor = sc.factor(query, key, scale)
     if padding is not None:
         pad = padding.contiguous()

@@ -45,6 +45,7 @@ from torch import Tensor
 from torch.fx.experimental.symbolic_shapes import statically_known_true
 
 from . import hooks
+from .flex import attention_with_mods
 from .masks import broadcast_batch, causal_mask, prepare_mask
 from .normalize import get_normalizer, softmax
 from .paths.common import masked_normalize, needs_grad, scaled_scores, work_dtype, zero_unseen_keys
@@ -180,8 +181,6 @@ def attention(
     if bias is not None:
         bias = bias.to(work_dtype(query))
     if score_mod is not None or mask_mod is not None:
-        from .flex import attention_with_mods
-
         return attention_with_mods(query, key, value, sc=sc, score_mod=score_mod, mask_mod=mask_mod,
                                    q_offset=q_offset, allowed=allowed, bias=bias, normalizer=normalizer,
                                    dropout=dropout, scale=scale, is_causal=is_causal, return_weights=return_weights,

@@ -131,8 +131,22 @@ def zero_unseen_keys(allowed: Tensor, key: Tensor, value: Tensor, query_dim: int
         if (_harmless(key, k_unseen, math.sqrt(finfo.max) / max(key.shape[-1], query_dim, 1))
                 and _harmless(value, v_unseen, finfo.max)):
             return key, value
-    # a Python number: a 0-dim CPU tensor here would be copied to the GPU on every call, and wait for it
-    return torch.where(k_unseen, 0.0, key), torch.where(v_unseen, 0.0, value)  # one pass each (masked_fill: two)
+    return torch.where(k_unseen, zero_of(key), key), torch.where(v_unseen, zero_of(value), value)  # one pass each
+
+
+_zeros: dict = {}  # (device, dtype) -> a 0-dim zero on that device
+
+
+def zero_of(t: Tensor) -> Tensor | float:
+    """Zero for ``torch.where`` beside ``t``: a Python number on a CPU or when traced; on a GPU a 0-dim zero of its
+    device and dtype made once (a Python number there becomes a 0-dim tensor filled by a kernel of its own on every
+    call, and a 0-dim CPU tensor is copied to the GPU on every call, and waited for)."""
+    if t.device.type == "cpu" or torch.compiler.is_compiling():
+        return 0.0
+    found = _zeros.get((t.device, t.dtype))
+    if found is None:
+        found = _zeros[(t.device, t.dtype)] = torch.zeros((), device=t.device, dtype=t.dtype)
+    return found
 
 
 _derived: dict[int, tuple] = {}  # id(mask) -> (weak reference, version, {name: tensor})

@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .common import derived
+from .common import derived, zero_of
 
 __all__ = ["sdpa", "sdpa_causal"]
 
@@ -35,7 +35,7 @@ def sdpa(q: Tensor, k: Tensor, v: Tensor, allowed: Tensor | None, bias: Tensor |
         return out if not torch.compiler.is_compiling() and bool(rows.all()) else torch.where(rows, out, 0.0)
     if bias is None and _values_zeroed(allowed, v):
         return out  # every key of a fully masked row was zeroed: its output (the mean of zero values) is zero
-    return torch.where(rows, out, 0.0)  # (on GPUs, checking the rows would cost a sync)
+    return torch.where(rows, out, zero_of(out))  # (on GPUs, checking the rows would cost a sync)
 
 
 def _rows(allowed: Tensor) -> Tensor:
