@@ -18,7 +18,9 @@ scores the mean of their class probabilities on the fold's test sentences: the t
 
 ``--models lm --init RUN`` fine-tunes a language model trained with ``qkv train lm`` (its tokenizer and body; the
 trainer's ``--model lm`` defaults: discriminative rates, gradual unfreezing); the language model's own training time
-is not counted here: state it beside the figure.
+is not counted here: state it beside the figure. ``--init RUN1,RUN2`` fine-tunes one model from each run per fold
+(``--ensemble`` seeds each) and scores their mean probabilities: a forward and a backward (``qkv train lm --reverse``)
+language model averaged, as ULMFiT does.
 """
 
 from __future__ import annotations
@@ -100,7 +102,8 @@ def main() -> int:
     ap.add_argument("--only-folds", default=None, help="comma-separated folds to run (of --folds), e.g. 0,1,2")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="override an option of every model (a SentimentOptions or TrainConfig field; repeatable)")
-    ap.add_argument("--init", default=None, help="the language-model run of --models lm (qkv train lm)")
+    ap.add_argument("--init", default=None, help="the language-model run of --models lm (qkv train lm); several, "
+                    "comma-separated: one model from each per fold, their probabilities averaged")
     ap.add_argument("--scratch", action="store_true", help="--models lm: the same model and tokenizer from a random "
                     "start (the language model's weights left out), to see what pretraining gives")
     ap.add_argument("--ensemble", type=int, default=1, help="models per fold (seeds --seed, --seed + 1, ...), "
@@ -131,7 +134,8 @@ def main() -> int:
         if name == "lm":
             if not args.init:
                 ap.error("--models lm needs --init RUN (a qkv train lm run)")
-            model_kw = {**model_kw, "init": args.init}
+            inits = args.init.split(",")
+            model_kw = {**model_kw, "init": inits[0]}
         opts = SentimentOptions(data=args.data, folds=args.folds, data_seed=args.data_seed, **{**model_kw, **opt_set})
         common = {"max_minutes": args.minutes, "seed": args.seed, "progress": False, "device": "cpu",
                   "out": str(Path(args.out) / name) if args.out else None, "max_steps": 30 if args.quick else None}
@@ -146,24 +150,32 @@ def main() -> int:
             o = dataclasses.replace(opts, fold=f)
             c = cfg.replace(out=str(Path(cfg.out) / f"fold-{f}")) if cfg.out and args.folds else cfg
             members = []
-            for m in range(args.ensemble):
-                task = (ScratchTask if args.scratch and name == "lm" else SentimentTask)(o, data)
-                cm = c.replace(seed=args.seed + m, out=f"{c.out}-seed{args.seed + m}" if c.out and m else c.out)
-                members.append((task, train(task, cm)))
+            for i, init in enumerate(inits if name == "lm" else [None]):
+                oi = o if init is None else dataclasses.replace(o, init=init)
+                for m in range(args.ensemble):
+                    task = (ScratchTask if args.scratch and name == "lm" else SentimentTask)(oi, data)
+                    tag = f"-init{i}" * (i > 0) + f"-seed{args.seed + m}" * (m > 0)
+                    cm = c.replace(seed=args.seed + m, out=f"{c.out}{tag}" if c.out and tag else c.out)
+                    members.append((task, train(task, cm)))
             runs.append(members[0][1])
             single.append(runs[-1].metrics.get("test", {}).get("accuracy", float("nan")))
-            accs.append(runs[-1].metrics.get("test", {}).get("accuracy", float("nan")) if args.ensemble == 1 else
+            accs.append(runs[-1].metrics.get("test", {}).get("accuracy", float("nan")) if len(members) == 1 else
                         ensemble_accuracy(members))
         seconds = (time.monotonic() - t0) / len(folds)
         valid = [r.metrics.get("valid", {}).get("accuracy", float("nan")) for r in runs]
         epochs = statistics.mean(r.state.epoch + (r.state.step > 0) for r in runs)
         params = sum(p.numel() for p in runs[0].model.parameters())
+        many = len(inits) if name == "lm" else 1
         label = name + (" from a random start" if args.scratch and name == "lm" else "") + \
             (f" [{' '.join(args.set)}]" if args.set else "") + \
-            (f", {args.ensemble} seeds' mean probabilities" if args.ensemble > 1 else "")
+            (f", {args.ensemble} seeds' mean probabilities" if args.ensemble > 1 else "") + \
+            (f", one model from each of {', '.join(Path(i).name for i in inits)}, mean probabilities" if many > 1
+             else "")
         rows.append((f"{label} ({params / 1e6:.2f} M parameters)", accs, valid, seconds, f"{epochs:.1f}"))
-        if args.ensemble > 1:  # the first seed alone, from the same runs
-            rows.append((f"{name}, seed {args.seed} alone", single, valid, seconds / args.ensemble, f"{epochs:.1f}"))
+        if args.ensemble * many > 1:  # the first member alone, from the same runs
+            first = f"from {Path(inits[0]).name}, seed {args.seed}" if many > 1 else f"seed {args.seed}"
+            rows.append((f"{name}, {first} alone", single, valid, seconds / (args.ensemble * many),
+                         f"{epochs:.1f}"))
     what = f"{args.folds}-fold cross-validation, mean +- std" if args.folds else "held-out test split (10%)"
     if args.only_folds:
         what += f" (folds {args.only_folds} only)"
@@ -188,14 +200,14 @@ def ensemble_accuracy(members) -> float:
     same test sentences in the same order)."""
     from qkv.data.text_classification import collate_texts
 
-    examples = members[0][0].encoded["test"]
-    batch = collate_texts(examples)
+    labels = [y for _, y in members[0][0].encoded["test"]]
     probs = []
-    for task, run in members:
-        assert [y for _, y in task.encoded["test"]] == [y for _, y in examples]
+    for task, run in members:  # each with its own tokenizer's ids (members from different language models)
+        assert [y for _, y in task.encoded["test"]] == labels
+        batch = collate_texts(task.encoded["test"])
         run.model.eval()
         probs.append(torch.softmax(run.model(batch["ids"], batch["mask"]).logits.float(), -1))
-    return float((torch.stack(probs).mean(0).argmax(-1) == batch["labels"]).float().mean())
+    return float((torch.stack(probs).mean(0).argmax(-1) == torch.tensor(labels)).float().mean())
 
 
 class ScratchTask(SentimentTask):

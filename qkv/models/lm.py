@@ -51,6 +51,10 @@ class LMConfig:
     score: str = "scaled_dot"
     tie_weights: bool = True  #: the output projection is the token embedding
     pad_id: int = 0
+    #: a backward model: it was trained on each text from its last token to its first (ULMFiT's second model); the
+    #: model itself reads what it is given, and whoever feeds it text reverses it (the language-model task, its
+    #: generation, a classifier initialised from it)
+    reverse: bool = False
 
     def __post_init__(self):
         if self.vocab_size < 2:

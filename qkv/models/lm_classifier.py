@@ -39,7 +39,8 @@ class LMClassifier(nn.Module):
         hops: ``R`` queries of the attention pooling.  dropout: on the pooled features, before the output layer.
 
     A text reads at most ``lm["max_len"] - 1`` tokens (one position is the document start) with learned or
-    sinusoidal positions.
+    sinusoidal positions. A backward language model (``lm["reverse"]``) reads each text from its last token to its
+    first, as it was trained; the weights it returns are in the text's own order.
     """
 
     def __init__(self, lm: Mapping[str, Any], num_classes: int, *, bos_id: int, hops: int = 1,
@@ -66,11 +67,16 @@ class LMClassifier(nn.Module):
         ``weights (B, T)`` (``(B, R, T)`` for several hops) sum to 1 over the real tokens, 0 on padding."""
         mask = _check_inputs(ids, mask)
         b = ids.shape[0]
+        order = _backwards(mask) if self.body.cfg.reverse else None
+        if order is not None:
+            ids = ids.gather(1, order)
         tokens = torch.cat([torch.full((b, 1), self.bos_id, dtype=ids.dtype, device=ids.device), ids], dim=1)
         states = self.body.features(tokens)  # causal: padding on the right never reaches a real token
         pooled, weights = self.pool(states[:, 1:], mask)
-        last = states[torch.arange(b, device=ids.device), mask.sum(1)]  # the last real token (or the start)
+        last = states[torch.arange(b, device=ids.device), mask.sum(1)]  # the last real token read (or the start)
         features = torch.cat([pooled.reshape(b, -1), last], dim=-1)
+        if order is not None:  # the weights of each token in the text's own order (the reversal is its own inverse)
+            weights = weights.gather(-1, order if weights.dim() == 2 else order[:, None].expand_as(weights))
         return ClassifierOutput(self.head(self.drop(features)), weights)
 
     def layer_groups(self) -> list[list[nn.Parameter]]:
@@ -80,3 +86,16 @@ class LMClassifier(nn.Module):
         embed = list(self.body.embed.parameters()) + ([] if self.body.pos is None else list(self.body.pos.parameters()))
         head = [*self.body.norm.parameters(), *self.pool.parameters(), *self.head.parameters()]
         return [embed, *(list(layer.parameters()) for layer in self.body.layers), head]
+
+
+def _backwards(mask: Tensor) -> Tensor:
+    """``(B, T)`` indices that reverse each right-padded row's real tokens and leave its padding where it is; a mask
+    whose real tokens do not come first is a ``ValueError`` (a backward model could not tell where a text ends)."""
+    t = mask.shape[1]
+    lengths = mask.sum(1, keepdim=True)
+    pos = torch.arange(t, device=mask.device)[None]
+    if not torch.equal(mask, pos < lengths):
+        raise ValueError("a backward language model reads right-padded texts: mask must be True on each row's first "
+                         "tokens and False after them")
+    return torch.where(pos < lengths, lengths - 1 - pos, pos)
+

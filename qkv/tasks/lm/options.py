@@ -11,7 +11,7 @@ __all__ = ["LMOptions", "train_defaults", "budget_defaults", "ARCHITECTURE"]
 
 #: the options that a run going on from another (``init``) takes from it: its tokenizer and its model's shape
 ARCHITECTURE = ("tokenizer", "vocab_size", "context", "dim", "num_heads", "kv_heads", "num_layers", "ffn_dim",
-                "positions", "score")
+                "positions", "score", "reverse")
 
 
 @dataclass
@@ -40,6 +40,10 @@ class LMOptions:
                             "embeddings, or ALiBi (a bias on the scores; reads past the context)")
     score: str = option("scaled_dot", help="attention score, any qkv score name")
     dropout: float = option(0.1, low=0, high=0.99, help="dropout")
+    reverse: bool = option(False, help="a backward model: every document read from its last token to its first "
+                           "(ULMFiT's second model, averaged with a forward one for classification); qkv generate "
+                           "then writes what comes before the prompt, and a classifier from it (--init) reads texts "
+                           "backwards")
     init: str | None = option(None, help="a language-model run (qkv train lm) to go on from: its tokenizer, "
                               "architecture and weights, trained further on --data (the text of a target domain "
                               "before fine-tuning a classifier on it: ULMFiT's second stage); the architecture and "

@@ -22,8 +22,10 @@ class Generation:
     """A prompt and what the model wrote after it.
 
     Attributes:
-        prompt: the text given.  text: the continuation (without the prompt).
-        tokens: the continuation's token strings.  log_prob: the sum of its tokens' log-probabilities (nats).
+        prompt: the text given.  text: the continuation (without the prompt); a backward model's (``--reverse``) is
+            what comes before the prompt.
+        tokens: the continuation's token strings, in the text's order.
+        log_prob: the sum of its tokens' log-probabilities (nats).
         stopped: ``"end"`` (the model ended the document), ``"max_new_tokens"`` or ``"context"`` (no room left
             in the model's context).
     """
@@ -44,10 +46,20 @@ class LanguageModel(Predictor):
     def context(self) -> int | None:
         return self.model.context
 
+    @property
+    def backward(self) -> bool:
+        """Whether the model reads text from its last token to its first (trained with ``--reverse``)."""
+        return bool(getattr(self.model.cfg, "reverse", False))
+
+    def _read(self, text: str) -> list[int]:
+        """``text``'s tokens in the order the model reads them."""
+        ids = self.tokenizer.encode(text)
+        return ids[::-1] if self.backward else ids
+
     def _prompt_ids(self, text: str, n: int) -> list[int]:
         if not isinstance(text, str):
             raise ValueError(f"prompt {n} is not a text")
-        ids = [self.tokenizer.eos_id] + self.tokenizer.encode(text)  # a prompt starts a document
+        ids = [self.tokenizer.eos_id] + self._read(text)  # a prompt starts a document (a backward model: ends it)
         if self.context is not None and len(ids) >= self.context:
             raise ValueError(f"prompt {n} is {len(ids) - 1} tokens; the model reads at most {self.context - 1} "
                              "before the first new one (its context): shorten it")
@@ -87,13 +99,16 @@ class LanguageModel(Predictor):
             if stopped == "context":
                 logger.warning("prompt %d: stopped after %d new tokens, where the model's context (%d) is full", n,
                                len(new), self.context)
+            if self.backward:  # written from the prompt's first token leftwards
+                new = new[::-1]
             results.append(Generation(text, self.tokenizer.decode(new), self.tokenizer.tokens_of_ids(new),
                                       log_prob, stopped))
         return results
 
     def result_row(self, result: Generation) -> dict[str, Any]:
         """``output`` (the prompt and its continuation), the ``continuation``, ``log_prob`` and ``stopped``."""
-        return jsonable({"output": result.prompt + result.text, "continuation": result.text,
+        output = result.text + result.prompt if self.backward else result.prompt + result.text
+        return jsonable({"output": output, "continuation": result.text,
                          "log_prob": result.log_prob, "stopped": result.stopped})
 
     def evaluate(self, data: str | None = None, *, split: str = "test", limit: int | None = None,
@@ -149,9 +164,9 @@ class LanguageModel(Predictor):
         viewing = getattr(self, "_viewing", None)
         if viewing and viewing["generate"]:
             return self._view_generation(text, **viewing)
-        ids = [self.tokenizer.eos_id] + self.tokenizer.encode(text)  # read as the start of a document
+        ids = [self.tokenizer.eos_id] + self._read(text)  # read as the start of a document
         notes = [f"{self.options.num_layers}-layer causal language model; row t attends over tokens 0..t "
-                 "(the first, <eos>, marks the start of a document)"]
+                 "(the first, <eos>, marks the start of a document)"] + self._backward_note()
         if self.context is not None and len(ids) > self.context:  # its first context tokens, said on the page
             ids = ids[: self.context]
             notes.append(f"the text was cut to its first {self.context - 1} tokens (the model's context)")
@@ -174,6 +189,7 @@ class LanguageModel(Predictor):
         n = generate if self.context is None else min(generate, self.context - len(prompt))
         notes = [f"{self.options.num_layers}-layer causal language model generating from the text "
                  f"({'greedy decoding' if strategy == 'greedy' else f'sampling (seed {seed})'}), with the KV cache"]
+        notes += self._backward_note()
         if n < generate:
             notes.append(f"{n} tokens generated at most: the model's context ({self.context}) is then full")
         seq = lm_generate(self.model, torch.tensor([prompt], device=self.device), n, greedy=strategy == "greedy",
@@ -188,8 +204,14 @@ class LanguageModel(Predictor):
         notes.append(f"{len(new)} token(s) generated" + (", the last ending the document" if new and
                                                           new[-1] == self.tokenizer.eos_id else ""))
         names = self.tokenizer.tokens_of_ids
+        title = (self.tokenizer.decode([t for t in new if t != self.tokenizer.eos_id][::-1]) + text if self.backward
+                 else text + self.tokenizer.decode(new))
         return generation_page(records, {"tokens": names(seq[:-1])}, steps, names, first_row=len(prompt) - 1,
-                               strategy=strategy, title=text + self.tokenizer.decode(new), notes=notes)
+                               strategy=strategy, title=title, notes=notes)
+
+    def _backward_note(self) -> list[str]:
+        return ["a backward model: it reads the text from its last token to its first, as the rows and columns "
+                "show (what it generates comes before the text)"] if self.backward else []
 
 
 def _uniform(length: int) -> float:

@@ -39,15 +39,18 @@ def model_spec(options: LMOptions, *, vocab_size: int) -> dict[str, Any]:
     return {"name": "lm", "config": {"vocab_size": vocab_size, "dim": o.dim, "num_heads": o.num_heads,
                                      "num_layers": o.num_layers, "ffn_dim": o.ffn_dim, "kv_heads": o.kv_heads,
                                      "max_len": o.context, "positions": o.positions, "dropout": o.dropout,
-                                     "score": o.score}}
+                                     "score": o.score, **({"reverse": True} if o.reverse else {})}}
 
 
-def token_stream(tokenizer, documents: list[str], max_tokens: int | None = None) -> tuple[list[int], int]:
+def token_stream(tokenizer, documents: list[str], max_tokens: int | None = None, *,
+                 reverse: bool = False) -> tuple[list[int], int]:
     """``[<eos>] + doc 1 + [<eos>] + doc 2 + [<eos>] ...`` and the characters it covers (each document's, plus one
-    for its end), stopping after the document that reaches ``max_tokens``."""
+    for its end), stopping after the document that reaches ``max_tokens``; with ``reverse`` each document's tokens
+    from its last to its first (a backward model's stream)."""
     ids, chars = [tokenizer.eos_id], 0
     for doc in documents:
-        ids += tokenizer.encode(doc) + [tokenizer.eos_id]
+        tokens = tokenizer.encode(doc)
+        ids += (tokens[::-1] if reverse else tokens) + [tokenizer.eos_id]
         chars += len(doc) + 1
         if max_tokens is not None and len(ids) > max_tokens:
             break
@@ -73,7 +76,7 @@ def evaluate_lm(model: nn.Module, tokenizer, documents: list[str], *, context: i
     ``max_tokens``)."""
     if not documents:
         raise ValueError("no documents to evaluate")
-    ids, chars = token_stream(tokenizer, documents, max_tokens)
+    ids, chars = token_stream(tokenizer, documents, max_tokens, reverse=getattr(model.cfg, "reverse", False))
     device = next(model.parameters()).device
     total, count = 0.0, 0
     chunks = windows(ids, context)
@@ -116,7 +119,7 @@ class LMTask(ApplicationTask, name="lm", unit="tokens", options=LMOptions, load_
             kind = self.options.tokenizer
             kw = {"vocab_size": self.options.vocab_size} if kind in ("bpe", "unigram") else {}
             self.tokenizer = train_tokenizer(kind, corpus.train, **kw)
-        ids, _ = token_stream(self.tokenizer, corpus.train)
+        ids, _ = token_stream(self.tokenizer, corpus.train, reverse=self.options.reverse)
         self._train = windows(ids, self.options.context)
 
     def _read_init(self) -> None:

@@ -68,6 +68,28 @@ def test_the_classifier_reads_each_text_as_its_own_document(gen):
         model(torch.randint(4, 30, (1, 12), generator=gen))  # 12 tokens and the start are more than 12 positions
 
 
+@pytest.mark.parametrize("hops", [1, 2])
+def test_a_backward_body_reads_each_text_from_its_end_and_gives_weights_in_its_order(gen, hops):
+    """A classifier from a backward language model equals the same weights reading each text reversed by hand
+    (each row its own length, padding left on the right), and its weights come back in the text's order."""
+    lm = {"vocab_size": 30, "dim": 16, "num_heads": 2, "num_layers": 2, "max_len": 12, "dropout": 0.0}
+    backward = LMClassifier({**lm, "reverse": True}, 3, bos_id=2, hops=hops, dropout=0.0).eval()
+    forward = LMClassifier(lm, 3, bos_id=2, hops=hops, dropout=0.0).eval()
+    forward.load_state_dict(backward.state_dict())
+    lengths = [7, 3, 5]
+    rows = [torch.randint(4, 30, (n,), generator=gen) for n in lengths]
+    pad = torch.nn.utils.rnn.pad_sequence
+    ids, flipped = pad(rows, batch_first=True), pad([r.flip(0) for r in rows], batch_first=True)
+    mask = ids != 0
+    got, want = backward(ids, mask), forward(flipped, mask)
+    torch.testing.assert_close(got.logits, want.logits)
+    for b, n in enumerate(lengths):
+        torch.testing.assert_close(got.weights[b, ..., :n], want.weights[b, ..., :n].flip(-1))
+        assert torch.all(got.weights[b, ..., n:] == 0)
+    with pytest.raises(ValueError, match="right-padded"):
+        backward(ids, mask.flip(1))
+
+
 def test_discriminative_rates_reach_the_right_groups(lm_run):
     run, reviews = lm_run
     task = SentimentTask(SentimentOptions(data=str(reviews), init=str(run), lr_decay=3.0, unfreeze=1.0))
