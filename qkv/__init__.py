@@ -14,6 +14,7 @@ from .compiled import set_compile
 from .functional import attention, compute_scores, normalize_scores, weighted_sum
 from .layers import Attention, AttentionPooling, KVCache, MultiHeadAttention, SelfAttention
 from .location import Coverage, LocationAware, StatefulScore
+from .paths.common import set_zero_unseen_keys
 
 __all__ = [
     "__version__",
@@ -33,6 +34,7 @@ __all__ = [
     "AttentionRecord",
     "attention_rollout",
     "set_compile",
+    "set_zero_unseen_keys",
     "hooks",
     "masks",
     "mods",

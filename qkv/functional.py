@@ -137,7 +137,8 @@ def attention(
         score: a name (``dot``, ``scaled_dot``, ``cosine``), a :class:`qkv.scores.Score` module
             (``General``, ``Additive``, ``MLP``, ...) or any callable ``(q, k) -> (..., Tq, Tk)``.
         mask: boolean (``True`` = may attend) or floating (additive bias), broadcastable to ``(..., Tq, Tk)``.
-            Keys that no query may attend to are ignored, NaN or inf in ``key`` and ``value`` included.
+            Keys that no query may attend to are ignored, NaN or inf in ``key`` and ``value`` included (unless
+            :func:`qkv.set_zero_unseen_keys` switched that off).
         normalize: ``softmax``, ``sparsemax`` or a callable on the last axis.
         dropout: probability of dropping a weight. Applied whenever it is positive: layers pass 0 in eval.
         scale: factor on the raw scores (default: ``1/sqrt(Dk)`` for ``scaled_dot``, else 1).

@@ -16,7 +16,8 @@ from torch import Tensor
 from ..normalize import softmax
 from ..scores import Score
 
-__all__ = ["work_dtype", "scaled_scores", "masked_normalize", "finish", "zero_unseen_keys", "needs_grad"]
+__all__ = ["work_dtype", "scaled_scores", "masked_normalize", "finish", "zero_unseen_keys", "set_zero_unseen_keys",
+           "zeroing_unseen_keys", "needs_grad"]
 
 
 def work_dtype(t: Tensor) -> torch.dtype:
@@ -102,6 +103,29 @@ def _reduce_to(unseen: Tensor, shape: torch.Size) -> Tensor:
 CHECK_ABOVE = 1 << 14
 
 
+_zero_unseen = [True]
+
+
+def set_zero_unseen_keys(enabled: bool) -> None:
+    """Whether :func:`qkv.attention` zeroes the keys and values that no query may see (the default: True).
+
+    Zeroed, NaN or inf in padding never reaches an output or a gradient. The copies cost little on a CPU, where they
+    are made only when the padding holds such values, but on a GPU they are made on every masked call (checking
+    would wait for the GPU): two copies of the keys and values, about a third of a small bfloat16 call's time
+    (BENCHMARKS.md, "One GPU"). ``False`` skips them, as :func:`torch.nn.functional.scaled_dot_product_attention`
+    does: for inputs whose padding is known to be finite (e.g. zero-padded, or the projection of finite inputs).
+    With NaN or inf in padding, outputs are then NaN, as PyTorch's are.
+    """
+    if not isinstance(enabled, bool):
+        raise ValueError(f"set_zero_unseen_keys takes True or False, got {enabled!r}")
+    _zero_unseen[0] = enabled
+
+
+def zeroing_unseen_keys() -> bool:
+    """What :func:`set_zero_unseen_keys` set (True unless switched off)."""
+    return _zero_unseen[0]
+
+
 def zero_unseen_keys(allowed: Tensor, key: Tensor, value: Tensor, query_dim: int) -> tuple[Tensor, Tensor]:
     """Zero the keys and values that no query may attend to (O(Tk * D), next to attention's O(Tq * Tk * D)).
 
@@ -114,8 +138,11 @@ def zero_unseen_keys(allowed: Tensor, key: Tensor, value: Tensor, query_dim: int
     page faults), so they are only made when an unseen row could do harm: a value that is not finite, or a
     key that is not finite or so large that its product with a query could overflow; below
     :data:`CHECK_ABOVE` elements the copies cost less than that check, and are made. On GPUs the copies are
-    cheap and the check would cost a sync, so they are always made.
+    cheap and the check would cost a sync, so they are always made. :func:`set_zero_unseen_keys` switches them
+    off.
     """
+    if not _zero_unseen[0]:
+        return key, value
     traced = torch.compiler.is_compiling()  # torch.compile, torch.export: always zero, never branch on values
     if allowed.device.type == "cpu":
         used = allowed if allowed.shape[-2] == 1 else allowed.any(dim=-2, keepdim=True)  # some query sees the key

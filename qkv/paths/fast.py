@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .common import derived, zero_of
+from .common import derived, zero_of, zeroing_unseen_keys
 
 __all__ = ["sdpa", "sdpa_causal"]
 
@@ -50,7 +50,7 @@ def _values_zeroed(allowed: Tensor, v: Tensor) -> bool:
     """Whether, on a GPU, :func:`qkv.paths.common.zero_unseen_keys` zeroed the values of every key of a fully masked
     row: a key-padding mask (no query axis, so a row is fully masked exactly when none of its keys is seen) whose
     batch axes ``v`` has too (its values were not shared with rows that see them)."""
-    if allowed.shape[-2] != 1 or allowed.dim() > v.dim():
+    if allowed.shape[-2] != 1 or allowed.dim() > v.dim() or not zeroing_unseen_keys():
         return False
     return all(a == 1 or a == b for a, b in zip(allowed.shape[:-2], v.shape[v.dim() - allowed.dim():-2], strict=True))
 

@@ -66,6 +66,20 @@ def test_key_padding_ignores_nan_in_the_padding_forward_and_backward(dtype):
     assert (k.grad.masked_select(~pad.transpose(-2, -1).expand_as(k)) == 0).all()
 
 
+def test_without_zeroing_finite_padding_equals_the_formula_and_an_empty_row_is_zero():
+    b, h, t, d = 3, 2, 80, 16
+    q, k, v = inputs(torch.float32, b, h, t, d)
+    pad = (torch.arange(t)[None] < torch.tensor([80, 41, 0])[:, None])[:, None, None].cuda()
+    want, _ = formula(q, k, v, pad)
+    qkv.set_zero_unseen_keys(False)
+    try:
+        out = qkv.attention(q, k, v, mask=pad)
+    finally:
+        qkv.set_zero_unseen_keys(True)
+    torch.testing.assert_close(out.double().cpu(), want, atol=TOL[torch.float32], rtol=0)
+    assert (out[2] == 0).all()
+
+
 def test_a_query_with_no_key_gives_zeros():
     q, k, v = inputs(torch.float32, 1, 1, 8, 4)
     allowed = torch.ones(8, 8, dtype=torch.bool, device="cuda")

@@ -280,3 +280,35 @@ def test_unseen_keys_are_checked_before_they_are_copied_only_when_large():
         assert k0 is not k and v0 is not v, shape
         assert torch.all(k0[..., 48:, :] == 0) and torch.all(v0[..., 48:, :] == 0), shape
         torch.testing.assert_close(v0[..., :48, :], v[..., :48, :])
+
+
+@pytest.fixture
+def no_zeroing():
+    qkv.set_zero_unseen_keys(False)
+    yield
+    qkv.set_zero_unseen_keys(True)
+
+
+@pytest.mark.parametrize("return_weights", [False, True])
+def test_without_zeroing_finite_padding_gives_the_same_and_nan_padding_reaches_the_output(no_zeroing, gen,
+                                                                                         return_weights):
+    """``set_zero_unseen_keys(False)`` skips the copies: finite padding changes nothing (a fully padded row is
+    still zero), and NaN in padding then reaches the output, as in PyTorch's SDPA (the trade-off it documents)."""
+    b, t, d = 3, 6, 4
+    q, k, v = (torch.randn(b, 2, t, d, generator=gen, dtype=torch.float64) for _ in range(3))
+    lengths = torch.tensor([6, 2, 0])
+    pad = (torch.arange(t)[None] < lengths[:, None])[:, None, None]
+    got = qkv.attention(q, k, v, mask=pad, return_weights=return_weights)
+    got = got[0] if return_weights else got
+    want = attention_ref(q, k, v, mask=pad.expand(b, 2, t, t))[0]
+    torch.testing.assert_close(got, want)
+    assert torch.all(got[2] == 0)
+    dirty = v.masked_fill(~pad.transpose(-2, -1), float("nan"))
+    out = qkv.attention(q, k, dirty, mask=pad, return_weights=return_weights)
+    out = out[0] if return_weights else out
+    assert torch.isnan(out[1]).any()
+    qkv.set_zero_unseen_keys(True)
+    clean = qkv.attention(q, k, dirty, mask=pad, return_weights=return_weights)
+    torch.testing.assert_close(clean[0] if return_weights else clean, want)
+    with pytest.raises(ValueError, match="True or False"):
+        qkv.set_zero_unseen_keys("no")
