@@ -166,11 +166,11 @@ def main() -> int:
         epochs = statistics.mean(r.state.epoch + (r.state.step > 0) for r in runs)
         params = sum(p.numel() for p in runs[0].model.parameters())
         many = len(inits) if name == "lm" else 1
+        per = f"{args.ensemble} seeds" if args.ensemble > 1 else "one model"
         label = name + (" from a random start" if args.scratch and name == "lm" else "") + \
             (f" [{' '.join(args.set)}]" if args.set else "") + \
-            (f", {args.ensemble} seeds' mean probabilities" if args.ensemble > 1 else "") + \
-            (f", one model from each of {', '.join(Path(i).name for i in inits)}, mean probabilities" if many > 1
-             else "")
+            (f", {per} from each of {', '.join(Path(i).name for i in inits)}, mean probabilities" if many > 1 else
+             f", {per}' mean probabilities" if args.ensemble > 1 else "")
         rows.append((f"{label} ({params / 1e6:.2f} M parameters)", accs, valid, seconds, f"{epochs:.1f}"))
         if args.ensemble * many > 1:  # the first member alone, from the same runs
             first = f"from {Path(inits[0]).name}, seed {args.seed}" if many > 1 else f"seed {args.seed}"
