@@ -46,6 +46,7 @@ sys.path.insert(0, str(ROOT))
 
 import qkv  # noqa: E402
 from qkv import compiled, mods  # noqa: E402
+from qkv.paths.common import zeroing_unseen_keys  # noqa: E402
 from qkv.scores import Additive  # noqa: E402
 
 ROWS: list[tuple] = []  # (section, case, dtype, pass, qkv ms, baseline name, baseline ms, ratio text, goal, met)
@@ -140,6 +141,7 @@ def dot_rows(cfg, device, dtype, reps, gen):
                                       backward)}, device, reps)
         record("key padding", f"B={b} H={h} T={t}, lengths T/2..T", dtype, backward, ms, "qkv", "SDPA",
                speed=True, goal=0.95)
+        before = zeroing_unseen_keys()
         qkv.set_zero_unseen_keys(False)  # the copies that keep NaN in padding out, skipped (as SDPA does)
         try:
             with ctx:
@@ -147,7 +149,7 @@ def dot_rows(cfg, device, dtype, reps, gen):
                              "SDPA": step(lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=pad), params,
                                           backward)}, device, reps)
         finally:
-            qkv.set_zero_unseen_keys(True)
+            qkv.set_zero_unseen_keys(before)
         record("key padding", f"B={b} H={h} T={t}, set_zero_unseen_keys(False)", dtype, backward, ms, "qkv", "SDPA",
                speed=True, goal=None)
         with ctx:

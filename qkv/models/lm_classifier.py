@@ -98,4 +98,3 @@ def _backwards(mask: Tensor) -> Tensor:
         raise ValueError("a backward language model reads right-padded texts: mask must be True on each row's first "
                          "tokens and False after them")
     return torch.where(pos < lengths, lengths - 1 - pos, pos)
-
