@@ -16,6 +16,12 @@ without its valid and test texts.
 weights ``lambda`` and length rewards (:mod:`qkv.models.fusion`, shallow fusion in the beam), keeps the pair of
 least WER on valid, then decodes ``test`` (unseen sentences and voices) and ``long`` with the same beam without and
 with the language model. Printed: the grid, and WER/CER per split and per voice, without and with the model.
+
+``table`` reads the ``--json`` of several ``fuse`` runs (one per seed) and prints, per split and with/without the
+language model, each seed's WER and CER, their mean and spread, the mean per voice, and the ratio of the worst
+voice's CER to the best's:
+
+    python benchmarks/speech_lm.py table fusion-s0.json fusion-s1.json fusion-s2.json
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -126,6 +133,38 @@ def fuse(args) -> None:
         Path(args.json).write_text(json.dumps(result, indent=1))
 
 
+def _spread(values: list[float]) -> str:
+    mean = statistics.fmean(values)
+    return f"{mean:.1f}" + (f" ± {statistics.stdev(values):.1f}" if len(values) > 1 else "")
+
+
+def table(args) -> None:
+    runs = []
+    for path in args.results:
+        try:
+            runs.append(json.loads(Path(path).read_text()))
+        except (OSError, ValueError) as e:
+            raise SystemExit(f"{path}: not the JSON of `speech_lm.py fuse --json` ({e})") from None
+    voices = sorted({v for r in runs for split in r["splits"].values() for m in split.values() for v in m["voices"]})
+    print("| run | lambda | length reward |\n|---|---|---|")
+    for r in runs:
+        print(f"| {r['run']} | {r['chosen']['lm_weight']:g} | {r['chosen']['length_reward']:g} |")
+    print("\n| split | language model | WER by seed | WER | CER by seed | CER | " +
+          " | ".join(f"{v} CER" for v in voices) + " | worst / best voice |")
+    print("|---|---|---|---|---|---|" + "---|" * len(voices) + "---|")
+    for split in ("test", "long"):
+        for name in ("without", "with"):
+            got = [r["splits"][split][name] for r in runs if split in r["splits"]]
+            if not got:
+                continue
+            per_voice = {v: statistics.fmean(m["voices"][v][2] for m in got if v in m["voices"]) for v in voices}
+            wer, cer = [m["wer"] for m in got], [m["cer"] for m in got]
+            print(f"| {split} | {name} | {' / '.join(f'{x:.1f}' for x in wer)} | {_spread(wer)} | "
+                  f"{' / '.join(f'{x:.1f}' for x in cer)} | {_spread(cer)} | "
+                  + " | ".join(f"{c:.1f}" for c in per_voice.values())
+                  + f" | {max(per_voice.values()) / max(min(per_voice.values()), 1e-9):.2f}x |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -142,9 +181,13 @@ def main() -> None:
     p.add_argument("--max-utterances", type=int, default=300, help="utterances per split")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--json", default=None)
+    p = sub.add_parser("table", help="several seeds' fusion results side by side")
+    p.add_argument("results", nargs="+", help="the --json of `fuse` runs")
     args = parser.parse_args()
     if args.command == "text":
         write_text(args.out, args.corpus, args.data_seed)
+    elif args.command == "table":
+        table(args)
     else:
         fuse(args)
 
