@@ -46,8 +46,9 @@ class SpeechOptions(TransformerOptions):
                          "sentences) for test")
     data_seed: int = option(0, low=0, help="seed of the data's generation and split (not of training)")
     n_mels: int = option(40, low=8, high=256, help="log-mel channels (25 ms windows every 10 ms)")
-    spec_augment: bool = option(True, help="SpecAugment on the training features: 2 frequency masks (<= 8 "
-                                "channels) and 2 time masks (<= 20 frames)")
+    spec_augment: bool = option(False, help="SpecAugment on the training features: 2 frequency masks (<= 8 "
+                                "channels) and 2 time masks (<= 20 frames); off by default: in budgets of minutes "
+                                "it slows learning more than it helps on unseen voices")
     warp: float = option(0.0, low=0, high=0.3, help="training: stretch each utterance's features in time and along "
                          "the mel channels by factors drawn in [1 - warp, 1 + warp] (speed and vocal tract length "
                          "perturbation, on the features; 0: off)")
