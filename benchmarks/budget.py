@@ -79,7 +79,7 @@ def final_metrics(run: Path) -> dict[str, float]:
 def bow_floor() -> float:
     """The sentiment goal: the bag-of-words logistic regression's 10-fold accuracy on the same folds."""
     from benchmarks.sentiment import bow_floor as floor
-    from qkv.tasks.sentiment import SentimentOptions, load_data, make_splits
+    from qkv.apps.sentiment import SentimentOptions, load_data, make_splits
 
     options = SentimentOptions(data=str(DATA / "movie-review-snippets.tsv.gz"), folds=10)
     data = load_data(options)  # the same reviews for every fold: read once
@@ -118,7 +118,7 @@ def mean_spread(values: list[float]) -> str:
 
 
 def main() -> None:
-    from qkv.tasks import APPLICATIONS
+    from qkv.apps import APPLICATIONS
 
     goals = list(GOALS)
     known = {g.app for g in goals}

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-from qkv.tasks.caption import Captioner, CaptionOptions, CaptionTask, train_defaults
+from qkv.apps.caption import Captioner, CaptionOptions, CaptionTask, train_defaults
 from qkv.train import train
 
 

@@ -14,8 +14,8 @@ from collections import defaultdict
 
 import torch
 
+from qkv.apps.caption import Captioner
 from qkv.data.scenes import HELD_OUT
-from qkv.tasks.caption import Captioner
 
 
 def recall(captioner: Captioner, images: torch.Tensor, item: str) -> float:

@@ -15,7 +15,7 @@ import argparse
 
 import torch
 
-from qkv.tasks.caption import Captioner
+from qkv.apps.caption import Captioner
 
 
 def offsets(run: str, images: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -101,14 +101,14 @@ def _graphs(name: str, graphs: dict, source) -> dict:
 def decoders(gen) -> dict:
     from types import SimpleNamespace
 
+    from qkv.apps.speech.options import SpeechOptions
+    from qkv.apps.speech.task import model_spec as speech_spec
+    from qkv.apps.summarize.options import SummarizeOptions
+    from qkv.apps.summarize.task import model_spec as summary_spec
+    from qkv.apps.translate.options import TranslateOptions
+    from qkv.apps.translate.task import model_spec as translate_spec
     from qkv.export.decoders import speech_graphs, summarize_graphs
     from qkv.export.seq2seq import translate_graphs
-    from qkv.tasks.speech.options import SpeechOptions
-    from qkv.tasks.speech.task import model_spec as speech_spec
-    from qkv.tasks.summarize.options import SummarizeOptions
-    from qkv.tasks.summarize.task import model_spec as summary_spec
-    from qkv.tasks.translate.options import TranslateOptions
-    from qkv.tasks.translate.task import model_spec as translate_spec
 
     def built(spec):
         return create(spec["name"], **spec["config"]).eval()
@@ -133,8 +133,8 @@ def decoders(gen) -> dict:
 
 
 def reader(gen) -> dict:
-    from qkv.tasks.qa.options import QAOptions
-    from qkv.tasks.qa.task import model_spec
+    from qkv.apps.qa.options import QAOptions
+    from qkv.apps.qa.task import model_spec
 
     spec = model_spec(QAOptions(), vocab_size=20000)
     graph = ReaderGraph(create(spec["name"], **spec["config"]).eval(), 20)

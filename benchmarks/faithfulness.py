@@ -23,7 +23,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from sentiment import DATA, PRESETS, machine  # noqa: E402
 
-from qkv.tasks.sentiment import (  # noqa: E402
+from qkv.apps.sentiment import (  # noqa: E402
     SentimentClassifier,
     SentimentOptions,
     comprehensiveness,  # noqa: E402

@@ -38,8 +38,8 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from qkv.apps.images import ImageOptions, ImageTask, count_parameters, load_data  # noqa: E402
 from qkv.memory import keep_freed_memory  # noqa: E402
-from qkv.tasks.images import ImageOptions, ImageTask, count_parameters, load_data  # noqa: E402
 from qkv.train import TrainConfig, train  # noqa: E402
 
 VARIANTS = ("none", "se", "eca", "cbam", "sk", "non_local")

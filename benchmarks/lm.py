@@ -23,7 +23,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from qkv.tasks.lm import LanguageModel, LMOptions, LMTask, train_defaults  # noqa: E402
+from qkv.apps.lm import LanguageModel, LMOptions, LMTask, train_defaults  # noqa: E402
 from qkv.train import train  # noqa: E402
 
 PROMPTS = ("The ", "I think that ", "Where is ")

@@ -40,9 +40,9 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from qkv.apps.qa import QAOptions, QATask, Reader, train_defaults  # noqa: E402
 from qkv.data.facts import QUESTION_KINDS  # noqa: E402
 from qkv.data.squad import read_qa_tsv  # noqa: E402
-from qkv.tasks.qa import QAOptions, QATask, Reader, train_defaults  # noqa: E402
 from qkv.train import train  # noqa: E402
 
 MODELS = ("reader", "bidaf", "transformer")

@@ -23,9 +23,9 @@ from pathlib import Path
 
 import torch
 
+from qkv.apps.segment import SegmentOptions, SegmentTask, model_spec, train_defaults
 from qkv.models import create
 from qkv.options import default_of, option_fields, why_not
-from qkv.tasks.segment import SegmentOptions, SegmentTask, model_spec, train_defaults
 from qkv.train import train
 
 VARIANTS = {"bisenet": {}, "bisenet-noarm": {"arm": False}, "bisenet-noffm": {"ffm": False},
@@ -115,7 +115,7 @@ def main() -> None:
         return
     if not args.latency_only:
         Path(args.out).mkdir(parents=True, exist_ok=True)
-        from qkv.tasks.segment import load_data
+        from qkv.apps.segment import load_data
 
         data = load_data(_options(variants[0], args))  # generated once, shared by every variant
         records = []

@@ -41,8 +41,8 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from qkv.apps.sentiment import SentimentOptions, SentimentTask, make_splits, train_defaults  # noqa: E402
 from qkv.data.text_classification import read_movie_reviews  # noqa: E402
-from qkv.tasks.sentiment import SentimentOptions, SentimentTask, make_splits, train_defaults  # noqa: E402
 from qkv.train import TrainConfig, train  # noqa: E402
 
 DATA = ROOT.parent / "shared" / "data" / "movie-review-snippets.tsv.gz"

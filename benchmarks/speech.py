@@ -6,7 +6,7 @@
     python benchmarks/speech.py --data sentences --models ''     # pocketsphinx alone
     python benchmarks/speech.py --models las-location --minutes 10 --options '{"concat": 0.5}' --beam 4
 
-``--options`` (JSON) sets any :class:`qkv.tasks.speech.SpeechOptions` field of every model (``concat``: training
+``--options`` (JSON) sets any :class:`qkv.apps.speech.SpeechOptions` field of every model (``concat``: training
 batches joined two by two; ``window``, ``max_rate``, ``eos_threshold``, ``length_penalty``: decoding limits), and
 ``--train`` (JSON) any :class:`qkv.train.TrainConfig` field (``lr``, ``batch_size``...).
 
@@ -43,7 +43,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from qkv.tasks.speech import (  # noqa: E402
+from qkv.apps.speech import (  # noqa: E402
     SpeechOptions,
     SpeechTask,
     Transcriber,

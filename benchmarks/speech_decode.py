@@ -1,5 +1,5 @@
 """Decoding settings side by side on a trained speech run: the length limits of
-:func:`qkv.tasks.speech.transcribe_batch` (windowed attention, characters per second, <eos> threshold, length
+:func:`qkv.apps.speech.transcribe_batch` (windowed attention, characters per second, <eos> threshold, length
 normalisation, beam, joint CTC weight) on the ``test`` split (in-length) and the ``long`` split (2-3 test texts
 joined, longer than any training utterance).
 
@@ -26,8 +26,8 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from qkv.tasks.speech import Transcriber, speech_metrics  # noqa: E402
-from qkv.tasks.speech.task import read_features  # noqa: E402
+from qkv.apps.speech import Transcriber, speech_metrics  # noqa: E402
+from qkv.apps.speech.task import read_features  # noqa: E402
 
 DEFAULT = ("beam=1,max_rate=none", "beam=1", "beam=1,window=2:24", "beam=1,window=4:32", "beam=4",
            "beam=4,window=2:24", "beam=4,window=2:24,eos_threshold=0.5,length_penalty=1")

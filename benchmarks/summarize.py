@@ -21,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-from qkv.tasks.summarize import (
+from qkv.apps.summarize import (
     SummarizeOptions,
     Summarizer,
     SummarizeTask,
@@ -92,7 +92,7 @@ def main() -> None:
     args = p.parse_args()
     torch.set_num_threads(args.threads)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s: %(message)s")
-    logging.getLogger("qkv.tasks.summarize").setLevel(logging.INFO)  # when coverage is switched on
+    logging.getLogger("qkv.apps.summarize").setLevel(logging.INFO)  # when coverage is switched on
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     rows = []

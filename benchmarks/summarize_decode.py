@@ -15,7 +15,7 @@ import time
 
 import torch
 
-from qkv.tasks.summarize import Summarizer
+from qkv.apps.summarize import Summarizer
 
 
 def main() -> None:

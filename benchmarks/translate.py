@@ -26,8 +26,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from qkv.apps.translate import TranslateOptions, TranslateTask, translate_batch  # noqa: E402
 from qkv.metrics import bleu_by_length, translation_metrics  # noqa: E402
-from qkv.tasks.translate import TranslateOptions, TranslateTask, translate_batch  # noqa: E402
 from qkv.train import TrainConfig, train  # noqa: E402
 
 

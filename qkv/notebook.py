@@ -130,7 +130,7 @@ def show(source: Any, *inputs: Any, tokens: Any = None, image: Any = None, index
             raise ValueError("a Hugging Face model needs a text to look at")
         given = view_page_input(source, text, device=device)
     else:
-        from .tasks import ViewInput, load_predictor
+        from .apps import ViewInput, load_predictor
 
         if text is None and image is None and index is None:
             raise ValueError("give the input to look at: a text, image= or index=")

@@ -23,7 +23,7 @@ class FaithfulnessCommand(DeviceOption, FileOption, RunArgument):
 
 
 def faithfulness(args) -> int:
-    from ..tasks.sentiment import comprehensiveness, load_data, make_splits
+    from ..apps.sentiment import comprehensiveness, load_data, make_splits
 
     o = options_from_args(args, FaithfulnessCommand)
     given = read_lines(o.file) if o.file else None

@@ -34,7 +34,7 @@ class PredictCommand(JsonOption, FileOption, DeviceOption, RunArgument):
 
 def load(run: str, device: str = "auto", name: str | None = None):
     """The predictor of ``run`` (of application ``name``, or whichever the run is), read once."""
-    from ..tasks import application, load_predictor
+    from ..apps import application, load_predictor
 
     return application(name).predictor.load(run, device) if name else load_predictor(run, device)
 

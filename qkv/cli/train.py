@@ -1,4 +1,4 @@
-"""``qkv train NAME``: every application of the registry (:mod:`qkv.tasks`), its options then the trainer's, the
+"""``qkv train NAME``: every application of the registry (:mod:`qkv.apps`), its options then the trainer's, the
 options' defaults sized to the run's budget."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from ..tasks import APPLICATIONS, application
+from ..apps import APPLICATIONS, application
 from .common import command_line, print_result
 from .shared import check_device
 

@@ -1,6 +1,6 @@
 """``qkv view RUN|HF_DIR``: one offline HTML page per input showing every attention of a model. What is looked at
 is a *viewer* found by :func:`viewer_of`, one lookup for every kind of directory: a run (or checkpoint) of any
-application is viewed by its predictor (the registry of :mod:`qkv.tasks`), a saved Hugging Face model directory by
+application is viewed by its predictor (the registry of :mod:`qkv.apps`), a saved Hugging Face model directory by
 :class:`HuggingFaceViewer`."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ..apps import ViewInput
 from ..options import option
-from ..tasks import ViewInput
 from ..viz.files import page_path
 from .common import numbered_paths
 from .options import given, options_from_args
@@ -45,9 +45,12 @@ class ViewCommand(DeviceOption, FileOption, RunArgument):
                            help="how --generate chooses tokens")
     beam: int = option(4, low=2, applies={"strategy": ("beam",)}, help="hypotheses of --strategy beam")
     seed: int = option(0, low=0, applies={"strategy": ("sample",)}, help="seed of --strategy sample")
+    revision: str | None = option(None, metavar="REV", help="a Hugging Face hub id's branch, tag or commit "
+                                  "(default main)")
 
-    FLAG_HELP = {"run": "run directory or checkpoint directory of any application, or a saved Hugging Face model "
-                        "directory (save_pretrained's layout, with its tokenizer)"}
+    FLAG_HELP = {"run": "run directory or checkpoint directory of any application, a saved Hugging Face model "
+                        "directory (save_pretrained's layout, with its tokenizer), or a Hugging Face hub id "
+                        "(org/name: from the cache, else fetched; HF_HUB_OFFLINE=1 keeps to the cache)"}
 
 
 class HuggingFaceViewer:
@@ -98,8 +101,8 @@ def _is_hf_dir(path: str) -> bool:
 def _run_viewer(path: str, device: str, **settings: Any):
     """The predictor of a run; the settings of ``qkv view`` it takes (its ``view_takes``: a language model
     generates) set through its ``viewing``, others refused."""
-    from ..tasks import application, load_predictor
-    from ..tasks.run import run_task
+    from ..apps import application, load_predictor
+    from ..apps.run import run_task
 
     if settings:  # refused before the weights are read
         try:
@@ -139,6 +142,17 @@ def viewer_of(path: str, device: str = "auto", **settings: Any):
     raise ValueError(f"{path}: nothing qkv can view")  # pragma: no cover - the last viewer takes anything
 
 
+def _local(path: str, revision: str | None) -> str:
+    """``path``, or the snapshot folder of a hub id (:func:`qkv.integrations.hub.resolve_model`)."""
+    from pathlib import Path
+
+    if revision is None and Path(path).exists():
+        return path
+    from ..integrations.hub import is_hub_id, resolve_model
+
+    return resolve_model(path, revision) if revision is not None or is_hub_id(path) else path
+
+
 def view(args) -> int:
     from ..viz.page import save_attention_page
 
@@ -150,7 +164,7 @@ def view(args) -> int:
         inputs += [ViewInput(text=t, question=o.question)
                    for t in read_inputs(o.text, o.file, "a text to look at (or --image FILE)")]
     settings = {k: getattr(o, k) for k in given(args, ViewCommand) if k in HuggingFaceViewer.takes}
-    viewer = viewer_of(o.run, o.device, **settings)
+    viewer = viewer_of(_local(o.run, o.revision), o.device, **settings)
     for one in inputs:  # what the run would not look at is refused before any page is written
         if hasattr(viewer, "check_view_input"):
             viewer.check_view_input(one)

@@ -66,7 +66,7 @@ def speech(predictor) -> Graphs:
 
 
 def qa(predictor) -> Graphs:
-    from ..tasks.qa.encode import collate_qa, encode_example
+    from ..apps.qa.encode import collate_qa, encode_example
 
     pairs = [("the cat sat on the mat near the door", "where did the cat sit ?"),
              ("a dog ran", "who ran ?")]

@@ -49,7 +49,7 @@ def summarize_graphs(predictor) -> dict[str, Any]:
 
 
 def speech_graphs(predictor) -> dict[str, Any]:
-    from ..tasks.speech.task import decoding_options
+    from ..apps.speech.task import decoding_options
 
     model, o = predictor.model, predictor.options
     attending = hasattr(model, "decode_step")

@@ -73,7 +73,7 @@ def _writable(out: Path) -> None:
 
 
 def _load(run: Path):
-    from ..tasks import application_of, load_predictor
+    from ..apps import application_of, load_predictor
 
     if not run.is_dir():
         raise ExportError(f"{run}: no such run directory")

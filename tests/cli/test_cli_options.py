@@ -6,11 +6,11 @@ import dataclasses
 
 import pytest
 
+from qkv.apps.images import ImageOptions
+from qkv.apps.sentiment import SentimentOptions
+from qkv.apps.translate import TranslateOptions
 from qkv.cli import build_parser, main
 from qkv.options import check_options, option, option_fields
-from qkv.tasks.images import ImageOptions
-from qkv.tasks.sentiment import SentimentOptions
-from qkv.tasks.translate import TranslateOptions
 from qkv.train import TrainConfig
 
 

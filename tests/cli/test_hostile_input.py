@@ -16,12 +16,12 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from qkv.apps.sentiment import SentimentClassifier
 from qkv.cli import build_parser, main
 from qkv.data.pairs import read_pairs
 from qkv.data.speech import normalize_transcript, read_librispeech, read_manifest
 from qkv.data.summaries import read_table_summaries
 from qkv.data.text_classification import read_movie_reviews, read_table
-from qkv.tasks.sentiment import SentimentClassifier
 from qkv.train.checkpoint import atomic_directory, load_checkpoint
 from tests import FIXTURES, ROOT
 

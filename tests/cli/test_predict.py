@@ -14,11 +14,11 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+from qkv.apps import APPLICATIONS, ViewInput
 from qkv.cli import build_parser, main, own_flags
 from qkv.cli.common import read_lines, write_json
 from qkv.cli.predict import cut_of, finish
 from qkv.cli.view import HuggingFaceViewer, viewer_of
-from qkv.tasks import APPLICATIONS, ViewInput
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -8,9 +8,9 @@ import pytest
 import torch
 
 import qkv
+from qkv.apps import ViewInput, load_predictor
+from qkv.apps.sentiment import SentimentClassifier, comprehensiveness
 from qkv.cli import main
-from qkv.tasks import ViewInput, load_predictor
-from qkv.tasks.sentiment import SentimentClassifier, comprehensiveness
 from qkv.viz.page import attention_page, save_attention_page
 from tests.helpers import sentences
 

@@ -3,9 +3,9 @@ to a question-answering model), naming it, before any page is written; what it l
 
 import pytest
 
+from qkv.apps import APPLICATIONS, application
+from qkv.apps.base import ViewInput
 from qkv.cli import main
-from qkv.tasks import APPLICATIONS, application
-from qkv.tasks.base import ViewInput
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -46,7 +46,7 @@ def test_qkv_view_refuses_what_the_run_would_not_look_at(name, argv, flag, tiny_
 def test_qkv_view_writes_a_page_for_a_tiny_run_of_every_application(name, tiny_run, tmp_path, capsys):
     import shutil
 
-    from tests.tasks.test_predict_contract import _png, _wav
+    from tests.apps.test_predict_contract import _png, _wav
 
     if name == "speech" and (shutil.which("espeak-ng") is None or shutil.which("flite") is None):
         pytest.skip("espeak-ng and flite are not installed (make data)")

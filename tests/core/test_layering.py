@@ -1,7 +1,7 @@
 """The import layers of ``qkv/``: no import cycle, and no import from a lower layer into a higher one.
 
 :data:`LAYERS` is the one place where the order is written. Data flows one way, core -> layers -> models -> train ->
-tasks -> cli (``DESIGN.md``), and the core itself is ordered: the observer point and the small pieces at the bottom,
+apps -> cli (``DESIGN.md``), and the core itself is ordered: the observer point and the small pieces at the bottom,
 then tiling, the scores, the execution paths, FlexAttention's path, the functions that validate and dispatch, and
 the capture that subscribes to the observer point. ``data`` stands apart (it imports no qkv module but the
 utilities); ``viz`` draws tensors and records and imports nothing above the core.
@@ -44,10 +44,10 @@ LAYERS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "api": (("qkv",), ("layers",)),  # the package's own exports (qkv/__init__.py)
     "models": (("qkv.models", "qkv.explain"), ("layers", "data", "util")),
     "train": (("qkv.train",), ("models",)),
-    "tasks": (("qkv.tasks", "qkv.integrations"), ("train", "viz")),
-    "notebook": (("qkv.notebook",), ("tasks",)),  # the page of a run, a saved model or a model object
-    "export": (("qkv.export",), ("tasks", "api")),
-    "cli": (("qkv.cli", "qkv.__main__"), ("tasks", "api", "export")),
+    "apps": (("qkv.apps", "qkv.integrations"), ("train", "viz")),
+    "notebook": (("qkv.notebook",), ("apps",)),  # the page of a run, a saved model or a model object
+    "export": (("qkv.export",), ("apps", "api")),
+    "cli": (("qkv.cli", "qkv.__main__"), ("apps", "api", "export")),
 }
 
 

@@ -273,8 +273,8 @@ def test_fused_path_falls_back_when_it_cannot_compile(gen, monkeypatch, caplog):
 @pytest.mark.parametrize("positions", ["alibi", "relative"])
 def test_translate_with_a_position_bias(tmp_path, positions, capsys, one_thread):
     """`qkv train translate --model transformer --positions alibi|relative`: trains, saves, reloads, translates."""
+    from qkv.apps.translate import Translator
     from qkv.cli import main
-    from qkv.tasks.translate import Translator
 
     out = tmp_path / positions
     assert main(["train", "translate", "--data", "dates", "--model", "transformer", "--positions", positions,

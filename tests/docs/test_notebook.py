@@ -14,9 +14,9 @@ import torch
 from torch import nn
 
 import qkv
+from qkv.apps import ViewInput, load_predictor
 from qkv.layers import TransformerLayer
 from qkv.notebook import AttentionPage, page_of_records, show
-from qkv.tasks import ViewInput, load_predictor
 from qkv.viz.page import attention_page
 from tests import ROOT
 

@@ -70,8 +70,8 @@ def translations_equal(predictor, out) -> None:
     import numpy as np
     import pytest
 
+    from qkv.apps.translate.decode import source_ids
     from qkv.export.runtime import Translator
-    from qkv.tasks.translate.decode import source_ids
 
     translator = Translator(out)
     for beam in (1, 3):

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 import torch
 
+from qkv.apps import load_predictor
 from qkv.cli import main
-from qkv.tasks import load_predictor
 from tests.export.harness import captions_equal, translations_equal
 from tests.helpers import TINY_RUNS, single_thread
 
@@ -83,8 +83,8 @@ SUMMARIZERS = {"pointer with coverage and slots": {"coverage_from": 0, "oov_slot
 
 @pytest.mark.parametrize("arch", list(SUMMARIZERS))
 def test_summaries_through_onnx_runtime_equal_qkv(exported, arch, one_thread):
+    from qkv.apps.summarize.decode import encode_example
     from qkv.export.runtime import Summarizer
-    from qkv.tasks.summarize.decode import encode_example
 
     run, out = exported("summarize", **SUMMARIZERS[arch])
     assert _weights(out)
@@ -161,7 +161,7 @@ READERS = {"bidaf": {}, "reader": {"model": "reader"},
 
 @pytest.mark.parametrize("arch", list(READERS))
 def test_reader_graph_gives_the_predictor_answers(exported, arch, one_thread):
-    from qkv.tasks.qa.encode import collate_qa, encode_example
+    from qkv.apps.qa.encode import collate_qa, encode_example
 
     run, out = exported("qa", **READERS[arch])
     assert _weights(out, "model")

@@ -11,9 +11,9 @@ import pytest
 import torch
 
 import qkv
+from qkv.apps import load_predictor
 from qkv.cli import main
 from qkv.export import ExportError, check_exportable, export_run
-from qkv.tasks import load_predictor
 from tests.export.harness import captions_equal, translations_equal
 
 pytestmark = pytest.mark.slow  # each export traces a model (seconds)
@@ -87,7 +87,7 @@ def test_segmentation_graph_takes_any_size(tiny_run, exported, one_thread, gen):
     out = exported("segment", with_weights=True)
     session, info = _session(out)
     predictor = load_predictor(tiny_run("segment"), device="cpu")
-    from qkv.tasks.segment.task import normalize
+    from qkv.apps.segment.task import normalize
 
     for b, h, w in ((1, 40, 33), (2, 57, 72)):
         images = torch.randint(0, 256, (b, predictor.channels, h, w), generator=gen, dtype=torch.uint8)

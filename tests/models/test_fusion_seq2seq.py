@@ -27,8 +27,8 @@ def _random_lm(tokenizer, seed: int):
 def _greedy_by_hand(translator, text: str, lm, weight: float, max_len: int) -> list[int]:
     """Greedy decoding where each step takes argmax of log p_decoder + weight * log p_lm, both models run on the
     whole prefix afresh (no caches, no search)."""
+    from qkv.apps.translate.decode import source_ids
     from qkv.data import BOS_ID, EOS_ID, pad_sequences
-    from qkv.tasks.translate.decode import source_ids
 
     model = translator.model
     ids, _ = source_ids(translator.src_tokenizer, text)
@@ -51,7 +51,7 @@ def _greedy_by_hand(translator, text: str, lm, weight: float, max_len: int) -> l
 
 
 def test_fused_greedy_translation_is_the_sum_of_both_models_log_probabilities(tiny_run, one_thread):
-    from qkv.tasks import load_predictor
+    from qkv.apps import load_predictor
 
     translator = load_predictor(tiny_run("translate"), "cpu")
     texts = ["7 mars 2019", "le 12 janvier 1999"]
@@ -70,7 +70,7 @@ def test_fused_greedy_translation_is_the_sum_of_both_models_log_probabilities(ti
 
 def test_a_zero_weight_translates_as_without_a_language_model_and_a_strong_one_changes_the_output(tiny_run,
                                                                                                  one_thread):
-    from qkv.tasks import load_predictor
+    from qkv.apps import load_predictor
 
     translator = load_predictor(tiny_run("translate"), "cpu")
     texts = ["7 mars 2019", "le 12 janvier 1999", "3 avril 2001"]
@@ -84,8 +84,8 @@ def test_a_zero_weight_translates_as_without_a_language_model_and_a_strong_one_c
 
 
 def test_translation_fusion_refuses_other_tokens_other_runs_and_a_weight_without_a_model(tiny_run, one_thread):
+    from qkv.apps import load_predictor
     from qkv.data.tokenize import train_tokenizer
-    from qkv.tasks import load_predictor
 
     translator = load_predictor(tiny_run("translate"), "cpu")
     kind = translator.tgt_tokenizer.kind
@@ -100,7 +100,7 @@ def test_translation_fusion_refuses_other_tokens_other_runs_and_a_weight_without
 
 
 def test_summaries_fuse_a_language_model_and_score_copied_words_as_its_unknown(tiny_run, one_thread):
-    from qkv.tasks import load_predictor
+    from qkv.apps import load_predictor
 
     summarizer = load_predictor(tiny_run("summarize"), "cpu")
     texts = ["zorblax is a quick brown fox that jumps over the lazy dog", "the lazy dog sleeps all day long"]

@@ -2,10 +2,10 @@
 
 import pytest
 
+from qkv.apps import application
+from qkv.apps.translate import TranslateOptions, budget_defaults
 from qkv.cli import build_parser
 from qkv.cli.train import read_train_options
-from qkv.tasks import application
-from qkv.tasks.translate import TranslateOptions, budget_defaults
 from qkv.train import TrainConfig
 
 

@@ -6,10 +6,10 @@ import shutil
 import pytest
 import torch
 
+from qkv.apps.images import ImageClassifier
+from qkv.apps.sentiment import SentimentClassifier
+from qkv.apps.translate import Translator
 from qkv.data.images import load_image_splits, normalize
-from qkv.tasks.images import ImageClassifier
-from qkv.tasks.sentiment import SentimentClassifier
-from qkv.tasks.translate import Translator
 from tests import FIXTURES
 
 V1 = FIXTURES / "v1"
@@ -94,7 +94,7 @@ def test_another_task_is_refused(tmp_path):
 
 
 def test_the_application_of_an_old_run_is_read_from_its_config_alone():
-    from qkv.tasks import application_of, load_predictor
+    from qkv.apps import application_of, load_predictor
 
     for name, task in (("translate-bahdanau", "translate"), ("sentiment-bigru", "sentiment"),
                        ("images-cbam", "images")):
@@ -104,7 +104,7 @@ def test_the_application_of_an_old_run_is_read_from_its_config_alone():
 
 def test_an_application_born_in_format_2_has_no_old_runs(tmp_path):
     """One upgrade function (qkv.train.upgrade) for every application: those with no format-1 runs refuse one."""
-    from qkv.tasks.qa import Reader
+    from qkv.apps.qa import Reader
 
     run = _copy(tmp_path, "sentiment-bigru")
     cfg = run / "best" / "config.json"

@@ -1,0 +1,160 @@
+"""A trained captioning run read back: :class:`Captioner` (``load`` / ``predict`` / ``evaluate`` / ``view``);
+its result is :class:`~qkv.apps.caption.decode.Caption` (the words and one attention map per word)."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from ..base import PageInput, Predictor, ViewInput, file_inputs, jsonable, refuse_settings, upgrade_options
+from .data import CaptionData
+from .decode import Caption, caption_images, evaluate_captions
+from .options import ATTENDING, CaptionOptions
+from .task import CaptionTask, load_data
+
+__all__ = ["Captioner", "Caption"]
+
+
+
+#: model options a run saved before they existed, as the model built then (the constructors' defaults)
+_BUILT_BEFORE = {"padding": "zeros", "keys": "features", "init_state": "mean", "glimpse": False,
+               "glimpse_features": "grid"}
+
+
+def _as_built(options: CaptionOptions, model_config: dict[str, Any]) -> CaptionOptions:
+    """``options`` with the model options the saved model was built with (a run saved before an option existed
+    gets the value its model has, not today's default for its data)."""
+    built = {k: model_config.get(k, old) for k, old in _BUILT_BEFORE.items()}
+    if options.model not in ATTENDING:
+        built = {"padding": built["padding"]}
+    return dataclasses.replace(options, **built)
+
+
+class Captioner(Predictor):
+    """A trained captioning run: ``Captioner.load(run_dir).predict(images, beam=3)``."""
+
+    task_class = CaptionTask
+    view_inputs = ("image", "index")
+    input_kind = "image file"
+
+    def __init__(self, model: nn.Module, options: CaptionOptions, config: dict[str, Any], *, tokenizer):
+        options = _as_built(options, config["model"]["config"])
+        if "references" not in config.get("options", {}):  # saved before the option: trained on one drawn
+            options = dataclasses.replace(options, references="sample")
+        super().__init__(model, options, config, tokenizer=tokenizer)
+        self.image_size, self.channels = int(config["image_size"]), int(config["channels"])
+        self.item_words = list(config.get("item_words") or [])
+
+    def read(self, path: str | os.PathLike) -> Tensor:
+        """An image file as this model's input ``(C, S, S)`` uint8 (resized and centre-cropped)."""
+        from ...data.captions import load_image
+
+        if not Path(path).is_file():
+            raise ValueError(f"no image file {str(path)!r}")
+        return load_image(path, self.image_size, grey=self.channels == 1)
+
+    def inputs_from_strings(self, strings: Sequence[str], **given: Any) -> Tensor:
+        """Each string an image file, read at the trained size (:meth:`read`): the ``(N, C, S, S)`` batch that
+        :meth:`predict` takes."""
+        refuse_settings(given, self.task)
+        return torch.stack([self.read(p) for p in file_inputs(strings, "image")])
+
+    def result_row(self, result: Caption) -> dict[str, Any]:
+        """``output`` (the caption), its ``words`` and the beam ``score``."""
+        return jsonable({"output": result.text, "words": list(result.words), "score": result.score})
+
+    def options_for(self, data: str | None, on_error: str = "raise") -> CaptionOptions:
+        """The run's options reading another captions file ``data`` (``on_error="skip"``: its captions naming
+        missing or unreadable images are skipped and counted); ``None``: the run's own."""
+        if data is None:
+            return self.options
+        return upgrade_options(CaptionOptions, {**dataclasses.asdict(self.options), "data": data,
+                                                "on_error": on_error})
+
+    def data(self, data: str | None = None, on_error: str = "raise") -> CaptionData:
+        """The run's data (generated or read again, once), or another captions file ``data`` (read each time, with
+        ``on_error``)."""
+        if data is not None:
+            return load_data(self.options_for(data, on_error))
+        return super().data()
+
+    def test_images(self, index: list[int], split: str = "test") -> tuple[Tensor, list[list[str]]]:
+        """Images ``(N, C, S, S)`` uint8 of ``split`` by index, and their references."""
+        part = self.data().splits[split]
+        for n in index:
+            if not 0 <= n < len(part):
+                raise ValueError(f"--index {n} is out of range: the {split} split has {len(part)} images "
+                                 f"(0 to {len(part) - 1})")
+        return part.batch(index), [part.references[n] for n in index]
+
+    def predict(self, images: Tensor, *, beam: int = 3, max_len: int = 40, hard_test: str | None = None,
+                batch_size: int = 100) -> list[Caption]:
+        """Captions of ``images (N, C, S, S)`` (uint8, or float in [0, 1]), each with one attention map per word.
+
+        ``hard_test`` (hard attention only): ``"expectation"`` or ``"argmax"`` instead of the trained setting, for
+        this call only.
+        """
+        if images.dim() == 3 and self.channels == 1:
+            images = images[:, None]
+        if images.dim() != 4 or tuple(images.shape[1:]) != (self.channels, self.image_size, self.image_size):
+            raise ValueError(f"images must be (N, {self.channels}, {self.image_size}, {self.image_size}), got "
+                             f"{tuple(images.shape)}")
+        if len(images) == 0:
+            raise ValueError("no images to caption")
+        if beam < 1 or max_len < 1:
+            raise ValueError(f"beam and max_len must be >= 1, got {beam} and {max_len}")
+        with self._hard_test(hard_test):
+            return caption_images(self.model, self.tokenizer, images, beam=beam, max_len=max_len,
+                                  batch_size=batch_size)
+
+    @contextmanager
+    def _hard_test(self, hard_test: str | None) -> Iterator[None]:
+        """The hard model's test-time attention set to ``hard_test`` inside the block, restored after."""
+        if hard_test is None:
+            yield
+            return
+        if not hasattr(self.model, "test_attention"):
+            raise ValueError("hard_test applies to hard attention models only (--hard-test)")
+        if hard_test not in ("expectation", "argmax"):
+            raise ValueError(f"hard_test must be 'expectation' or 'argmax', got {hard_test!r}")
+        before = self.model.test_attention
+        self.model.test_attention = hard_test
+        try:
+            yield
+        finally:
+            self.model.test_attention = before
+
+    def evaluate(self, data: str | None = None, *, split: str = "test", limit: int | None = None, beam: int = 1,
+                 max_len: int = 40, hard_test: str | None = None, on_error: str = "raise") -> dict[str, float]:
+        """:func:`caption_metrics` of ``split`` (of the run's data, or of another captions file ``data``), at most
+        ``limit`` images: BLEU-1..4, exact match, and on scenes grounding and the figures by number of items."""
+        if beam < 1 or max_len < 1:
+            raise ValueError(f"beam and max_len must be >= 1, got {beam} and {max_len}")
+        with self._hard_test(hard_test):
+            return evaluate_captions(self.model, self.tokenizer, self.data(data, on_error), split, limit=limit,
+                                     beam=beam, max_len=max_len)
+
+    def view(self, given: ViewInput) -> PageInput:
+        """Every attention of the model captioning one image (a file, a tensor, or ``index`` in the test split),
+        greedily: the decoding itself is recorded."""
+        from ...capture import capture_attention
+
+        image = given.image
+        if given.index is not None:
+            image = self.test_images([given.index])[0][0]
+        if image is None:
+            raise ValueError("a captioning run needs --image FILE or --index N (an image of its test split)")
+        x = self.read(image) if isinstance(image, (str, os.PathLike)) else image
+        with torch.no_grad(), capture_attention(self.model) as records:
+            (caption,) = self.predict(x[None], beam=1)
+        words = list(caption.words)
+        return PageInput(records, {"target": [*words, "<eos>"], "words": words}, x.float() / 255,
+                         title=caption.text, notes=[f"{self.options.model} captioning model, greedy decoding; pick "
+                                                    "a word as the query of the image view"])

@@ -1,0 +1,167 @@
+"""A trained speech recognition run read back: :class:`Transcriber` (``load`` / ``predict`` / ``evaluate`` /
+``view``); its result is :class:`~qkv.apps.speech.decode.Transcript`."""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from ..base import PageInput, Predictor, ViewInput, file_inputs, jsonable, refuse_settings
+from .decode import Transcript, transcribe_batch, utterance_features
+from .task import SpeechTask, decoding_options, evaluate_transcripts, read_features
+
+__all__ = ["Transcriber", "Transcript"]
+
+logger = logging.getLogger(__name__)
+
+
+class Transcriber(Predictor):
+    """A trained speech recogniser: ``Transcriber.load("runs/digits").predict(["clip.wav"])``."""
+
+    task_class = SpeechTask
+    view_inputs = ("text", "index")
+    input_kind = "audio file"
+
+    @property
+    def has_ctc(self) -> bool:
+        return getattr(self.model, "ctc_head", None) is not None
+
+    def features(self, audio: str | os.PathLike | Tensor) -> Tensor:
+        """The model's input ``(F, n_mels)`` of an audio file (any rate, any channels) or a 16 kHz ``(T,)`` wave."""
+        from ...data.audio import load_audio
+
+        wave = audio if isinstance(audio, Tensor) else load_audio(audio)
+        if wave.dim() != 1 or wave.numel() == 0:
+            raise ValueError(f"a wave must be a non-empty (T,) tensor at 16 kHz, got {tuple(wave.shape)}")
+        return utterance_features(wave.float(), self.options.n_mels)
+
+    def predict(self, inputs: list[str | os.PathLike | Tensor], *, beam: int = 1, max_len: int = 300,
+                ctc_weight: float | None = None, **limits) -> list[Transcript]:
+        """Transcripts of audio files or 16 kHz waves. ``ctc_weight``: joint CTC/attention decoding's weight (default:
+        the trained one for a hybrid, none otherwise); ``limits``: ``window``, ``max_rate``, ``eos_threshold``,
+        ``length_penalty`` (:func:`~qkv.apps.speech.decode.transcribe_batch`; default: the run's options), and a
+        language model fused into the beam: ``lm`` (a run directory of ``qkv train lm`` or its loaded
+        :class:`~qkv.apps.lm.LanguageModel`), ``lm_weight``, ``length_reward``. An empty input, or a bad file, is
+        a ``ValueError``."""
+        if not inputs:
+            raise ValueError("no audio to transcribe")
+        if beam < 1 or max_len < 1:
+            raise ValueError(f"beam and max_len must be >= 1, got {beam} and {max_len}")
+        features = [self.features(a) for a in inputs]
+        results = self.transcribe(features, beam=beam, max_len=max_len, ctc_weight=ctc_weight, **limits)
+        for r, a in zip(results, inputs, strict=True):
+            r.source = str(a) if not isinstance(a, Tensor) else ""
+        return results
+
+    def inputs_from_strings(self, strings: list[str], **given: Any) -> list[str]:
+        """Each string an audio file (WAV, FLAC...: read by :meth:`predict`)."""
+        refuse_settings(given, self.task)
+        return file_inputs(strings, "audio")
+
+    def _check_limits(self, limits: dict[str, Any]) -> None:
+        """Refuse unknown decoding options; a language model given by its run directory is loaded."""
+        unknown = set(limits) - {"window", "max_rate", "eos_threshold", "length_penalty", "lm", "lm_weight",
+                                 "length_reward"}
+        if unknown:
+            raise TypeError(f"unknown decoding options: {', '.join(sorted(unknown))}")
+        if "lm" in limits:
+            limits["lm"] = self.language_model(limits["lm"])
+
+    def result_row(self, result: Transcript) -> dict[str, Any]:
+        """``output`` (the transcript), the ``source`` file and the decoder's ``score``."""
+        return jsonable({"output": result.text, "source": result.source, "score": result.score})
+
+    def transcribe(self, features: list[Tensor], *, beam: int = 1, max_len: int = 300,
+                   ctc_weight: float | None = None, **limits) -> list[Transcript]:
+        """:meth:`predict` on features already read (each ``(F, n_mels)``)."""
+        if ctc_weight is None:
+            ctc_weight = self.options.ctc_weight if self.has_ctc and hasattr(self.model, "decode_step") else 0.0
+        self._check_limits(limits)
+        return transcribe_batch(self.model, self.tokenizer, [f.to(self.device) for f in features], beam=beam,
+                                max_len=max_len, ctc_weight=ctc_weight, **decoding_options(self.options, **limits))
+
+    def utterances(self, data: str | None = None, split: str = "test", on_error: str = "raise"):
+        """The utterances of ``split`` of the run's data, or every utterance of another manifest or LibriSpeech
+        folder ``data``."""
+        return self._utterances(data, split, on_error)[0]
+
+    def _utterances(self, data: str | None, split: str, on_error: str) -> tuple[list, int]:
+        """:meth:`utterances` and how many rows of the manifest were skipped (``on_error="skip"``)."""
+        from ...data.speech import read_librispeech, read_manifest
+
+        if data is None:
+            return self.data().split(split), 0
+        path = Path(data)
+        if path.is_dir() or path.is_file():
+            utterances, skipped = (read_librispeech if path.is_dir() else read_manifest)(path, on_error=on_error)
+            if skipped:
+                logger.warning("%s: skipped %s", path, ", ".join(f"{n} ({why})" for why, n in skipped.items()))
+            return utterances, sum(skipped.values())
+        if data in ("digits", "sentences"):
+            return self.data(data).split(split), 0
+        raise ValueError(f"no such manifest or folder: {data}")
+
+    def evaluate(self, data: str | None = None, *, split: str = "test", limit: int | None = None, beam: int = 1,
+                 max_len: int = 300, ctc_weight: float | None = None, on_error: str = "raise",
+                 **limits) -> dict[str, float]:
+        """WER and CER (%, ``jiwer``), exact match and the count on ``split`` of the run's data (``test``: held-out
+        voices and texts; ``long``: longer than training) or on another manifest or LibriSpeech folder ``data``;
+        ``on_error="skip"``: unreadable files are skipped and counted (``skipped``); ``limits`` as in
+        :meth:`predict`."""
+        utterances, rows_skipped = self._utterances(data, split, on_error)
+        utterances = utterances[:limit]
+        feats, kept, bad = read_features(utterances, self.options.n_mels, on_error)
+        bad += rows_skipped
+        if not feats:
+            raise ValueError(f"no utterance could be read ({bad} skipped)")
+        if ctc_weight is None:
+            ctc_weight = self.options.ctc_weight if self.has_ctc and hasattr(self.model, "decode_step") else 0.0
+        self._check_limits(limits)
+        figures = evaluate_transcripts(self.model, self.tokenizer, feats, [utterances[i].text for i in kept],
+                                       self.options, beam=beam, max_len=max_len, ctc_weight=ctc_weight, **limits)
+        if bad:
+            figures["skipped"] = float(bad)
+        return figures
+
+    def view(self, given: ViewInput) -> PageInput:
+        """Every attention of the model transcribing one utterance (an audio file given as the text, or ``index``
+        in the test split), greedily: the decoding itself is recorded."""
+        from ...capture import capture_attention
+
+        audio = getattr(given, "audio", None) or given.text
+        if given.index is not None:
+            part = self.data().split("test")
+            if not 0 <= given.index < len(part):
+                raise ValueError(f"--index {given.index} is out of range: the test split has {len(part)} utterances")
+            audio = part[given.index].audio
+        if not audio:
+            raise ValueError("a speech run needs an audio file (qkv view RUN AUDIO) or --index N")
+        if not hasattr(self.model, "decode_step"):
+            raise ValueError("a CTC run has no attention to show; its alignment is drawn by qkv transcribe RUN AUDIO "
+                             "--plot DIR")
+        features = self.features(audio)
+        with torch.no_grad(), capture_attention(self.model) as records:
+            (result,) = self.transcribe([features], beam=1, ctc_weight=0.0)
+        frames = _frames(self.model, features.shape[0])
+        hop = features.shape[0] / max(frames, 1) * 0.01
+        tokens: dict[str, list[str]] = {"source": [f"{t * hop:.2f}s" for t in range(frames)]}
+        if hasattr(self.model, "decode_step"):
+            tokens["target"] = [*result.tokens, "<eos>"]
+        notes = [f"{self.options.model} speech model ({self.options.score} attention)" if self.options.model == "las"
+                 else f"{self.options.model} speech model", "greedy decoding; source positions are listener frames"]
+        return PageInput(records, tokens, title=f"{Path(str(audio)).name} \u2192 {result.text}", notes=notes)
+
+
+def _frames(model: nn.Module, frames: int) -> int:
+    """How many frames the model's encoder makes of ``frames`` feature frames."""
+    listener = getattr(model, "listener", None)
+    if listener is not None:
+        return int(listener.out_lengths(torch.tensor([frames]))[0])
+    for _ in range(2):
+        frames = (frames + 1) // 2
+    return frames
