@@ -30,7 +30,8 @@ from pathlib import Path
 
 import torch
 
-__all__ = ["load_model", "read_config", "check_weights", "check_tokenizer_files", "position_limit", "fit_tokens"]
+__all__ = ["load_model", "read_config", "check_weights", "check_tokenizer_files", "check_vocabulary", "position_limit",
+           "fit_tokens"]
 
 log = logging.getLogger(__name__)
 
@@ -186,7 +187,7 @@ def _model_class(config, generate: bool, image: bool = False):
 
 
 def load_model(path: str | os.PathLike, device: str | torch.device = "cpu", *, generate: bool = False,
-               tokenizer: bool = True, attn_implementation: str | None = None):
+               tokenizer: bool = True, attn_implementation: str | None = None, revision: str | None = None):
     """``(model, tokenizer)`` of a ``save_pretrained`` directory, on qkv's attention backend (or
     ``attn_implementation``), in eval mode on ``device`` (``auto``: CUDA when there is one).
 
@@ -194,11 +195,15 @@ def load_model(path: str | os.PathLike, device: str | torch.device = "cpu", *, g
     head, a decoder with its head when ``generate``, any other without). ``generate``: the model must be able to
     generate (a ``ValueError`` otherwise). ``tokenizer=False`` (image models): None instead of a tokenizer.
     Every check of this module's docstring is made first; any failure is a one-line ``ValueError`` naming the file.
+    ``path`` may be a hub id (at ``revision``), read from the Hugging Face cache or fetched
+    (:func:`qkv.integrations.hub.resolve_model`); the snapshot gets the same checks. A tokenizer whose ids reach
+    past the model's embedding table is refused, naming both sizes.
     """
+    from .hub import resolve_model
     from .transformers import register
 
-    path = os.fspath(path)
-    _require_transformers(path)
+    _require_transformers(os.fspath(path))
+    path = resolve_model(path, revision)
     if not Path(path).is_dir():
         raise ValueError(f"{path}: not a directory (a saved Hugging Face model is a directory)")
     config = read_config(path)
@@ -239,7 +244,19 @@ def load_model(path: str | os.PathLike, device: str | torch.device = "cpu", *, g
     if generate and not model.can_generate():
         raise ValueError(f"{path}: {type(model).__name__} has no generation head (--generate needs a "
                          "...ForCausalLM or ...ForConditionalGeneration model)")
+    if tok is not None:
+        check_vocabulary(tok, model, path)
     return model.to(device).eval(), tok
+
+
+def check_vocabulary(tok, model, path: str | os.PathLike) -> None:
+    """A ``ValueError`` naming both sizes when the tokenizer can give ids past the model's embedding table (each
+    would be an ``IndexError`` inside the model)."""
+    embeddings = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
+    rows = getattr(embeddings, "num_embeddings", None)
+    if isinstance(rows, int) and len(tok) > rows:
+        raise ValueError(f"{path}: the tokenizer has {len(tok)} ids but the model's embedding table has {rows} rows "
+                         f"(ids {rows}-{len(tok) - 1} would index past it): the tokenizer is not this model's")
 
 
 def _tied_or_buffer(model, key: str) -> bool:
