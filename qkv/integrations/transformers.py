@@ -55,7 +55,7 @@ from torch import Tensor, nn
 from .. import mods as _mods
 from ..functional import attention
 
-__all__ = ["register", "registered", "BackendOptions", "attention_kind", "recording"]
+__all__ = ["register", "registered", "BackendOptions", "attention_kind", "recording", "probing", "on_qkv"]
 
 log = logging.getLogger(__name__)
 
@@ -111,6 +111,26 @@ def recording(recorder: Any) -> Iterator[Any]:
         _RECORDER = None
 
 
+#: the probe of :func:`probing` while one is active: ``probe(module, value (B, H, Tk, D))`` -> None, or a ``(B, H)``
+#: factor on each head's output before the output projection (0: the head ablated in that row of the batch)
+_PROBE: Any = None
+
+
+@contextmanager
+def probing(probe: Any) -> Iterator[Any]:
+    """While the block runs, every attention call of a model on a registered name calls ``probe(module, value)``
+    with its values ``(B, H, Tk, D)`` (key/value heads repeated for grouped-query attention); a ``(B, H)`` tensor
+    it returns scales each head's output before the output projection (:mod:`qkv.integrations.importance`)."""
+    global _PROBE
+    if _PROBE is not None:
+        raise RuntimeError("a probe is already active; probes do not nest")
+    _PROBE = probe
+    try:
+        yield probe
+    finally:
+        _PROBE = None
+
+
 def _require_transformers():
     try:
         import transformers
@@ -160,6 +180,27 @@ def register(name: str = "qkv", *, score: Any = "scaled_dot", scale: float | str
 def registered() -> dict[str, BackendOptions]:
     """The names registered by :func:`register` in this process, with their options."""
     return dict(_REGISTERED)
+
+
+@contextmanager
+def on_qkv(model: nn.Module, name: str = "qkv") -> Iterator[nn.Module]:
+    """``model`` (a ``transformers`` model) on qkv's backend ``name`` for the block, and back on the attention it
+    had after it (a model already on a registered name stays on it). ``name`` is registered with the default
+    options when it is not yet."""
+    config = getattr(model, "config", None)
+    old = getattr(config, "_attn_implementation", None)
+    if old in _REGISTERED:
+        yield model
+        return
+    if not hasattr(model, "set_attn_implementation"):
+        raise ValueError(f"{type(model).__name__} is not a transformers model that can change its attention")
+    if name not in _REGISTERED:
+        register(name)
+    model.set_attn_implementation(name)
+    try:
+        yield model
+    finally:
+        model.set_attn_implementation(old or "eager")
 
 
 def attention_kind(module: nn.Module) -> str:
@@ -302,6 +343,10 @@ def _backend(options: BackendOptions) -> Callable[..., tuple[Tensor, Tensor | No
                            score_mod=score_mod, mask_mod=mask_mod,
                            q_offset=tk - tq if score_mod is not None or mask_mod is not None else 0)
         out, weights = result if want else (result, None)
+        if _PROBE is not None:
+            factor = _PROBE(module, value)
+            if factor is not None:
+                out = out * factor[:, :, None, None].to(out.dtype)
         if heads is not None:
             if weights is not None:
                 recorder.add(module, 0, weights[:, heads] if len(heads) < h else weights, tq)
