@@ -336,14 +336,15 @@ def _page_input_class():
     return PageInput
 
 
-def view_generation(path: str | os.PathLike, prompt: str, generate: int = 20, *, strategy: str = "greedy",
-                    beams: int = 4, seed: int = 0, layers: Sequence[int] | None = None,
+def view_generation(path: str | os.PathLike | nn.Module, prompt: str, generate: int = 20, *,
+                    strategy: str = "greedy", beams: int = 4, seed: int = 0, layers: Sequence[int] | None = None,
                     heads: Sequence[int] | None = None, device: str | torch.device = "cpu", top: int = 5,
-                    beam: int | None = None):
+                    beam: int | None = None, tokenizer: Any = None, revision: str | None = None):
     """The page input of ``qkv view DIR "prompt" --generate N``: the model saved at ``path`` generates up to
     ``generate`` tokens from ``prompt`` (see :func:`record_generation`); the page shows each step.
 
-    ``beam`` is another name of ``beams`` (the command line's ``--beam``).
+    ``beam`` is another name of ``beams`` (the command line's ``--beam``). ``path`` may be a hub id (at
+    ``revision``), or a ``transformers`` model object with its ``tokenizer`` (run on qkv's backend for the call).
 
     Returns a ``PageInput`` whose ``page_kwargs()`` include ``generation`` (the steps, for the page's step view).
     The prompt (or source) is cut at the model's position limit, less the tokens to generate, with a warning and a
@@ -359,13 +360,21 @@ def view_generation(path: str | os.PathLike, prompt: str, generate: int = 20, *,
         raise ValueError(f"--generate must be a number of tokens >= 1, got {generate}")
     if strategy not in STRATEGIES:
         raise ValueError(f"--strategy must be one of {', '.join(STRATEGIES)}, got {strategy!r}")
-    model, tok = load_model(path, device, generate=True)
+    if isinstance(path, nn.Module):
+        model, tok, where = path, tokenizer, "the model given"
+        if tok is None or not callable(tok):
+            raise ValueError("a model object generates from a text with its tokenizer: give tokenizer=")
+        if not model.can_generate():
+            raise ValueError(f"{type(model).__name__} has no generation head: it cannot generate")
+    else:
+        model, tok = load_model(path, device, generate=True, revision=revision)
+        where = os.fspath(path)
     layers, heads = check_selection(model.config, layers, heads)
     enc_dec = bool(getattr(model.config, "is_encoder_decoder", False))
     ids = tok(prompt)["input_ids"]
     if not ids:
         raise ValueError("--generate needs a prompt: the text has no tokens")
-    notes = [f"{type(model).__name__} ({model.config.model_type}) from {os.fspath(path)}, on qkv's attention "
+    notes = [f"{type(model).__name__} ({model.config.model_type}) from {where}, on qkv's attention "
              f"backend, generating with the KV cache"]
     limit, limit_field = position_limit(model.config)
     if enc_dec:
@@ -383,8 +392,11 @@ def view_generation(path: str | os.PathLike, prompt: str, generate: int = 20, *,
                                           "for the generated tokens")
     if note:
         notes.append(note)
-    recorded = record_generation(model, torch.tensor([ids]), max_new_tokens=generate, strategy=strategy,
-                                 beams=beams, seed=seed, layers=layers, heads=heads, top=top)
+    from .transformers import on_qkv
+
+    with on_qkv(model):
+        recorded = record_generation(model, torch.tensor([ids]), max_new_tokens=generate, strategy=strategy,
+                                     beams=beams, seed=seed, layers=layers, heads=heads, top=top)
     names = lambda xs: tok.convert_ids_to_tokens([int(x) for x in xs])  # noqa: E731
     generated = names(recorded.generated)
     if enc_dec:

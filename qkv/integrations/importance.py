@@ -41,6 +41,7 @@ import torch
 from torch import Tensor, nn
 
 from ..capture import AttentionRecord
+from ..viz.head_stats import MEASURES
 from .generation import _layer_index, count_layers
 from .transformers import on_qkv, probing
 
@@ -48,19 +49,6 @@ __all__ = ["head_importance", "objective_of", "value_weighted", "value_weighted_
            "MEASURES"]
 
 log = logging.getLogger(__name__)
-
-#: what each measure means and does not (shown on the page)
-MEASURES = {
-    "importance": "increase of the model's mean loss on this text, in nats, when this head's output is zeroed "
-                  "before the output projection (one head at a time). It says how much this output depends on the "
-                  "head here; not what the head does, not whether heads together matter more than one by one "
-                  "(they can stand in for each other), and zeroing is itself an unusual input to the later layers.",
-    "value-weighted": "the weight times the norm of the value vector it reads (Kobayashi et al. 2020), rows "
-                      "rescaled to 1: a key with a small value gives little even when its weight is large. It "
-                      "leaves out the output projection and the residual stream.",
-    "attention x gradient": "the weight times the gradient of the chosen token's log-probability with respect to "
-                            "it: where a small change of the weight would move that prediction. Local, first order.",
-}
 
 OBJECTIVES = ("causal", "masked", "classification")
 

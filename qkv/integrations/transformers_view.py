@@ -62,8 +62,10 @@ def load_model(path: str | os.PathLike, device: str | torch.device = "cpu"):
 
 
 @torch.no_grad()
-def view_page_input(path: str | os.PathLike, text: str, device: str | torch.device = "cpu", *,
-                    max_new_tokens: int = 20, layers: list[int] | None = None, heads: list[int] | None = None):
+def view_page_input(path: str | os.PathLike | Any, text: str, device: str | torch.device = "cpu", *,
+                    max_new_tokens: int = 20, layers: list[int] | None = None, heads: list[int] | None = None,
+                    tokenizer: Any = None, revision: str | None = None, importance: bool = False,
+                    value_weighted: bool = False, gradient: bool = False):
     """Every attention of the model saved at ``path`` on ``text``, as the ``PageInput`` of ``qkv view``.
 
     An encoder or a decoder-only model runs once on the text (token list ``tokens``). A sequence-to-sequence model
@@ -71,23 +73,37 @@ def view_page_input(path: str | os.PathLike, text: str, device: str | torch.devi
     (:func:`qkv.integrations.generation.view_generation`: encoder self-, decoder self- and cross-attention,
     token lists ``source`` and ``target``). A text longer than the model's positions (``max_position_embeddings``,
     ``n_positions``) is cut there, with a warning and a note on the page; a model with relative positions takes
-    it whole. ``layers``, ``heads``: only these are shown (None: all). Raises ``ValueError`` for an empty text,
-    an unknown layer or head, and for a directory that cannot be read (naming the file).
+    it whole. ``layers``, ``heads``: only these are shown (None: all). ``path`` may also be a hub id (at
+    ``revision``) or a ``transformers`` model object with its ``tokenizer`` (on qkv's backend for the call).
+    ``importance``: each head's :func:`qkv.integrations.importance.head_importance` on the text, for the page's
+    head grid and table (a model with a language-model or classification head). ``value_weighted``: beside every
+    map its value-weighted view. ``gradient``: beside every self-attention map, attention x gradient for the
+    token the model predicts at the last position (its positive part, rows rescaled to 1). Raises ``ValueError``
+    for an empty text, an unknown layer or head, and for a directory that cannot be read (naming the file).
     """
     if not isinstance(text, str) or not text.strip():
         raise ValueError("a Hugging Face model needs a text to look at")
     if max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
-    from .hf_load import fit_tokens, load_model, position_limit, read_config
+    from torch import nn
 
-    if getattr(read_config(path), "is_encoder_decoder", False):
+    from .hf_load import fit_tokens, load_model, position_limit, read_config
+    from .hub import resolve_model
+
+    given = isinstance(path, nn.Module)
+    if given and (tokenizer is None or not callable(tokenizer)):
+        raise ValueError("a model object reads a text with its tokenizer: give tokenizer=")
+    path = path if given else resolve_model(path, revision)
+    config = path.config if given else read_config(path)
+    if getattr(config, "is_encoder_decoder", False):
         from .generation import view_generation
 
-        return view_generation(path, text, max_new_tokens, device=device, layers=layers, heads=heads)
+        return view_generation(path, text, max_new_tokens, device=device, layers=layers, heads=heads,
+                               tokenizer=tokenizer)
     from .generation import check_selection, record_forward
 
     PageInput = _page_input_class()
-    model, tok = load_model(path, device)
+    model, tok = (path, tokenizer) if given else load_model(path, device)
     layers, heads = check_selection(model.config, layers, heads)
     device = model.device
     enc = tok(text)
@@ -100,14 +116,57 @@ def view_page_input(path: str | os.PathLike, text: str, device: str | torch.devi
     if "token_type_ids" in enc:
         x["token_type_ids"] = torch.zeros_like(x["input_ids"])
     source = tok.convert_ids_to_tokens(ids)
-    notes = [f"{type(model).__name__} ({model.config.model_type}) from {os.fspath(path)}, on qkv's attention backend"]
+    where = "the model given" if given else os.fspath(path)
+    notes = [f"{type(model).__name__} ({model.config.model_type}) from {where}, on qkv's attention backend"]
     if note:
         notes.append(note)
-    records = record_forward(model, layers, heads, **x)
+    from .transformers import on_qkv
+
+    with on_qkv(model):
+        records = record_forward(model, layers, heads, **x)
+    extra = _measures(model, x, records, importance, value_weighted, notes, getattr(tok, "mask_token_id", None),
+                      heads, gradient)
     if layers is not None or heads is not None:
         notes.append(f"shown: layers {'all' if layers is None else ', '.join(map(str, layers))}; heads "
                      f"{'all' if heads is None else ', '.join(map(str, heads))}")
-    return PageInput(records, source, title=text, notes=notes)
+    return PageInput(records + extra.get("records", []), source, title=text, notes=notes,
+                     importance=extra.get("importance"))
+
+
+def _measures(model, x: dict, records: list, importance: bool, value_weighted: bool, notes: list[str],
+              mask_id: int | None, heads: list[int] | None, gradient: bool = False) -> dict:
+    """The page's measures beside the weights: ``importance`` ({record name: per-head nats}) and value-weighted
+    records (``records``), for the layers and heads of ``records``."""
+    out: dict[str, Any] = {}
+    if importance:
+        from .importance import head_importance
+
+        scores = head_importance(model, x["input_ids"], mask_token_id=mask_id)
+        scores = scores if heads is None else scores[:, heads]
+        out["importance"] = {r.name: scores[r.layer].tolist() for r in records
+                             if r.layer is not None and r.layer < len(scores) and r.kind == "self"}
+        notes.append("head importance: increase of the mean loss (nats) with one head's output zeroed")
+    if value_weighted:
+        from .importance import value_weighted_records
+
+        names = {r.name for r in records}
+        _, weighted = value_weighted_records(model, **x)
+        out["records"] = [w for w in weighted if w.name.removeprefix("value-weighted ") in names]
+    if gradient:
+        from .importance import attention_gradient
+        from .importance import value_weighted as rescale
+
+        maps, token = attention_gradient(model, x["input_ids"])
+        selfs = sorted((r for r in records if r.kind == "self" and r.layer is not None), key=lambda r: r.layer)
+        for r in selfs:
+            g = maps[r.layer].clamp_min(0)[None]
+            g = g if heads is None else g[:, heads]
+            ones = torch.ones(g.shape[:-2] + g.shape[-1:])
+            out.setdefault("records", []).append(dataclasses.replace(r, name=f"attention x gradient {r.name}",
+                                                                     weights=rescale(g, ones)))
+        notes.append(f"attention x gradient: for token id {token} predicted at the last position")
+    return out
+
 
 
 def _first_number(name: str) -> int | None:
@@ -120,7 +179,7 @@ def is_image_model(config) -> bool:
     return hasattr(config, "patch_size") and hasattr(config, "image_size") and not hasattr(config, "vocab_size")
 
 
-def _pixels(path: str | os.PathLike, image: Any, config) -> tuple[torch.Tensor, Any]:
+def _pixels(path: str | os.PathLike | None, image: Any, config, processor: Any = None) -> tuple[torch.Tensor, Any]:
     """``(pixel_values (1, C, H, W), PIL image shown)``: the directory's image processor when it has one, else
     the image resized to the model's size and normalised to mean 0.5, std 0.5 (ViT's default)."""
     from PIL import Image, UnidentifiedImageError
@@ -135,7 +194,9 @@ def _pixels(path: str | os.PathLike, image: Any, config) -> tuple[torch.Tensor, 
                 from e
     else:
         pil = image
-    if (Path(path) / "preprocessor_config.json").is_file():
+    if processor is not None:
+        return processor(images=pil, return_tensors="pt")["pixel_values"], pil
+    if path is not None and (Path(path) / "preprocessor_config.json").is_file():
         from transformers import AutoImageProcessor
 
         from .hf_load import _first_line, _quiet
@@ -155,33 +216,43 @@ def _pixels(path: str | os.PathLike, image: Any, config) -> tuple[torch.Tensor, 
 
 
 @torch.no_grad()
-def view_image_input(path: str | os.PathLike, image: Any, device: str | torch.device = "cpu", *,
-                     layers: list[int] | None = None, heads: list[int] | None = None):
+def view_image_input(path: str | os.PathLike | Any, image: Any, device: str | torch.device = "cpu", *,
+                     layers: list[int] | None = None, heads: list[int] | None = None, processor: Any = None,
+                     revision: str | None = None):
     """Every attention of the image classifier saved at ``path`` (a ViT-style model over patches) on ``image``
     (a path or a PIL image), as the ``PageInput`` of ``qkv view DIR --image FILE``: each layer's self-attention,
     the attention of the class token over the patches of each layer and of the rollout (drawn on the image), and
-    the predicted class in the title."""
+    the predicted class in the title. ``path`` may also be a hub id (at ``revision``) or a ``transformers``
+    model object (on qkv's backend for the call; ``processor``: its image processor, else ViT's default
+    normalisation)."""
+    from torch import nn
+
     from ..capture import AttentionRecord, attention_rollout
     from .generation import check_selection
     from .hf_load import load_model, read_config
+    from .hub import resolve_model
+    from .transformers import on_qkv
 
-    config = read_config(path)
+    given = isinstance(path, nn.Module)
+    path = path if given else resolve_model(path, revision)
+    config = path.config if given else read_config(path)
+    where = "the model given" if given else os.fspath(path)
     if not is_image_model(config):
-        raise ValueError(f"{path}: {config.model_type} is not an image model over patches (--image needs one)")
-    model, _ = load_model(path, device, tokenizer=False)
+        raise ValueError(f"{where}: {config.model_type} is not an image model over patches (--image needs one)")
+    model = path if given else load_model(path, device, tokenizer=False)[0]
     layers, heads = check_selection(model.config, layers, heads)
-    pixels, pil = _pixels(path, image, model.config)
-    with capture_attention(model) as records:
+    pixels, pil = _pixels(None if given else path, image, model.config, processor)
+    with on_qkv(model), capture_attention(model) as records:
         logits = model(pixel_values=pixels.to(model.device)).logits[0].float().cpu()
     size = model.config.image_size if isinstance(model.config.image_size, int) else model.config.image_size[0]
     patch = model.config.patch_size if isinstance(model.config.patch_size, int) else model.config.patch_size[0]
     side = size // patch
     selfs = [r for r in records if r.kind == "self"]
     if not selfs:
-        raise ValueError(f"{path}: {type(model).__name__} ran no attention through qkv's backend")
+        raise ValueError(f"{where}: {type(model).__name__} ran no attention through qkv's backend")
     specials = selfs[0].weights.shape[-1] - side * side
     grid = ((1, 1), (side, side))
-    notes = [f"{type(model).__name__} ({model.config.model_type}) from {os.fspath(path)}, on qkv's attention backend",
+    notes = [f"{type(model).__name__} ({model.config.model_type}) from {where}, on qkv's attention backend",
              f"{side} x {side} patches of {patch} pixels; class token: position 0"
              + (f" ({specials} special tokens before the patches)" if specials > 1 else "")]
     shown = [r for r in selfs if layers is None or _first_number(r.name) in layers]

@@ -26,7 +26,7 @@ from collections.abc import Hashable, Sequence
 import torch
 from torch import Tensor
 
-__all__ = ["head_statistics", "STATISTICS"]
+__all__ = ["head_statistics", "STATISTICS", "MEASURES"]
 
 #: the statistics, with what each means (shown on the page)
 STATISTICS = {
@@ -35,6 +35,21 @@ STATISTICS = {
     "first": "share of attention on the first token (an attention sink)",
     "previous": "share of attention on the previous token",
     "induction": "share on the tokens that followed an earlier occurrence of the current token (copying)",
+}
+
+#: the measures beside the weights, with what each means and does not (shown on the page; computed by
+#: :mod:`qkv.integrations.importance`)
+MEASURES = {
+    "importance": "increase of the model's mean loss on this text, in nats, when this head's output is zeroed "
+                  "before the output projection, one head at a time. It says how much this output depends on the "
+                  "head here; not what the head does, nor whether heads matter together (they can stand in for "
+                  "each other), and a zeroed head is itself an unusual input to the later layers.",
+    "value-weighted": "each weight times the norm of the value vector it reads (Kobayashi et al. 2020), rows "
+                      "rescaled to 1: a key whose value is small gives little even with a large weight. It leaves "
+                      "out the output projection and the residual stream.",
+    "attention x gradient": "each weight times the gradient of the chosen token's log-probability with respect "
+                            "to it: where a small change of the weight would move that prediction (local, first "
+                            "order).",
 }
 
 

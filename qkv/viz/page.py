@@ -44,7 +44,7 @@ import torch
 from torch import Tensor, nn
 
 from ..capture import AttentionRecord, attention_rollout
-from .head_stats import STATISTICS, head_statistics
+from .head_stats import MEASURES, STATISTICS, head_statistics
 
 __all__ = ["attention_page", "save_attention_page", "page_records", "PageInput", "BUDGET"]
 
@@ -73,9 +73,11 @@ class PageInput:
     image: Any = None
     title: str = "Attention"
     notes: list[str] = dataclasses.field(default_factory=list)
+    importance: dict[str, list[float]] | None = None  # per record name: each head's importance (nats)
 
     def page_kwargs(self) -> dict[str, Any]:
-        return {"tokens": self.tokens, "image": self.image, "title": self.title, "notes": self.notes}
+        kwargs = {"tokens": self.tokens, "image": self.image, "title": self.title, "notes": self.notes}
+        return kwargs if self.importance is None else {**kwargs, "importance": self.importance}
 
 
 def _token_lists(tokens: Sequence[str] | TokenLists | None) -> dict[str, list[str]]:
@@ -279,7 +281,8 @@ def _top_k(shown: Sequence[AttentionRecord], budget: int) -> int | None:
 def attention_page(records: Sequence[AttentionRecord], *, tokens: Sequence[str] | TokenLists | None = None,
                    image: Any = None, title: str = "Attention", example: int = 0, rollout: bool = True,
                    grid: tuple[int, int] | None = None, notes: Sequence[str] = (), generation: Mapping | None = None,
-                   head_stats: bool = True, budget: int = BUDGET) -> str:
+                   head_stats: bool = True, budget: int = BUDGET,
+                   importance: Mapping[str, Sequence[float]] | None = None) -> str:
     """The HTML of a page showing ``records`` (from :func:`qkv.capture_attention`) for one example of the batch.
 
     Args:
@@ -295,6 +298,8 @@ def attention_page(records: Sequence[AttentionRecord], *, tokens: Sequence[str] 
         generation: the steps of a generation (``view_generation(...).generation``): the page's step view.
         head_stats: compute the head statistics of the table.  budget: bytes of weights before large records
             keep each row's top k (see the module's docstring).
+        importance: ``{record name: one value per head}`` (:func:`qkv.integrations.importance.head_importance`,
+            nats): the head grid is coloured by it and the table gets its column.
     """
     lists = _token_lists(tokens)
     shown = page_records(records, rollout=rollout)
@@ -307,10 +312,20 @@ def attention_page(records: Sequence[AttentionRecord], *, tokens: Sequence[str] 
         notes.append(f"rollout is not computed above {ROLLOUT_MAX:,} tokens (its cost grows as the cube of the length)")
     k = _top_k(shown, budget)
     image_json, image_hw = _image_json(image)
+    for name, values in (importance or {}).items():
+        match = [r for r in shown if r.name == name]
+        if not match:
+            raise ValueError(f"importance names {name!r}, which is not one of the records")
+        if len(values) != match[0].num_heads:
+            raise ValueError(f"importance of {name}: {len(values)} values for {match[0].num_heads} heads")
     data = {"title": title, "notes": notes, "tokens": lists, "image": image_json,
             "records": [_record_json(r, i, example, lists, image_hw, grid, k, head_stats)
                         for i, r in enumerate(shown)],
-            "generation": dict(generation) if generation else None, "statistics": STATISTICS}
+            "generation": dict(generation) if generation else None, "statistics": STATISTICS,
+            "measures": MEASURES}
+    for entry in data["records"]:
+        if importance and entry["name"] in importance:
+            entry["importance"] = [round(float(v), 5) for v in importance[entry["name"]]]
     sparse = [r for r in data["records"] if "sparse" in r]
     if sparse:
         kept = min(r["sparse"]["kept"] for r in sparse)

@@ -160,3 +160,68 @@ def test_the_page_of_a_hugging_face_model(tmp_path):
     assert page.html == attention_page(records, tokens=[f"t{i}" for i in range(6)], title=type(model).__name__)
     with pytest.raises(ValueError, match="ran no qkv attention"):
         show(hf_models.model("llama", "eager"), ids)
+
+
+def _page_data(page_html: str) -> dict:
+    import json
+
+    start = page_html.index('id="qkv-data">') + len('id="qkv-data">')
+    return json.loads(page_html[start:page_html.index("</script>", start)])
+
+
+def test_a_transformers_model_object_with_its_tokenizer_is_shown_and_put_back(tmp_path):
+    pytest.importorskip("transformers", reason="transformers is not installed (the hf extra)")
+    from tests.integrations import hf_models
+
+    hf_models.save("gpt2", tmp_path / "gpt2")
+    model, tok = hf_models.model("gpt2", "eager"), hf_models.tokenizer()
+    from_dir = _page_data(show(tmp_path / "gpt2", "the cat sat on the mat").html)
+    page = _page_data(show(model, tok, "the cat sat on the mat").html)
+    assert model.config._attn_implementation == "eager"
+    assert [r["data"] for r in page["records"]] == [r["data"] for r in from_dir["records"]]
+    assert page["tokens"] == from_dir["tokens"]
+
+    generated = _page_data(show(model, tok, "the cat sat", generate=4).html)
+    want = _page_data(show(tmp_path / "gpt2", "the cat sat", generate=4).html)
+    assert model.config._attn_implementation == "eager"
+    assert generated["generation"]["steps"] == want["generation"]["steps"]
+    assert len(generated["generation"]["steps"]) == 4
+    assert [r["data"] for r in generated["records"]] == [r["data"] for r in want["records"]]
+
+    measured = _page_data(show(model, tok, "the cat sat on the mat", importance=True).html)
+    assert [len(r["importance"]) for r in measured["records"] if "importance" in r] == [4, 4]
+    with pytest.raises(ValueError, match="one text after the tokenizer"):
+        show(model, tok)
+
+
+def test_a_transformers_image_model_object_is_shown_on_an_image(tmp_path):
+    pytest.importorskip("transformers", reason="transformers is not installed (the hf extra)")
+    from PIL import Image
+
+    from tests.integrations import hf_models
+
+    hf_models.save("vit", tmp_path / "vit")
+    model = hf_models.model("vit", "eager")
+    picture = Image.fromarray((torch.rand(32, 32, 3) * 255).to(torch.uint8).numpy())
+    from qkv.integrations.transformers_view import view_image_input
+
+    page = _page_data(show(model, image=picture).html)
+    want = view_image_input(tmp_path / "vit", picture)
+    assert model.config._attn_implementation == "eager"
+    assert [r["name"] for r in page["records"]][:2] == [r.name for r in want.records][:2]
+    assert page["title"] == want.title
+
+
+def test_a_hub_id_from_the_cache_is_shown_offline(tmp_path, monkeypatch):
+    pytest.importorskip("transformers", reason="transformers is not installed (the hf extra)")
+    from tests.integrations import hf_models
+
+    snapshot = tmp_path / "hub" / "models--tiny--gpt2" / "snapshots" / ("c" * 40)
+    hf_models.save("gpt2", snapshot)
+    (tmp_path / "hub" / "models--tiny--gpt2" / "refs").mkdir()
+    (tmp_path / "hub" / "models--tiny--gpt2" / "refs" / "main").write_text("c" * 40)
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    assert show("tiny/gpt2", "the cat sat").html == show(snapshot, "the cat sat").html
+    with pytest.raises(ValueError, match="HF_HUB_OFFLINE=1"):
+        show("tiny/absent", "the cat sat")

@@ -114,10 +114,17 @@ window.QKV_PARTS = function (ctx) {
     if (!groups.has(key)) groups.set(key, []);
     groups.get(key).push(r);
   }
+  const imp = withHeads.filter((r) => r.importance);
+  const top = Math.max(1e-12, ...imp.map((r) => Math.max(...r.importance.map(Math.abs))));
+  function heat(v) {  // red: the loss rises without the head; blue: it falls
+    const t = Math.min(1, Math.abs(v) / top), c = Math.round(255 * (1 - t));
+    return v >= 0 ? "rgb(255," + c + "," + c + ")" : "rgb(" + c + "," + c + ",255)";
+  }
   for (const [key, list] of groups) {
     list.sort((a, b) => a.layer - b.layer);
     html("h3", {}, box).textContent = key + ": layers \u00d7 heads (click one to look at it below)";
-    const grid = html("div", { class: "head-grid" }, box);
+    const pair = html("div", { class: "grid-pair" }, box);
+    const grid = html("div", { class: "head-grid" }, pair);
     const most = Math.max(...list.map((r) => r.heads));
     grid.style.gridTemplateColumns = "max-content repeat(" + most + ", 52px)";
     html("span", {}, grid);
@@ -132,15 +139,35 @@ window.QKV_PARTS = function (ctx) {
         img.addEventListener("click", () => ctx.show(r.id, k));
       }
     }
+    if (!list.some((r) => r.importance)) continue;
+    const most2 = Math.max(...list.map((r) => r.heads));
+    const igrid = html("div", { class: "head-grid importance-grid", id: "importance-grid" }, pair);
+    igrid.style.gridTemplateColumns = "max-content repeat(" + most2 + ", 44px)";
+    html("span", { class: "axis" }, igrid).textContent = "importance";
+    for (let k = 0; k < most2; k++) html("span", { class: "axis" }, igrid).textContent = "head " + k;
+    for (const r of list) {
+      html("span", { class: "axis" }, igrid).textContent = "layer " + r.layer;
+      for (let k = 0; k < most2; k++) {
+        const v = r.importance && k < r.heads ? r.importance[k] : null;
+        const cell = html("span", { class: "icell", "data-rec": r.id, "data-head": k,
+                                    title: v === null ? "" : r.name + ", head " + k + ": " + v + " nats" }, igrid);
+        if (v === null) continue;
+        cell.style.background = heat(v);
+        cell.textContent = fmt(v);
+        cell.addEventListener("click", () => ctx.show(r.id, k));
+      }
+    }
   }
-  const S = DATA.statistics || {};
+  const M = DATA.measures || {};
+  const S = Object.assign({}, imp.length ? { importance: M.importance } : {}, DATA.statistics || {});
   const cols = Object.keys(S);
   const rows = [];
   for (const r of withHeads) {
     if (!r.stats) continue;
     for (let k = 0; k < r.heads; k++) {
       const v = { rec: r, name: r.name, layer: r.layer, head: k };
-      for (const c of cols) v[c] = r.stats[c] ? r.stats[c][k] : null;
+      for (const c of cols) v[c] = c === "importance" ? (r.importance ? r.importance[k] : null)
+        : r.stats[c] ? r.stats[c][k] : null;
       rows.push(v);
     }
   }
@@ -180,6 +207,11 @@ window.QKV_PARTS = function (ctx) {
   fillRows();
   const what = html("ul", { class: "hint" }, box);
   for (const c of cols) html("li", {}, what).textContent = c + ": " + S[c];
+  for (const c of Object.keys(M)) {  // the measures this page holds (records named after them)
+    if (c !== "importance" && recs.some((r) => r.name.startsWith(c + " "))) {
+      html("li", {}, what).textContent = c + ": " + M[c];
+    }
+  }
   html("li", {}, what).textContent = "attention rollout (in the list of attentions below): the attention of " +
     "each layer with the residual connection added (0.5 A + 0.5 I), multiplied through the layers: how much " +
     "each output position draws on each input token (Abnar & Zuidema, 2020).";
