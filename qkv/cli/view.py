@@ -47,6 +47,8 @@ class ViewCommand(DeviceOption, FileOption, RunArgument):
     seed: int = option(0, low=0, applies={"strategy": ("sample",)}, help="seed of --strategy sample")
     revision: str | None = option(None, metavar="REV", help="a Hugging Face hub id's branch, tag or commit "
                                   "(default main)")
+    measures: bool = option(False, help="a Hugging Face text model: each head's importance (the loss's rise with "
+                            "the head zeroed) on the page, and the value-weighted and attention x gradient views")
 
     FLAG_HELP = {"run": "run directory or checkpoint directory of any application, a saved Hugging Face model "
                         "directory (save_pretrained's layout, with its tokenizer), or a Hugging Face hub id "
@@ -58,15 +60,15 @@ class HuggingFaceViewer:
     or with ``generate`` the tokens it generates, step by step; an image classifier (ViT-style) reads an image."""
 
     #: the settings of ``qkv view`` this viewer takes (others are refused, naming them)
-    takes = ("generate", "layers", "heads", "strategy", "beam", "seed")
+    takes = ("generate", "layers", "heads", "strategy", "beam", "seed", "measures")
 
     def __init__(self, path: str, device: str = "auto", *, generate: int | None = None, layers=None, heads=None,
-                 strategy: str = "greedy", beam: int = 4, seed: int = 0):
+                 strategy: str = "greedy", beam: int = 4, seed: int = 0, measures: bool = False):
         from ..integrations.transformers_view import hf_image_model
 
         self.path, self.device = path, device
         self.generate, self.layers, self.heads = generate, layers, heads
-        self.strategy, self.beam, self.seed = strategy, beam, seed
+        self.strategy, self.beam, self.seed, self.measures = strategy, beam, seed, measures
         self.image_model = hf_image_model(path)
         if self.image_model and generate is not None:
             raise ValueError("a Hugging Face image model takes --image FILE only (no --generate)")
@@ -89,7 +91,8 @@ class HuggingFaceViewer:
                                    seed=self.seed, layers=self.layers, heads=self.heads, device=self.device)
         from ..integrations.transformers_view import view_page_input
 
-        return view_page_input(self.path, given.text, device=self.device, layers=self.layers, heads=self.heads)
+        return view_page_input(self.path, given.text, device=self.device, layers=self.layers, heads=self.heads,
+                               importance=self.measures, value_weighted=self.measures, gradient=self.measures)
 
 
 def _is_hf_dir(path: str) -> bool:
