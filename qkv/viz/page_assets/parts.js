@@ -153,6 +153,7 @@ window.QKV_PARTS = function (ctx) {
                                     title: v === null ? "" : r.name + ", head " + k + ": " + v + " nats" }, igrid);
         if (v === null) continue;
         cell.style.background = heat(v);
+        if (Math.abs(v) / top > 0.6) cell.style.color = "#fff";
         cell.textContent = fmt(v);
         cell.addEventListener("click", () => ctx.show(r.id, k));
       }
