@@ -54,6 +54,7 @@ from torch import Tensor, nn
 
 from .. import mods as _mods
 from ..functional import attention
+from .fused_record import fused_and_record
 
 __all__ = ["register", "registered", "BackendOptions", "attention_kind", "recording", "probing", "on_qkv"]
 
@@ -338,11 +339,19 @@ def _backend(options: BackendOptions) -> Callable[..., tuple[Tensor, Tensor | No
         recorder = _RECORDER
         heads = recorder.heads_of(module, h) if recorder is not None else None
         want = _weights_wanted(kwargs)
-        result = attention(query, key, value, score=options.score, mask=mask, normalize=options.normalize,
-                           dropout=dropout, scale=scale, is_causal=is_causal, return_weights=want,
-                           score_mod=score_mod, mask_mod=mask_mod,
-                           q_offset=tk - tq if score_mod is not None or mask_mod is not None else 0)
-        out, weights = result if want else (result, None)
+        fused = None
+        if (heads is not None and not want and not dropout and options.score == "scaled_dot"
+                and options.normalize == "softmax" and score_mod is None and mask_mod is None):
+            # the weights rebuilt from the fused kernel's log-sum-exp (one more q.k, no second softmax)
+            fused = fused_and_record(recorder, module, query, key, value, mask, scale, is_causal, heads)
+        if fused is not None:
+            out, weights, heads = fused, None, None
+        else:
+            result = attention(query, key, value, score=options.score, mask=mask, normalize=options.normalize,
+                               dropout=dropout, scale=scale, is_causal=is_causal, return_weights=want,
+                               score_mod=score_mod, mask_mod=mask_mod,
+                               q_offset=tk - tq if score_mod is not None or mask_mod is not None else 0)
+            out, weights = result if want else (result, None)
         if _PROBE is not None:
             factor = _PROBE(module, value)
             if factor is not None:

@@ -120,10 +120,19 @@ def test_steps_carry_the_probability_of_the_chosen_token(name, gen):
 def test_only_the_layers_and_heads_asked_for_are_computed(name, gen, monkeypatch):
     ids = _prompt(gen)
     full = record_generation(hf.model(name, "qkv"), ids, max_new_tokens=4)
-    shapes = []
+    shapes, rebuilt = [], []
     real = backend.attention
     monkeypatch.setattr(backend, "attention", lambda q, *a, **kw: (
         shapes.append((q.shape[1], kw["return_weights"])), real(q, *a, **kw))[1])
+    real_fused = backend.fused_and_record
+
+    def fused(recorder, module, *args):  # the weights rebuilt from the fused kernel's log-sum-exp
+        out = real_fused(recorder, module, *args)
+        if out is not None:
+            rebuilt.append(len(args[-1]))
+        return out
+
+    monkeypatch.setattr(backend, "fused_and_record", fused)
     part = record_generation(hf.model(name, "qkv"), ids, max_new_tokens=4, layers=[1], heads=[0, 2])
     assert torch.equal(part.sequence, full.sequence)
     assert {r.layer for r in part.records} == {1}
@@ -131,9 +140,10 @@ def test_only_the_layers_and_heads_asked_for_are_computed(name, gen, monkeypatch
     for r in part.records:
         twin = next(f for f in full.records if f.name == r.name)
         torch.testing.assert_close(r.weights, twin.weights[:, [0, 2]], atol=1e-6, rtol=1e-5)
-    weights_calls = [h for h, want in shapes if want]
+    weights_calls = [h for h, want in shapes if want] + rebuilt
     assert weights_calls and set(weights_calls) == {2}  # weights for 2 heads of one layer only
-    fused_calls = [h for h, want in shapes if not want]  # every module's output, on the fused path
+    assert rebuilt  # on the CPU, from the fused kernel's log-sum-exp
+    fused_calls = [h for h, want in shapes if not want] + rebuilt  # every module's output, on the fused path
     assert len(weights_calls) * 2 == len(fused_calls)  # 2 layers: one in two modules' weights computed
 
 
