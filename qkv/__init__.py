@@ -11,14 +11,17 @@ __version__ = "0.2.0"
 from . import hooks, masks, mods, normalize, scores
 from .capture import AttentionRecord, attention_rollout, capture_attention
 from .compiled import set_compile
-from .functional import attention, compute_scores, normalize_scores, weighted_sum
+from .functional import attention, compute_scores, normalize_scores, plan, weighted_sum
 from .layers import Attention, AttentionPooling, KVCache, MultiHeadAttention, SelfAttention
 from .location import Coverage, LocationAware, StatefulScore
 from .paths.common import set_zero_unseen_keys
+from .paths.table import trace_paths
 
 __all__ = [
     "__version__",
     "attention",
+    "plan",
+    "trace_paths",
     "compute_scores",
     "normalize_scores",
     "weighted_sum",

@@ -1,29 +1,32 @@
 """Kernels compiled by ``torch.compile`` (inductor): when they are compiled, where their cache lives, one switch
 and one fallback for all of them.
 
-qkv compiles three kinds of kernels: FlexAttention for score and mask modifiers (:mod:`qkv.flex`), the block
+qkv compiles kernels where they pay: FlexAttention for score and mask modifiers (:mod:`qkv.flex`), the block
 function of the modifiers on the CPU (weights and training, forward and backward: :mod:`qkv.paths.chunked`) and the
-fused tile of the additive and MLP scores (:mod:`qkv.tiling`). A compilation costs seconds (tens of seconds on a small
-CPU the first time on a machine), so qkv compiles only where it pays:
+fused tile of the additive and MLP scores (:mod:`qkv.tiling`). Each is a :class:`Kernel`, and every call site runs
+it the same way, :meth:`Kernel.run` (the compiled kernel when it is ready for the call, else the eager code). A
+compilation costs seconds (tens of seconds on a small CPU the first time on a machine):
 
-- ``auto`` (the default): a kernel's first calls run the eager code, whose time is added up per *signature*
-  (the kernel, its device and dtype, and the shapes where the kernel is compiled for fixed shapes). Once the eager
-  time spent on one signature would have paid for the compilation (``eager seconds * saving >= expected compile
-  seconds``, the "ski rental" rule: never more than twice the best choice made in hindsight) and at least
-  :data:`MIN_CALLS` calls were made, it is compiled and used from then on. A single call, a test, a short script
-  never compile; a training loop or a server compiles after its first calls. The expected compile time is what
-  this machine took before (recorded beside the cache), else :attr:`Kernel.cold_seconds`.
-- ``1``: compile on first use (what ``torch.compile`` users expect);
+- ``auto`` (the default): no call waits for a compilation. A kernel's calls run the eager code, timed per
+  *signature* (the kernel, its device and dtype, and the shapes where it is compiled for fixed shapes); once
+  more than :data:`MIN_CALLS` calls of one signature were made and their eager time reached
+  :data:`BACKGROUND_SHARE` of the expected compile time (``eager seconds * saving >= share * expected seconds``),
+  the kernel is compiled on a
+  background thread while the eager calls go on, and used from the first call after it is ready. A single call, a
+  test, a short script of small calls never compile. The expected compile time is what this machine took before
+  (recorded beside the cache: a cache load after the first time), else :attr:`Kernel.cold_seconds`.
+- ``1``: compile on first use, in the calling thread (what ``torch.compile`` users expect);
 - ``0``: never compile; the eager code runs.
 
-Set it with ``QKV_COMPILE=0|1|auto`` in the environment or :func:`set_compile` in Python (which wins).
-``QKV_NO_COMPILE=1`` is an older spelling of ``QKV_COMPILE=0`` (``QKV_NO_COMPILE=0`` leaves compilation allowed).
+Set it with ``QKV_COMPILE=0|1|auto`` in the environment (checked when qkv is imported: any other value is a
+``ValueError`` naming it) or :func:`set_compile` in Python (which wins). ``QKV_NO_COMPILE=1`` is an older spelling of
+``QKV_COMPILE=0`` (``QKV_NO_COMPILE=0`` leaves compilation allowed).
 
 Inductor's cache is kept across processes in ``~/.cache/qkv/inductor`` (``$XDG_CACHE_HOME/qkv/inductor``, or
 ``$QKV_CACHE_DIR/inductor``) unless ``TORCHINDUCTOR_CACHE_DIR`` names another folder (inductor's own default is
-a temporary folder, emptied at reboot): a second process loads a kernel in a few
-seconds instead of compiling it. :func:`cache_dir` says where it is, :func:`clear_cache` empties it. Each
-compilation is said once through :mod:`logging` (``compiling the additive kernel (once per machine) ...``).
+a temporary folder, emptied at reboot): a second process loads a kernel in a few seconds instead of compiling it.
+:func:`cache_dir` says where it is, :func:`clear_cache` empties it. One log line says when a kernel starts
+compiling, one when it is in use.
 
 When compiling fails (no C++ compiler, an unsupported device or dtype) the eager code runs instead and the reason
 is logged once. Inside a caller's ``torch.compile`` the plain functions are used: the caller's compilation covers
@@ -45,13 +48,21 @@ from pathlib import Path
 
 import torch
 
+from .background import copies as _copies
+from .background import layout as _layout
+from .background import start as _start
+from .background import wait as wait_background
+
 logger = logging.getLogger(__name__)
 
 __all__ = ["Kernel", "available", "mode", "set_compile", "cache_dir", "clear_cache", "failed", "reason",
-           "MIN_CALLS"]
+           "MIN_CALLS", "BACKGROUND_SHARE", "wait_background"]
 
-#: calls of one signature that run eager before ``auto`` may compile it
+#: calls of one signature that run eager before ``auto`` may start compiling it (a few calls never do)
 MIN_CALLS = 3
+#: the share of the expected compile time that one signature's eager calls must have saved-to-be before ``auto``
+#: compiles it in the background (the compilation then costs no call any waiting, only CPU time beside them)
+BACKGROUND_SHARE = 0.1
 _MODES = {"0": "0", "1": "1", "auto": "auto", "false": "0", "true": "1", "off": "0", "on": "1", "no": "0",
           "yes": "1"}
 
@@ -189,9 +200,12 @@ def _write_record(key: str, seconds: float) -> None:
 class _Count:
     calls: int = 0
     eager_seconds: float = 0.0
-    compiled: bool = False
+    compiled: bool = False  # ready for this signature (for some arguments' layout: ``ready`` says which)
     expected: float | None = None  # the compile time expected, read once from the record
     pending: list = field(default_factory=list)  # (start, end) CUDA events of eager runs the GPU has not finished
+    ready: set = field(default_factory=set)  # the layouts of arguments compiled for (see :func:`_layout`)
+    queued: set = field(default_factory=set)  # the layouts being compiled in the background
+    failed: dict = field(default_factory=dict)  # layout -> the error its compilation raised (reported once)
 
 
 def _event():
@@ -209,7 +223,7 @@ def _harvest(count: _Count) -> None:
 
 @dataclass
 class Kernel:
-    """One compiled kernel and the rule that decides when to compile it.
+    """One compiled kernel, the rule that decides when to compile it, and how a call runs it (:meth:`run`).
 
     Args:
         name: what the log calls it (``"the additive kernel"``).
@@ -230,6 +244,12 @@ class Kernel:
     def _key(self, device: torch.device) -> str:
         return f"{self.name}|{device.type}|torch {torch.__version__}"
 
+    def _count(self, signature: Hashable) -> _Count:
+        count = self.counts.get(signature)
+        if count is None:
+            count = self.counts[signature] = _Count()
+        return count
+
     def expected_seconds(self, device: torch.device | str) -> float:
         """What compiling is expected to cost here: this machine's last time (a cache load after the first), else
         :attr:`cold_seconds`."""
@@ -237,30 +257,36 @@ class Kernel:
         return float(entry.get("again", entry.get("first", self.cold_seconds)))
 
     def use(self, signature: Hashable, device: torch.device | str) -> bool:
-        """Whether this call should run the compiled kernel (compiling it now if it must); when not, the caller runs
-        the eager code inside :meth:`eager` so that its time counts."""
+        """Whether this call should run the compiled kernel: with ``QKV_COMPILE=1`` always (compiled on first use),
+        in ``auto`` once it is ready for ``signature`` (never waiting). When not, the caller runs the eager code
+        inside :meth:`eager`, which times it and starts the compilation once that pays."""
         if not available(device):
             return False
         if torch.compiler.is_compiling():
             return True  # the caller's compilation covers the plain function
-        count = self.counts.get(signature)
-        if count is None:
-            count = self.counts[signature] = _Count()
-        if count.compiled or mode() == "1":
+        count = self._count(signature)
+        if mode() == "1":
             return True
         _harvest(count)
-        if count.calls < MIN_CALLS:
+        if count.failed:
+            self._report(count, None)
             return False
-        if count.expected is None:
-            count.expected = self.expected_seconds(device)
-        return count.eager_seconds * self.saving >= count.expected
+        return count.compiled
+
+    def ready(self, signature: Hashable, args: tuple, kwargs: dict | None = None) -> bool:
+        """Whether the compiled kernel runs these arguments without compiling again (``QKV_COMPILE=1``: always)."""
+        if mode() == "1":
+            return True
+        count = self.counts.get(signature)
+        return count is not None and _layout(args, kwargs or {}, self.options) in count.ready
 
     @contextmanager
-    def eager(self, signature: Hashable, device: torch.device | str):
-        """Time the eager code run for ``signature``: on the clock, or on CUDA between two events read by a later
-        :meth:`use` once the GPU has passed them (no synchronisation: the run stays asynchronous)."""
-        count = self.counts.setdefault(signature, _Count())
-        if count.compiled or torch.compiler.is_compiling() or mode() != "auto":
+    def eager(self, signature: Hashable, device: torch.device | str, example: Callable[[], tuple] | None = None):
+        """Time the eager code run for ``signature`` (on the clock, or on CUDA between two events read by a later
+        :meth:`use` once the GPU has passed them: no synchronisation); in ``auto``, once the rule says it pays, start
+        compiling in the background on ``example()``, ``(args, kwargs)`` of one call of the kernel."""
+        count = self._count(signature)
+        if count.compiled or torch.compiler.is_compiling() or mode() != "auto" or not available(device):
             yield
             return
         if torch.device(device).type == "cuda":
@@ -270,37 +296,120 @@ class Kernel:
             end = _event()
             end.record()
             count.pending.append((start, end))
-            return
-        start = clock()
-        yield
-        count.calls += 1
-        count.eager_seconds += clock() - start
+        else:
+            start = clock()
+            yield
+            count.calls += 1
+            count.eager_seconds += clock() - start
+        _harvest(count)
+        if not count.queued and count.calls > MIN_CALLS:
+            if count.expected is None:
+                count.expected = self.expected_seconds(device)
+            if count.eager_seconds * self.saving >= BACKGROUND_SHARE * count.expected:
+                found = example() if example is not None else None
+                if found is not None:
+                    self._submit(signature, count, *found)
 
-    def __call__(self, signature: Hashable, *args, **kwargs):
-        """Run the compiled kernel (compiled on the first call, which is timed, logged and recorded); inside a
-        caller's compilation, the plain function."""
+    def run(self, signature: Hashable, eager: Callable | None, *args, on_fail: Callable | None = None, **kwargs):
+        """One call of the kernel: ``fn(*args, **kwargs)`` compiled when it is ready for these arguments, else
+        ``eager(*args, **kwargs)`` (``fn`` itself when None), timed for the rule, the compilation started in the
+        background once it pays (``auto``) or done now (``QKV_COMPILE=1``). A compilation that fails is reported
+        once, to ``on_fail(error)`` (by default compiled kernels are turned off, :func:`failed`), and the eager code
+        runs."""
+        eager = self.fn if eager is None else eager
         if torch.compiler.is_compiling():
             return self.fn(*args, **kwargs)
-        count = self.counts.get(signature)
-        if count is not None and count.compiled:
+        device = next((a.device for a in args if isinstance(a, torch.Tensor)), torch.device("cpu"))
+        if not self.use(signature, device):
+            with self.eager(signature, device, lambda: (args, kwargs)):
+                return eager(*args, **kwargs)
+        count = self._count(signature)
+        layout = _layout(args, kwargs, self.options)
+        if layout in count.failed:
+            self._report(count, on_fail)
+            return eager(*args, **kwargs)
+        if layout not in count.ready and mode() != "1":  # a new layout of a ready signature: compiled beside it
+            if layout not in count.queued:
+                self._submit(signature, count, args, kwargs, layout)
+            return eager(*args, **kwargs)
+        try:
+            with recompiles():
+                return self(signature, *args, **kwargs)
+        except Exception as e:  # noqa: BLE001 - no compiler, unsupported dtype, a modifier it cannot trace...
+            count.failed[layout] = e
+            self._report(count, on_fail)
+            return eager(*args, **kwargs)
+
+    def _report(self, count: _Count, on_fail: Callable | None) -> None:
+        """Say once that a compilation of this signature failed (the eager code runs from now on)."""
+        todo = [e for e in count.failed.values() if e is not None]
+        if todo:
+            (on_fail or (lambda err: failed(err, self.name)))(todo[0])
+            count.failed = dict.fromkeys(count.failed)
+
+    def __call__(self, signature: Hashable, *args, **kwargs):
+        """Run the compiled kernel (compiled now if it is not: timed, logged and recorded); inside a caller's
+        compilation, the plain function."""
+        if torch.compiler.is_compiling():
+            return self.fn(*args, **kwargs)
+        count = self._count(signature)
+        layout = _layout(args, kwargs, self.options)
+        if count.compiled and layout in count.ready:
             return self._compiled(*args, **kwargs)
-        count = self.counts.setdefault(signature, _Count())
         with _lock:
             device = next((a.device for a in args if isinstance(a, torch.Tensor)), torch.device("cpu"))
-            first = self._key(device) not in _read_record()
-            _use_cache_dir()
-            if first:
-                logger.warning("qkv: compiling %s (once per machine, about %.0f s; cached in %s; QKV_COMPILE=0 "
-                               "turns compilation off)", self.name, self.expected_seconds(device), cache_dir())
-            else:
-                logger.info("qkv: compiling %s (from the cache in %s)", self.name, cache_dir())
-            if self._compiled is None:
-                self._compiled = _compile(self.fn, **self.options)
+            self._say(device, "")
             start = clock()
             out = self._compiled(*args, **kwargs)
-            _write_record(self._key(device), clock() - start)
-            count.compiled = True
+            self._done(device, count, layout, clock() - start)
         return out
+
+    def _say(self, device: torch.device, how: str) -> None:
+        """Log the start of a compilation (a warning the first time on a machine) and have the compiled function."""
+        _use_cache_dir()
+        if self._key(device) not in _read_record():
+            logger.warning("qkv: compiling %s%s (once per machine, about %.0f s; cached in %s; QKV_COMPILE=0 turns "
+                           "compilation off)", self.name, how, self.expected_seconds(device), cache_dir())
+        else:
+            logger.info("qkv: compiling %s%s (from the cache in %s)", self.name, how, cache_dir())
+        if self._compiled is None:
+            self._compiled = _compile(self.fn, **self.options)
+
+    def _done(self, device: torch.device, count: _Count, layout, seconds: float) -> None:
+        if not count.ready:
+            _write_record(self._key(device), seconds)
+        count.ready.add(layout)
+        count.queued.discard(layout)
+        count.compiled = True
+
+    def _submit(self, signature: Hashable, count: _Count, args: tuple, kwargs: dict, layout=None) -> None:
+        """Compile for these arguments on the background thread (a copy of them: the caller's stay its own)."""
+        layout = _layout(args, kwargs, self.options) if layout is None else layout
+        count.queued.add(layout)
+        grad = torch.is_grad_enabled()
+        args, kwargs = _copies(args, kwargs)
+        device = next((a.device for a in args if isinstance(a, torch.Tensor)), torch.device("cpu"))
+        first = not count.ready
+
+        def job():
+            try:
+                with _lock:
+                    if first:
+                        self._say(device, " in the background (calls run the eager code meanwhile)")
+                    elif self._compiled is None:
+                        self._compiled = _compile(self.fn, **self.options)
+                    start = clock()
+                    with torch.set_grad_enabled(grad), recompiles():
+                        self._compiled(*args, **kwargs)
+                    self._done(device, count, layout, clock() - start)
+                if first:
+                    logger.info("qkv: %s is compiled (%.1f s) and in use", self.name, clock() - start)
+            except Exception as e:  # noqa: BLE001 - reported once by the next call, which runs the eager code
+                logger.debug("qkv: compiling %s failed: %s", self.name, e)
+                count.failed[layout] = e
+                count.queued.discard(layout)
+
+        _start(job)
 
 
 def _compile(fn: Callable, **options) -> Callable:
@@ -336,3 +445,6 @@ class recompiles:
 
     def __exit__(self, *exc):
         return False
+
+
+mode()  # QKV_COMPILE checked once at import: a value qkv does not know is an error now, not at a first compilation

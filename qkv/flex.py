@@ -40,7 +40,7 @@ from . import compiled
 from .mods import MaskMod, ScoreMod, and_masks, causal, is_builtin, offset, uses
 from .normalize import softmax
 from .paths.chunked import chunked
-from .paths.common import finish, masked_normalize, needs_grad, scaled_scores, zero_unseen_keys
+from .paths.common import finish, masked_normalize, needs_grad, scaled_scores, work_dtype, zero_unseen_keys
 
 logger = logging.getLogger(__name__)
 
@@ -77,10 +77,6 @@ def _flex_attention(q, k, v, score_mod=None, block_mask=None, scale=None):
 #: FlexAttention compiled for fixed shapes (one compilation per shape and modifier)
 FLEX = compiled.Kernel("the FlexAttention kernel", _flex_attention, cold_seconds=15.0, saving=0.7,
                        options={"dynamic": False})
-
-
-def _flex() -> compiled.Kernel:
-    return FLEX
 
 
 def _code(m):
@@ -146,57 +142,107 @@ def _key_padding(allowed: Tensor | None, b: int, tk: int) -> Tensor | None:
     return allowed.reshape(allowed.shape[0], tk).expand(b, tk)
 
 
-def attention_with_mods(query: Tensor, key: Tensor, value: Tensor, *, sc, score_mod: ScoreMod | None,
-                        mask_mod: MaskMod | None, q_offset: int, allowed: Tensor | None, bias: Tensor | None,
-                        normalizer, dropout: float, scale: float | None, is_causal: bool, return_weights: bool,
-                        key_prepared: bool, impl: str):
-    """The body of :func:`qkv.attention` with modifiers (inputs already checked; ``allowed``/``bias`` from the
-    mask, ``is_causal`` not yet folded in)."""
-    for name, fn in (("score_mod", score_mod), ("mask_mod", mask_mod)):
-        if fn is not None and not callable(fn):
-            raise ValueError(f"{name} must be a function (see qkv.mods), got {type(fn).__name__}")
-    if q_offset < 0:
-        raise ValueError(f"q_offset must be >= 0, got {q_offset}")
-    if allowed is not None:  # keys no query may see: zeroed when they could hold NaN/inf (as the plain path)
-        key, value = zero_unseen_keys(allowed, key, value, query.shape[-1])
-    q4, k4, v4 = _as_4d(query), _as_4d(key), _as_4d(value)
-    b = max(q4.shape[0], k4.shape[0], v4.shape[0])
-    h = max(q4.shape[1], k4.shape[1], v4.shape[1])
-    tq, tk = q4.shape[-2], k4.shape[-2]
-    ndim = max(query.dim(), key.dim(), value.dim())
-    smod = offset(score_mod, q_offset, score=True) if score_mod is not None else None
-    mmod = offset(mask_mod, q_offset, score=False) if mask_mod is not None else None
-    if is_causal:  # top-left aligned as in SDPA, shifted by the offset like the modifiers
-        shifted = offset(causal, q_offset, score=False)
-        mmod = and_masks(mmod, shifted) if mmod else shifted
+class ModCall:
+    """One call with modifiers, prepared: 4-D views, the shifted modifiers, the key padding, and whether the fused
+    path may take it (``signature``: what FlexAttention would be compiled for, None when it may not)."""
 
-    pair = sc.dot_form(query, key, key_prepared=key_prepared)
-    padding = _key_padding(allowed, b, tk) if allowed is not None else None
-    cpu = query.device.type == "cpu"
-    users = _user_mods(score_mod, mask_mod)
-    # (not under torch.export: ONNX and other exporters have no FlexAttention; the reference path computes the same)
-    fused = (impl == "auto" and not torch.compiler.is_exporting() and pair is not None and normalizer is softmax
-             and dropout == 0.0 and not return_weights
-             and bias is None and (allowed is None or padding is not None) and tq * tk >= FUSED_MIN_SIZE
-             and query.dtype in ((torch.float32,) if cpu else (torch.float32, torch.bfloat16, torch.float16))
-             and not (cpu and needs_grad(query, key, value, score_mod, mask_mod))
-             and not any(m in _eager_only for m in users) and fused_available(query.device))
-    signature = _signature(q4, v4, b, h, score_mod, mask_mod, padding, is_causal) if fused else None
-    if fused and FLEX.use(signature, query.device):
-        if users:
-            _check_mods(score_mod, smod, mask_mod, mmod, b, h, tq, tk, query)
-        result = _fused(pair, v4, b, h, tq, tk, smod, mmod, padding, sc, query, key, scale, (score_mod, mask_mod,
-                                                                                            q_offset, is_causal),
-                        signature)
-        if result is not None:
-            return _from_4d(result, ndim)
-        fused = False
-    if fused:  # not compiled (yet): the reference path, timed for the rule that decides when to compile
-        with FLEX.eager(signature, query.device):
-            return _reference(query, key, value, sc, pair, smod, mmod, score_mod, mask_mod, allowed, bias,
-                              normalizer, dropout, scale, key_prepared, return_weights, tq, tk, ndim, v4)
-    return _reference(query, key, value, sc, pair, smod, mmod, score_mod, mask_mod, allowed, bias, normalizer,
-                      dropout, scale, key_prepared, return_weights, tq, tk, ndim, v4)
+    def __init__(self, query: Tensor, key: Tensor, value: Tensor, *, sc, score_mod: ScoreMod | None,
+                 mask_mod: MaskMod | None, q_offset: int, allowed: Tensor | None, bias: Tensor | None, normalizer,
+                 dropout: float, scale: float | None, is_causal: bool, return_weights: bool, key_prepared: bool,
+                 impl: str):
+        for name, fn in (("score_mod", score_mod), ("mask_mod", mask_mod)):
+            if fn is not None and not callable(fn):
+                raise ValueError(f"{name} must be a function (see qkv.mods), got {type(fn).__name__}")
+        if q_offset < 0:
+            raise ValueError(f"q_offset must be >= 0, got {q_offset}")
+        if allowed is not None:  # keys no query may see: zeroed when they could hold NaN/inf (as the plain path)
+            key, value = zero_unseen_keys(allowed, key, value, query.shape[-1])
+        self.query, self.key, self.value, self.sc = query, key, value, sc
+        self.score_mod, self.mask_mod, self.allowed, self.bias = score_mod, mask_mod, allowed, bias
+        self.normalizer, self.dropout, self.scale, self.is_causal = normalizer, dropout, scale, is_causal
+        self.return_weights, self.key_prepared, self.q_offset = return_weights, key_prepared, q_offset
+        q4, k4, self.v4 = _as_4d(query), _as_4d(key), _as_4d(value)
+        b = self.b = max(q4.shape[0], k4.shape[0], self.v4.shape[0])
+        h = self.h = max(q4.shape[1], k4.shape[1], self.v4.shape[1])
+        tq, tk = self.tq, self.tk = q4.shape[-2], k4.shape[-2]
+        self.ndim = max(query.dim(), key.dim(), value.dim())
+        self.smod = offset(score_mod, q_offset, score=True) if score_mod is not None else None
+        mmod = offset(mask_mod, q_offset, score=False) if mask_mod is not None else None
+        if is_causal:  # top-left aligned as in SDPA, shifted by the offset like the modifiers
+            shifted = offset(causal, q_offset, score=False)
+            mmod = and_masks(mmod, shifted) if mmod else shifted
+        self.mmod = mmod
+        self.pair = pair = sc.dot_form(query, key, key_prepared=key_prepared)
+        self.padding = padding = _key_padding(allowed, b, tk) if allowed is not None else None
+        cpu = query.device.type == "cpu"
+        self.grad = needs_grad(query, key, value, score_mod, mask_mod)
+        # (not under torch.export: ONNX and other exporters have no FlexAttention; the reference path computes the
+        # same)
+        fused = (impl == "auto" and not torch.compiler.is_exporting() and pair is not None and normalizer is softmax
+                 and dropout == 0.0 and not return_weights
+                 and bias is None and (allowed is None or padding is not None) and tq * tk >= FUSED_MIN_SIZE
+                 and query.dtype in ((torch.float32,) if cpu else (torch.float32, torch.bfloat16, torch.float16))
+                 and not (cpu and self.grad)
+                 and not any(m in _eager_only for m in _user_mods(score_mod, mask_mod))
+                 and fused_available(query.device))
+        self.signature = _signature(q4, self.v4, b, h, score_mod, mask_mod, padding, is_causal) if fused else None
+
+    def fused_ready(self) -> bool:
+        """Whether FlexAttention runs this call compiled now (``QKV_COMPILE=1``: compiled on this call)."""
+        return self.signature is not None and FLEX.use(self.signature, self.query.device)
+
+    def block_signature(self) -> tuple:
+        """The signature the block kernels (:mod:`qkv.paths.chunked`) count this call under."""
+        keep = None if self.allowed is None else _as_4d(self.allowed)
+        bias = None if self.bias is None else _as_4d(self.bias)
+        key = (_code(self.score_mod), _code(self.mask_mod), self.smod is not self.score_mod,
+               self.mmod is not self.mask_mod)
+        return (key, keep is not None, keep is not None and keep.shape, bias is not None,
+                bias is not None and bias.shape, work_dtype(self.pair[0]), self.query.dtype,
+                self.query.device.type)
+
+    def blocks(self) -> bool:
+        """Whether the reference path runs a block at a time (:mod:`qkv.paths.chunked`): the dot family with softmax
+        on the CPU, not traced."""
+        # (not traced by torch.compile or torch.export: the blocks are a Python loop over sizes that would be pinned)
+        return (self.pair is not None and self.normalizer is softmax and self.query.device.type == "cpu"
+                and self.tq > 0 and self.tk > 0 and not torch.compiler.is_compiling())
+
+
+def attention_with_mods(query: Tensor, key: Tensor, value: Tensor, **kw):
+    """The body of :func:`qkv.attention` with modifiers (inputs already checked; ``allowed``/``bias`` from the
+    mask, ``is_causal`` not yet folded in): the fused path where it is compiled, else the reference path."""
+    m = ModCall(query, key, value, **kw)
+    return run_fused(m) if m.fused_ready() else run_reference(m)
+
+
+def run_fused(m: ModCall):
+    """FlexAttention's compiled kernel (the reference path when it fails: said once)."""
+    users = _user_mods(m.score_mod, m.mask_mod)
+    if users:
+        _check_mods(m.score_mod, m.smod, m.mask_mod, m.mmod, m.b, m.h, m.tq, m.tk, m.query)
+    result = _fused(m.pair, m.v4, m.b, m.h, m.tq, m.tk, m.smod, m.mmod, m.padding, m.sc, m.query, m.key, m.scale,
+                    (m.score_mod, m.mask_mod, m.q_offset, m.is_causal), m.signature)
+    if result is not None:
+        return _from_4d(result, m.ndim)
+    return _run_reference(m)
+
+
+def run_reference(m: ModCall):
+    """The reference path; where the fused path may take the call but is not compiled yet, timed for the rule that
+    starts its compilation (in the background, on this call's arguments)."""
+    if m.signature is None:
+        return _run_reference(m)
+    example = lambda: _flex_args(m.pair, m.v4, m.b, m.h, m.tq, m.tk, m.smod, m.mmod, m.padding, m.sc,  # noqa: E731
+                                 m.query, m.key, m.scale, (m.score_mod, m.mask_mod, m.q_offset, m.is_causal))
+    with FLEX.eager(m.signature, m.query.device, example):
+        return _run_reference(m)
+
+
+def _run_reference(m: ModCall):
+    return _reference(m.query, m.key, m.value, m.sc, m.pair, m.smod, m.mmod, m.score_mod, m.mask_mod, m.allowed,
+                      m.bias, m.normalizer, m.dropout, m.scale, m.key_prepared, m.return_weights, m.tq, m.tk, m.ndim,
+                      m.v4)
 
 
 def _reference(query, key, value, sc, pair, smod, mmod, score_mod, mask_mod, allowed, bias, normalizer, dropout,
@@ -347,13 +393,11 @@ def _fused_failed(error: BaseException, score_mod, mask_mod) -> None:
                    type(error).__name__, first)
 
 
-def _fused(pair, v4, b, h, tq, tk, smod, mmod, padding, sc, query, key, scale, mods, signature):
-    """FlexAttention's fused kernel, or None when it failed (said once). ``mods``: ``(score_mod, mask_mod, q_offset,
-    is_causal)`` as given, which key the cached block masks."""
+def _flex_args(pair, v4, b, h, tq, tk, smod, mmod, padding, sc, query, key, scale, mods) -> tuple[tuple, dict]:
+    """FlexAttention's arguments for a call: contiguous ``(B, H, T, D)`` inputs (inductor's CPU template reads the
+    layout of its inputs: a view fails inside a caller's torch.compile) and the block mask."""
     cache_key = mods
     q, k = _as_4d(pair[0]), _as_4d(pair[1])
-    # contiguous (B, H, T, D): inductor's CPU template reads the layout of its inputs (a view fails inside a
-    # caller's torch.compile)
     q, k, v = _full(q, b, h), _full(k, b, h), _full(v4, b, h)
     factor = sc.factor(query, key, scale)
     if padding is not None:
@@ -365,10 +409,18 @@ def _fused(pair, v4, b, h, tq, tk, smod, mmod, padding, sc, query, key, scale, m
         padding_mod.qkv_uses = frozenset({"b"})
         mmod = and_masks(mmod, padding_mod) if mmod is not None else padding_mod
         cache_key = None  # a mask of this batch's padding: built anew every call
+    block_mask = _block_mask(mmod, b, h, tq, tk, q.device, cache_key)
+    return (q, k, v), {"score_mod": smod, "block_mask": block_mask, "scale": factor}
+
+
+def _fused(pair, v4, b, h, tq, tk, smod, mmod, padding, sc, query, key, scale, mods, signature):
+    """FlexAttention's fused kernel, or None when it did not run (it failed, said once, or is being compiled for
+    these arguments' layout). ``mods``: ``(score_mod, mask_mod, q_offset, is_causal)`` as given, which key the
+    cached block masks."""
     try:
-        block_mask = _block_mask(mmod, b, h, tq, tk, q.device, cache_key)
-        with compiled.recompiles():
-            return _flex()(signature, q, k, v, score_mod=smod, block_mask=block_mask, scale=factor)
-    except Exception as e:  # noqa: BLE001 - any failure to compile or run: the reference path, said once
+        args, kwargs = _flex_args(pair, v4, b, h, tq, tk, smod, mmod, padding, sc, query, key, scale, mods)
+    except Exception as e:  # noqa: BLE001 - the block mask could not be built: the reference path, said once
         _fused_failed(e, mods[0], mods[1])
         return None
+    return FLEX.run(signature, lambda *a, **kw: None, *args, on_fail=lambda e: _fused_failed(e, mods[0], mods[1]),
+                    **kwargs)

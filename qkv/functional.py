@@ -45,16 +45,14 @@ from torch import Tensor
 from torch.fx.experimental.symbolic_shapes import statically_known_true
 
 from . import hooks
-from .flex import attention_with_mods
-from .masks import broadcast_batch, causal_mask, prepare_mask
+from .flex import ModCall
+from .masks import broadcast_batch, prepare_mask
 from .normalize import get_normalizer, softmax
-from .paths.common import masked_normalize, needs_grad, scaled_scores, work_dtype, zero_unseen_keys
-from .paths.fast import sdpa, sdpa_causal
-from .paths.tiled import online_softmax
-from .paths.weights import dot_weights, reference
-from .scores import PairwiseScore, Score, get_score
+from .paths.common import masked_normalize, scaled_scores, work_dtype
+from .paths.table import Call, Plan, choose, plan_of, record
+from .scores import Score, get_score
 
-__all__ = ["attention", "compute_scores", "normalize_scores", "weighted_sum"]
+__all__ = ["attention", "plan", "compute_scores", "normalize_scores", "weighted_sum"]
 
 ScoreLike = str | Score | Callable[[Tensor, Tensor], Tensor]
 
@@ -168,6 +166,31 @@ def attention(
             score=score, mask=mask, normalize=normalize, dropout=dropout, scale=scale, is_causal=is_causal,
             return_weights=return_weights, key_prepared=key_prepared, impl=impl, score_mod=score_mod,
             mask_mod=mask_mod, q_offset=q_offset))
+    call = _describe(query, key, value, score=score, mask=mask, normalize=normalize, dropout=dropout, scale=scale,
+                     is_causal=is_causal, return_weights=return_weights, key_prepared=key_prepared, impl=impl,
+                     score_mod=score_mod, mask_mod=mask_mod, q_offset=q_offset)
+    path = choose(call)
+    record(path.name)
+    return path.run(call)
+
+
+def plan(query: Tensor, key: Tensor, value: Tensor, **kwargs) -> Plan:
+    """The path :func:`attention` takes for this call (given the same arguments), and why, without running it.
+
+    Returns a :class:`qkv.paths.table.Plan`: ``path`` (one of :data:`qkv.paths.table.PATHS`' names), ``kernel``
+    (the compiled kernel that path runs, or None), ``compiled`` (whether it runs compiled for this call now:
+    with ``QKV_COMPILE=auto`` a kernel is compiled in the background once its calls pay, so a later call of the same
+    signature may say ``True``) and ``reason``. Inputs are checked as :func:`attention` checks them.
+    """
+    return plan_of(_describe(query, key, value, **kwargs))
+
+
+def _describe(query: Tensor, key: Tensor, value: Tensor, *, score: ScoreLike = "scaled_dot", mask: Tensor | None = None,
+              normalize: str | Callable[[Tensor], Tensor] = "softmax", dropout: float = 0.0,
+              scale: float | None = None, is_causal: bool = False, return_weights: bool = False,
+              key_prepared: bool = False, impl: str = "auto", score_mod: Callable | None = None,
+              mask_mod: Callable | None = None, q_offset: int = 0) -> Call:
+    """Check the inputs of :func:`attention` and describe the call (:class:`qkv.paths.table.Call`)."""
     sc = get_score(score)
     query, key, value = _autocast_inputs(query, key, value)
     batch = _check_qkv(query, key, value, sc, key_prepared)
@@ -181,45 +204,21 @@ def attention(
     allowed, bias = prepare_mask(mask, tq, tk, batch)
     if bias is not None:
         bias = bias.to(work_dtype(query))
+    mods = None
     if score_mod is not None or mask_mod is not None:
-        return attention_with_mods(query, key, value, sc=sc, score_mod=score_mod, mask_mod=mask_mod,
-                                   q_offset=q_offset, allowed=allowed, bias=bias, normalizer=normalizer,
-                                   dropout=dropout, scale=scale, is_causal=is_causal, return_weights=return_weights,
-                                   key_prepared=key_prepared, impl=impl)
+        mods = ModCall(query, key, value, sc=sc, score_mod=score_mod, mask_mod=mask_mod, q_offset=q_offset,
+                       allowed=allowed, bias=bias, normalizer=normalizer, dropout=dropout, scale=scale,
+                       is_causal=is_causal, return_weights=return_weights, key_prepared=key_prepared, impl=impl)
     fast = impl == "auto" and normalizer is softmax and tq > 0 and tk > 0
-    traced = torch.compiler.is_compiling()  # torch.compile or torch.export: symbolic sizes, no branch on values
     # the ONNX exporter translates SDPA of 4-D inputs only: other inputs take the weights path (the same sums)
     use_sdpa = not (torch.compiler.is_exporting() and max(query.dim(), key.dim(), value.dim()) != 4)
     # Tk <= Tq as a fact (symbolic sizes: provable without a guard that would pin their relation)
     # (traced by the TorchScript exporter, sizes are tensors: not a fact then, and the general path is taken)
     within = tk <= tq
     keys_within = not isinstance(within, Tensor) and statically_known_true(within)
-    # SDPA's own causal kernel; with Tk <= Tq every key is seen by some query, so there is nothing to zero
-    if fast and use_sdpa and not return_weights and is_causal and mask is None and keys_within:
-        pair = sc.dot_form(query, key, key_prepared=key_prepared)
-        if pair is not None:
-            factor = sc.factor(query, key, scale)
-            return sdpa_causal(pair[0], pair[1], value, dropout, factor)
-    if is_causal:
-        causal = causal_mask(tq, tk, device=query.device)
-        allowed = causal if allowed is None else allowed & causal
-    if allowed is not None and (mask is not None or not keys_within):  # a causal mask hides keys only if Tk > Tq
-        key, value = zero_unseen_keys(allowed, key, value, query.shape[-1])
-
-    if fast:
-        pair = sc.dot_form(query, key, key_prepared=key_prepared)
-        if pair is not None:
-            factor = sc.factor(query, key, scale)
-            if not return_weights and use_sdpa:
-                return sdpa(pair[0], pair[1], value, allowed, bias, dropout, factor)
-            return dot_weights(pair[0], pair[1], value, allowed, bias, normalizer, dropout, factor, return_weights,
-                               query.dtype)
-        # (traced, the pairwise scores are one tile: a loop over tiles of symbolic sizes would pin the sizes)
-        if (isinstance(sc, PairwiseScore) and not return_weights and not traced
-                and not needs_grad(sc, query, key, value)):
-            return online_softmax(sc, query, key, value, allowed, bias, sc.factor(query, key, scale),
-                                  key_prepared)
-    return reference(sc, query, key, value, allowed, bias, normalizer, dropout, scale, key_prepared, return_weights)
+    pair = sc.dot_form(query, key, key_prepared=key_prepared) if fast and mods is None else None
+    return Call(query, key, value, sc, mask, allowed, bias, normalizer, dropout, scale, is_causal, return_weights,
+                key_prepared, impl, mods, pair, fast, use_sdpa, keys_within, torch.compiler.is_compiling())
 
 
 # --------------------------------------------------------------------------------------------- checks

@@ -31,7 +31,7 @@ from torch.utils.checkpoint import checkpoint
 from . import compiled
 
 __all__ = ["DEFAULT_MAX_ELEMENTS", "GPU_MAX_ELEMENTS", "FUSED_MIN_ELEMENTS", "ACTIVATIONS", "max_elements_for",
-           "tile_sizes", "tiles", "tiled_scores", "FUSED"]
+           "tile_sizes", "tiles", "tiled_scores", "FUSED", "kernel_for"]
 
 #: default tile bound of the pairwise scores on a CPU: 2**24 elements of the ``(..., Tq, Tk, hidden)`` tensor per
 #: tile (64 MiB in float32)
@@ -147,10 +147,12 @@ def _grad_sums(signature, eqa: Tensor, eqb: Tensor, eka: Tensor, ekb: Tensor, g:
     """:func:`_paired_grads`, compiled; if compiling fails, eager in chunks of query rows small enough never to hold
     more than :data:`_EAGER_TERMS` terms."""
     if compiled.available(g.device):
-        try:
-            return PAIRED_GRADS(signature, eqa, eqb, eka, ekb, g, weights)
-        except Exception as e:  # noqa: BLE001 - no compiler, unsupported dtype...: eager chunks
-            compiled.failed(e, PAIRED_GRADS.name)
+        return PAIRED_GRADS.run(signature, lambda *a: _grad_rows(*a), eqa, eqb, eka, ekb, g, weights,
+                                on_fail=_off(PAIRED_GRADS.name))
+    return _grad_rows(eqa, eqb, eka, ekb, g, weights)
+
+
+def _grad_rows(eqa: Tensor, eqb: Tensor, eka: Tensor, ekb: Tensor, g: Tensor, weights: bool) -> tuple[Tensor, ...]:
     lead = math.prod(g.shape[:-2])
     rows = max(1, _EAGER_TERMS // max(1, lead * g.shape[-1] * eqa.shape[-1]))
     sums = [g.new_zeros((*g.shape[:-2], g.shape[-1], eqa.shape[-1])) for _ in range(4 if weights else 2)]
@@ -168,10 +170,11 @@ class _PairedTraining(torch.autograd.Function):
     sigmoid)."""
 
     @staticmethod
-    def forward(ctx, eqa, eqb, eka, ekb, wa, wb, b, act, signature):
+    def forward(ctx, eqa, eqb, eka, ekb, wa, wb, b, act, signature, name="pairwise score"):
         ctx.act, ctx.signature, ctx.b_shape = act, signature, None if b is None else b.shape
         ctx.save_for_backward(eqa, eqb, eka, ekb, wa, wb)
-        return PAIRED(signature, eqa, eqb, eka, ekb, wa, wb, b, act)
+        return PAIRED.run(signature, lambda *a: _eager_rows(PAIRED.fn, a, 2), eqa, eqb, eka, ekb, wa, wb, b, act,
+                          on_fail=_off(name))
 
     @staticmethod
     @once_differentiable
@@ -180,7 +183,7 @@ class _PairedTraining(torch.autograd.Function):
         need = ctx.needs_input_grad
         g = g.contiguous()
         c = -2.0 if ctx.act == "Tanh" else 1.0
-        grads = [None] * 9
+        grads = [None] * len(need)
         weights = need[4] or need[5]
         if need[2] or need[3] or weights:  # d s / d ek_jh = -c w_h sum_i g_ij r_ijh^2 eq_ih; d s / d w_h = c r_ijh
             sums = _grad_sums(ctx.signature, eqa, eqb, eka, ekb, g, weights)
@@ -227,6 +230,24 @@ def _fusable(form: FusedForm | None, qp: Tensor, elements: int) -> bool:
             and compiled.available(qp.device))
 
 
+def kernel_for(qp: Tensor, kp: Tensor, form: FusedForm | None, max_elements: int | None, whole: bool = False
+               ) -> tuple[compiled.Kernel | None, tuple | None]:
+    """The fused kernel :func:`tiles` (``whole``: :func:`tiled_scores`) runs for these projections and its signature,
+    or ``(None, None)`` when they run the eager tiles only."""
+    tq, tk, hidden = qp.shape[-2], kp.shape[-2], qp.shape[-1]
+    lead = math.prod(torch.broadcast_shapes(qp.shape[:-2], kp.shape[:-2]))
+    max_elements = max_elements_for(qp.device, max_elements)
+    cq, ck = tile_sizes(tq, tk, lead, hidden, max_elements)
+    if whole and (torch.compiler.is_compiling() or (((cq >= tq and ck >= tk) or tq == 0 or tk == 0) and (
+            lead * tq * tk * hidden < FUSED_MIN_ELEMENTS or form is None))):
+        return None, None
+    if not _fusable(form, qp, lead * min(cq, tq) * min(ck, tk) * hidden):
+        return None, None
+    factors = _factored(form[2], qp, kp)
+    paired = factors is not None and factors[2]
+    return (PAIRED if paired else FUSED[factors is not None]), _signature(form, qp)
+
+
 def tiles(qp: Tensor, kp: Tensor, pair: Callable[[Tensor], Tensor], form: FusedForm | None, max_elements: int | None,
           name: str = "pairwise score") -> Iterator[tuple[slice, slice, Tensor]]:
     """Yield ``(query_rows, key_rows, scores)`` of ``pair(qp_i + kp_j)`` tile by tile, never holding more than one
@@ -243,29 +264,32 @@ def tiles(qp: Tensor, kp: Tensor, pair: Callable[[Tensor], Tensor], form: FusedF
         paired = factors is not None and factors[2]
         kernel, signature = PAIRED if paired else FUSED[factors is not None], _signature(form, qp)
         fused = kernel.use(signature, qp.device)
-    if fused:  # the kernel holds (cq, ck) scores only: tiles of max_elements scores
-        cq, ck = tile_sizes(tq, tk, lead, 1, max_elements)
+        fcq, fck = tile_sizes(tq, tk, lead, 1, max_elements)  # the kernel holds (cq, ck) scores only
         if paired:  # the halves of the hidden units, each contiguous
             h = hidden // 2
             a, b, w = ((t[..., :h].contiguous(), t[..., h:].contiguous()) for t in (factors[0], factors[1], form[0]))
         else:
             a, b, w = ((factors[0],), (factors[1],), (form[0],)) if factors is not None else ((qp,), (kp,), (form[0],))
-        try:
-            with compiled.recompiles():
-                for i in range(0, tq, cq):
-                    qi = slice(i, min(i + cq, tq))
-                    for j in range(0, tk, ck):
-                        kj = slice(j, min(j + ck, tk))
-                        args = (*(t[..., qi, :] for t in a), *(t[..., kj, :] for t in b), *w, form[1], form[2])
-                        yield qi, kj, (_PairedTraining.apply(*args, signature) if paired and torch.is_grad_enabled()
-                                       else kernel(signature, *args))
-            return
-        except Exception as e:  # noqa: BLE001 - no compiler, unsupported dtype...: the eager tiles
-            if qi.start != 0 or kj.start != 0:
-                raise  # a failure after tiles were given out is not a compiler's
-            compiled.failed(e, f"the {name}")
+
+        def args_of(qi: slice, kj: slice) -> tuple:
+            return (*(t[..., qi, :] for t in a), *(t[..., kj, :] for t in b), *w, form[1], form[2])
+
+        def eager(*args):
+            return _eager_rows(kernel.fn, args, len(a))
+
+    if fused:
+        grad = paired and torch.is_grad_enabled()
+        for i in range(0, tq, fcq):
+            qi = slice(i, min(i + fcq, tq))
+            for j in range(0, tk, fck):
+                kj = slice(j, min(j + fck, tk))
+                args = args_of(qi, kj)
+                yield qi, kj, (_PairedTraining.apply(*args, signature, name) if grad
+                               else kernel.run(signature, eager, *args, on_fail=_off(name)))
+        return
     remat = torch.is_grad_enabled() and (cq < tq or ck < tk)
-    ctx = kernel.eager(signature, qp.device) if kernel is not None else _nothing()
+    example = (lambda: (args_of(slice(0, min(fcq, tq)), slice(0, min(fck, tk))), {})) if kernel is not None else None
+    ctx = kernel.eager(signature, qp.device, example) if kernel is not None else _nothing()
     with ctx:
         for i in range(0, tq, cq):
             qi = slice(i, min(i + cq, tq))
@@ -276,6 +300,22 @@ def tiles(qp: Tensor, kp: Tensor, pair: Callable[[Tensor], Tensor], form: FusedF
                 else:
                     s = _tile(pair, qp[..., qi, :], kp[..., kj, :])
                 yield qi, kj, s
+
+
+def _off(name: str) -> Callable[[BaseException], None]:
+    return lambda e: compiled.failed(e, f"the {name}")
+
+
+def _eager_rows(fn: Callable, args: tuple, per_side: int) -> Tensor:
+    """A fused kernel's function run eager on a tile, in chunks of query rows that never hold more than
+    :data:`_EAGER_TERMS` ``(i, j, h)`` terms (the function itself holds a ``(cq, ck, hidden)`` tensor)."""
+    qs, rest = args[:per_side], args[per_side:]
+    cq, ck, hidden = qs[0].shape[-2], rest[0].shape[-2], qs[0].shape[-1] * per_side
+    lead = math.prod(torch.broadcast_shapes(qs[0].shape[:-2], rest[0].shape[:-2]))
+    rows = max(1, _EAGER_TERMS // max(1, lead * ck * hidden))
+    if rows >= cq:
+        return fn(*args)
+    return torch.cat([fn(*(t[..., i:i + rows, :] for t in qs), *rest) for i in range(0, cq, rows)], dim=-2)
 
 
 class _nothing:

@@ -34,7 +34,6 @@ The modifiers come wrapped by :mod:`qkv.flex` (shifted by ``q_offset`` and check
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable, Hashable
 
 import torch
@@ -249,29 +248,34 @@ class _Plan:
         return out
 
     def run(self, kernel: compiled.Kernel, blocks, body) -> None:
-        """``body(fn, span)`` for every span, ``fn`` the compiled kernel (with the raw modifiers) where it is used, else
-        the eager function (with the checked ones, timed for the ``auto`` rule)."""
+        """``body(fn, span)`` for every span, ``fn`` running the block through :meth:`compiled.Kernel.run`: compiled
+        (with the raw modifiers) where it is ready, else the eager function (with the checked ones, timed for the
+        ``auto`` rule)."""
+        def eager(*a, score_mod=None, mask_mod=None, **kw):
+            return kernel.fn(*a, score_mod=self.score_fn, mask_mod=self.mask_fn, **kw)
+
+        if self.mods is None:  # modifiers the compiler could not take: eager, untimed
+            for span in blocks:
+                body(eager, span)
+            return
+        smod, mmod = self.mods
         device = torch.device("cpu")
-        use = self.mods is not None and kernel.use(self.signature, device)
-        if use:
-            smod, mmod = self.mods
-            first = True
-            for span in blocks:
-                try:
-                    with compiled.recompiles():
-                        body(lambda *a, **kw: kernel(self.signature, *a, score_mod=smod, mask_mod=mmod, **kw), span)
-                except Exception as e:  # noqa: BLE001 - no compiler, a modifier it cannot trace...: eager
-                    if not first:
-                        raise  # a failure after blocks were done is not a compiler's
-                    (self.on_fail or (lambda err: compiled.failed(err, "attention with score_mod/mask_mod")))(e)
-                    break
-                first = False
-            else:
-                return
-        ctx = kernel.eager(self.signature, device) if self.mods is not None else contextlib.nullcontext()
-        with ctx:
-            for span in blocks:
-                body(lambda *a, **kw: kernel.fn(*a, score_mod=self.score_fn, mask_mod=self.mask_fn, **kw), span)
+        if not kernel.use(self.signature, device):  # one call's blocks eager, timed together (the rule counts calls)
+            first: list = []
+
+            def timed(*a, **kw):
+                if not first:
+                    first.append((a, {**kw, "score_mod": smod, "mask_mod": mmod}))
+                return eager(*a, **kw)
+
+            with kernel.eager(self.signature, device, lambda: first[0] if first else None):
+                for span in blocks:
+                    body(timed, span)
+            return
+        on_fail = self.on_fail or (lambda err: compiled.failed(err, "attention with score_mod/mask_mod"))
+        for span in blocks:
+            body(lambda *a, **kw: kernel.run(self.signature, eager, *a, score_mod=smod, mask_mod=mmod,
+                                             on_fail=on_fail, **kw), span)
 
     @staticmethod
     def at(bi: int, h0: int, i0: int, j0: int) -> Tensor:

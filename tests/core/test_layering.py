@@ -31,12 +31,14 @@ ROOT = REPO / "qkv"
 #: Whatever a layer may import, the layers above it may import as well (the relation is closed transitively).
 LAYERS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "util": (("qkv.options", "qkv.metrics"), ()),
-    "core.base": (("qkv.hooks", "qkv.compiled", "qkv.memory", "qkv.masks", "qkv.normalize", "qkv.mods"), ()),
+    "core.base": (("qkv.hooks", "qkv.compiled", "qkv.background", "qkv.memory", "qkv.masks", "qkv.normalize",
+                   "qkv.mods"), ()),
     "core.tiling": (("qkv.tiling",), ("core.base",)),
     "core.scores": (("qkv.scores", "qkv.location"), ("core.tiling",)),
     "core.paths": (("qkv.paths",), ("core.scores",)),
     "core.flex": (("qkv.flex",), ("core.paths",)),
-    "core.functional": (("qkv.functional",), ("core.flex",)),
+    "core.table": (("qkv.paths.table",), ("core.flex",)),  # the ordered table of paths, above every path
+    "core.functional": (("qkv.functional",), ("core.table",)),
     "core.capture": (("qkv.capture",), ("core.functional",)),
     "data": (("qkv.data",), ("util",)),
     "viz": (("qkv.viz",), ("core.capture", "util")),
@@ -44,9 +46,9 @@ LAYERS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "api": (("qkv",), ("layers",)),  # the package's own exports (qkv/__init__.py)
     "models": (("qkv.models", "qkv.explain"), ("layers", "data", "util")),
     "train": (("qkv.train",), ("models",)),
-    "apps": (("qkv.apps", "qkv.integrations"), ("train", "viz")),
+    "export": (("qkv.export",), ("models", "api")),  # graphs of modules; a run's export is its application's
+    "apps": (("qkv.apps", "qkv.integrations"), ("train", "viz", "export")),
     "notebook": (("qkv.notebook",), ("apps",)),  # the page of a run, a saved model or a model object
-    "export": (("qkv.export",), ("apps", "api")),
     "cli": (("qkv.cli", "qkv.__main__"), ("apps", "api", "export")),
 }
 

@@ -331,6 +331,7 @@ def test_the_block_kernels_compile_when_they_pay(gen, monkeypatch, tmp_path):
 
     monkeypatch.setattr(compiled, "clock", clock)
     monkeypatch.setattr(compiled, "_compile", fake_compile)
+    monkeypatch.setattr(compiled, "_start", lambda job: job())  # the background compilation, done at once
     monkeypatch.setenv("QKV_CACHE_DIR", str(tmp_path))
     monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
     monkeypatch.setattr(compiled, "_broken", None)

@@ -258,7 +258,11 @@ def test_fused_equals_reference(gen, case, monkeypatch):
 @pytest.mark.usefixtures("compile_now")
 def test_fused_path_falls_back_when_it_cannot_compile(gen, monkeypatch, caplog):
     q, k, v = qkv_(gen, b=1, h=2, tq=128, tk=128, d=16, dtype=torch.float32)
-    monkeypatch.setattr(flex, "_flex", lambda: (_ for _ in ()).throw(RuntimeError("no C++ compiler")))
+    def broken(*a, **kw):
+        raise RuntimeError("no C++ compiler")
+
+    monkeypatch.setattr(flex.FLEX, "_compiled", broken)
+    monkeypatch.setattr(flex.FLEX, "counts", {})
     monkeypatch.setattr(compiled, "_broken", None)
     with caplog.at_level(logging.WARNING, logger="qkv.compiled"), torch.no_grad():
         out = qkv.attention(q, k, v, score_mod=mods.alibi(2), mask_mod=mods.causal)
@@ -337,7 +341,8 @@ def test_a_user_modifier_that_cannot_compile_runs_on_the_reference_path_alone(ge
         tries.append(1)
         raise RuntimeError("Unsupported: data-dependent operator")
 
-    monkeypatch.setattr(flex, "_flex", lambda: cannot)
+    monkeypatch.setattr(flex.FLEX, "_compiled", cannot)
+    monkeypatch.setattr(flex.FLEX, "counts", {})
     with caplog.at_level(logging.WARNING), torch.no_grad():
         out = qkv.attention(q, k, v, mask_mod=odd_window)
         again = qkv.attention(q, k, v, mask_mod=odd_window)

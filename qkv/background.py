@@ -1,0 +1,89 @@
+"""qkv's background thread for compilations (:mod:`qkv.compiled`): what tells apart the arguments a compiled kernel
+runs without compiling again, copies of a call's arguments for the compilation to run on, and the thread itself."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+import torch
+
+__all__ = ["layout", "copies", "start", "wait"]
+
+
+def layout(args: tuple, kwargs: dict, options: dict) -> tuple:
+    """What decides whether a compiled kernel runs these arguments without compiling again: per tensor its dtype,
+    device, strides' order and its sizes (for a kernel compiled for any size, only which sizes are 0 or 1 and which
+    are equal, as dynamo's guards see them), whether it needs gradients and which tensors share memory; other
+    arguments as they are (a function by its code)."""
+    dynamic = options.get("dynamic", False)
+    sizes: dict[int, int] = {}
+    storages: dict[int, int] = {}
+    out = []
+    for name, a in [(None, a) for a in args] + sorted(kwargs.items(), key=lambda kv: kv[0]):
+        if isinstance(a, torch.Tensor):
+            shape = tuple(s if s < 2 or not dynamic else -sizes.setdefault(s, len(sizes) + 2) for s in a.shape)
+            ptr = a.untyped_storage().data_ptr() if a.device.type != "meta" else id(a)
+            out.append((name, a.dtype, a.device.type, shape, a.stride() if not dynamic else a.is_contiguous(),
+                        a.requires_grad, storages.setdefault(ptr, len(storages))))
+        elif callable(a) and not isinstance(a, type):
+            out.append((name, getattr(a, "__code__", type(a))))
+        elif isinstance(a, (int, float, str, bool, type(None), torch.dtype)):
+            out.append((name, a))
+        else:
+            out.append((name, type(a).__name__, tuple(getattr(a, "shape", ()))))
+    return (torch.is_grad_enabled(), *out)
+
+
+def copies(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    """The arguments with every tensor a copy of the same strides, offsets and sharing (storages copied once)."""
+    made: dict[int, torch.Tensor] = {}
+
+    def copy(t):
+        if not isinstance(t, torch.Tensor):
+            return t
+        storage = t.untyped_storage()
+        base = made.get(storage.data_ptr())
+        if base is None:
+            whole = torch.empty(0, dtype=torch.uint8, device=t.device).set_(storage)
+            base = made[storage.data_ptr()] = whole.clone()
+        c = torch.empty(0, dtype=t.dtype, device=t.device).set_(base.untyped_storage(), t.storage_offset(),
+                                                                 t.shape, t.stride())
+        return c.requires_grad_(t.requires_grad) if t.requires_grad else c
+
+    with torch.no_grad():
+        return tuple(copy(a) for a in args), {k: copy(v) for k, v in kwargs.items()}
+
+
+_queue: list = []
+_worker: list = [None]
+_idle = threading.Condition()
+
+
+def _loop() -> None:
+    while True:
+        with _idle:
+            while not _queue:
+                _idle.wait()
+            job = _queue[0]
+        job()
+        with _idle:
+            _queue.pop(0)
+            _idle.notify_all()
+
+
+def start(job: Callable[[], None]) -> None:
+    """Run ``job`` on qkv's background thread (one, made on first use; replaced by an inline call in tests)."""
+    with _idle:
+        _queue.append(job)
+        if _worker[0] is None or not _worker[0].is_alive():
+            _worker[0] = threading.Thread(target=_loop, name="qkv-compile", daemon=True)
+            _worker[0].start()
+        _idle.notify_all()
+
+
+def wait(timeout: float | None = None) -> bool:
+    """Wait until the background compilations started so far are done (for tests and benchmarks; no call of qkv
+    waits for them). Returns whether they are."""
+    with _idle:
+        return _idle.wait_for(lambda: not _queue, timeout)
