@@ -62,7 +62,9 @@ def child(what: str, seconds: float, cache: str) -> dict:
     env = {**os.environ, "QKV_COMPILE": "auto", "TORCHINDUCTOR_CACHE_DIR": cache, "QKV_CACHE_DIR": cache,
            "OMP_NUM_THREADS": "2"}
     code = CHILD.format(root=str(ROOT), what=what, seconds=seconds)
-    res = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    res = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=False)
+    if res.returncode:
+        raise SystemExit(res.stderr[-3000:])
     log = [line for line in res.stderr.splitlines() if "qkv:" in line]
     return {**json.loads(res.stdout.strip().splitlines()[-1]), "log": log}
 
@@ -71,7 +73,7 @@ def summary(r: dict) -> str:
     import statistics
 
     t = r["times"]
-    eager = statistics.median(t[1:min(len(t), 6)])  # the first calls run eager (the very first warms up)
+    eager = statistics.median(t[1:min(len(t), 6)] or t)  # the first calls run eager (the very first warms up)
     last = statistics.median(t[-10:])
     return (f"calls {len(t)}, eager call {eager:.3f} s, slowest {max(t):.3f} s ({max(t) / eager:.2f}x eager), "
             f"median of the last ten {last:.4f} s = {r['baseline'] / last:.2f}x the baseline ({r['baseline']:.3f} s)"
