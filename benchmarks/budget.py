@@ -118,11 +118,11 @@ def mean_spread(values: list[float]) -> str:
 
 
 def main() -> None:
-    from qkv.apps import APPLICATIONS
+    from qkv.apps import catalogue
 
     goals = list(GOALS)
     known = {g.app for g in goals}
-    goals += [Goal(name, name, 10, [], {}, "defaults") for name in APPLICATIONS if name not in known]
+    goals += [Goal(name, name, 10, [], {}, "defaults") for name in catalogue() if name not in known]
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--only", nargs="+", choices=[g.key for g in goals], help="these rows only")
     ap.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])

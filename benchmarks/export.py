@@ -101,14 +101,15 @@ def _graphs(name: str, graphs: dict, source) -> dict:
 def decoders(gen) -> dict:
     from types import SimpleNamespace
 
+    from qkv.apps.speech.export import graphs as speech_graphs
     from qkv.apps.speech.options import SpeechOptions
     from qkv.apps.speech.task import model_spec as speech_spec
+    from qkv.apps.summarize.export import graphs as summarize_graphs
     from qkv.apps.summarize.options import SummarizeOptions
     from qkv.apps.summarize.task import model_spec as summary_spec
     from qkv.apps.translate.options import TranslateOptions
     from qkv.apps.translate.task import model_spec as translate_spec
-    from qkv.export.decoders import speech_graphs, summarize_graphs
-    from qkv.export.seq2seq import translate_graphs
+    from qkv.apps.translate.export import graphs as translate_graphs
 
     def built(spec):
         return create(spec["name"], **spec["config"]).eval()

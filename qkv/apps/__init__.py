@@ -1,43 +1,90 @@
-"""Applications as plain libraries, each a small subclass of one contract (:mod:`qkv.apps.base`): a package
-``qkv/apps/NAME/`` with ``options.py`` (``NAMEOptions``, ``train_defaults``), ``task.py`` (``load_data``,
-``model_spec``, its metric function and ``NAMETask``, an :class:`~qkv.apps.base.ApplicationTask`), ``predictor.py``
-(the result type and the :class:`~qkv.apps.base.Predictor`: ``predict`` / ``evaluate`` / ``view`` /
-``result_row``; ``load`` is the base's) and ``APPLICATION`` in its ``__init__.py``.
+"""Applications: each one folder ``qkv/apps/NAME/`` holding everything that is its own (options, data, model spec,
+metric, predictor, pictures, export graphs, command), each a small subclass of one contract (:mod:`qkv.apps.base`).
 
-The registry below is what the command line walks: ``qkv train NAME``, ``qkv evaluate RUN`` and ``qkv view RUN``
-(a run knows its application); :func:`register_application` adds one defined elsewhere. CONTRIBUTING.md says how
-to add an application.
+Words used throughout: an *application* (translation, speech...) is what ``qkv train NAME`` trains; a *run* is the
+folder one training wrote (its ``best/`` and ``checkpoint/``); the *task* is the trainer's side of an application
+(:class:`qkv.train.Task`).
+
+The registry below is what the command line walks. :func:`catalogue` lists the applications and their commands
+without importing any of them (``qkv --help`` stays fast): qkv's own are the packages of this folder, each
+declaring ``ABOUT`` (its help and its commands' help, literals read from the source); :func:`register_application`
+adds one defined elsewhere. :func:`application` imports one when it is used; :func:`load_predictor` reads a run of
+any application, its configuration and weights read once.
 """
 
 from __future__ import annotations
 
+import ast
+import dataclasses
+import functools
 import importlib
 import os
+from pathlib import Path
 
-from .base import Application, ApplicationTask, Predictor, ViewInput
+from .base import Application, ApplicationTask, Command, Predictor, ViewInput
 
-__all__ = ["APPLICATIONS", "application", "application_of", "load_predictor", "register_application",
-           "unregister_application", "Application", "ApplicationTask", "Predictor", "ViewInput"]
+__all__ = ["About", "catalogue", "application", "application_of", "load_predictor", "register_application",
+           "unregister_application", "Application", "ApplicationTask", "Command", "Predictor", "ViewInput"]
 
-#: the applications' names, in the order ``qkv train --help`` lists them: qkv's own (each a package
-#: ``qkv.apps.NAME``), then those added by :func:`register_application`
-APPLICATIONS: list[str] = ["translate", "sentiment", "images", "caption", "qa", "segment", "summarize", "speech",
-                           "lm"]
+_HERE = Path(__file__).parent
 _REGISTERED: dict[str, Application] = {}
 
 
+@dataclasses.dataclass(frozen=True)
+class About:
+    """What the command line knows of an application before importing it: its ``help`` (``qkv train --help``) and
+    its own commands, name -> help."""
+
+    name: str
+    help: str
+    commands: dict[str, str]
+
+
+def _read_about(folder: Path) -> About | None:
+    """``ABOUT`` of the application package ``folder``, read from its ``__init__.py`` as a literal (not run)."""
+    source = folder / "__init__.py"
+    if not source.is_file():
+        return None
+    for node in ast.parse(source.read_text(encoding="utf-8"), str(source)).body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "ABOUT" for t in node.targets):
+            about = ast.literal_eval(node.value)
+            return About(folder.name, about["help"], dict(about.get("commands", {})))
+    return None
+
+
+@functools.cache
+def _builtin() -> dict[str, About]:
+    found = (_read_about(d) for d in sorted(_HERE.iterdir()) if d.is_dir() and not d.name.startswith("_"))
+    return {a.name: a for a in found if a is not None}
+
+
+def catalogue() -> dict[str, About]:
+    """Every application, name -> :class:`About`: qkv's own (in the order ``qkv train --help`` lists them), then
+    those added by :func:`register_application`. Nothing is imported."""
+    order = ("translate", "sentiment", "images", "caption", "qa", "segment", "summarize", "speech", "lm")
+    own = _builtin()
+    names = [n for n in order if n in own] + sorted(n for n in own if n not in order)
+    out = {n: own[n] for n in names}
+    for name, app in _REGISTERED.items():
+        out[name] = About(name, app.help, {c: cmd.help for c, cmd in app.commands.items()})
+    return out
+
+
 def register_application(app: Application) -> Application:
-    """Add ``app`` to the registry (``qkv train NAME``, ``qkv evaluate``, ``qkv view`` and ``qkv predict`` then
-    know it); ``ValueError`` for a name already taken. Returns ``app``."""
+    """Add ``app`` to the registry (``qkv train NAME``, ``qkv evaluate``, ``qkv view``, ``qkv predict``, ``qkv
+    export`` and its own commands then know it); ``ValueError`` for a name already taken. Returns ``app``."""
     if not isinstance(app, Application):
         raise TypeError(f"register_application takes an Application, got {type(app).__name__}")
-    if app.name in APPLICATIONS:
+    if app.name in catalogue():
         raise ValueError(f"an application is already called {app.name!r}")
     if app.task.name != app.name:
         raise ValueError(f"application {app.name!r}: its task is called {app.task.name!r}; they must be the same "
                          "(the name every checkpoint of its runs stores)")
+    taken = {c for about in catalogue().values() for c in about.commands}
+    clash = sorted(set(app.commands) & taken)
+    if clash:
+        raise ValueError(f"application {app.name!r}: the command {clash[0]!r} is already another application's")
     _REGISTERED[app.name] = app
-    APPLICATIONS.append(app.name)
     return app
 
 
@@ -46,29 +93,36 @@ def unregister_application(name: str) -> None:
     if name not in _REGISTERED:
         raise ValueError(f"{name!r} is not a registered application")
     del _REGISTERED[name]
-    APPLICATIONS.remove(name)
 
 
 def application(name: str) -> Application:
-    """The application called ``name`` (``ValueError`` listing the names for another)."""
-    if name not in APPLICATIONS:
-        raise ValueError(f"no application {name!r}; qkv has {', '.join(APPLICATIONS)}")
+    """The application called ``name``, imported now (``ValueError`` listing the names for another)."""
     if name in _REGISTERED:
         return _REGISTERED[name]
+    if name not in _builtin():
+        raise ValueError(f"no application {name!r}; qkv has {', '.join(catalogue())}")
     return importlib.import_module(f"{__name__}.{name}").APPLICATION
 
 
 def application_of(run: str | os.PathLike) -> Application:
-    """The application whose run (or checkpoint) ``run`` is, read from its ``config.json`` alone (the weights are
-    read once, by the predictor's ``load``)."""
+    """The application whose run (or checkpoint) ``run`` is, read from its ``config.json`` alone."""
     from .run import run_task
 
     task = run_task(run)
-    if task not in APPLICATIONS:
-        raise ValueError(f"{run} is a {task!r} run; qkv knows {', '.join(APPLICATIONS)}")
+    if task not in catalogue():
+        raise ValueError(f"{run} is a {task!r} run; qkv knows {', '.join(catalogue())}")
     return application(task)
 
 
-def load_predictor(run: str | os.PathLike, device: str = "auto") -> Predictor:
-    """The predictor of any application's run: ``load_predictor("runs/dates").predict(["7 mars 2019"])``."""
-    return application_of(run).predictor.load(run, device)
+def load_predictor(run, device: str = "auto", name: str | None = None) -> Predictor:
+    """The predictor of any application's run (a run or checkpoint directory, or a read
+    :class:`qkv.train.checkpoint.Checkpoint`), its folder resolved and its files read once:
+    ``load_predictor("runs/dates").predict(["7 mars 2019"])``. ``name``: the application the run must be."""
+    from ..train.checkpoint import Checkpoint, load_checkpoint
+
+    ckpt = run if isinstance(run, Checkpoint) else load_checkpoint(run)
+    if name is not None and ckpt.task != name:
+        raise ValueError(f"{ckpt.path} holds a {ckpt.task!r} model, not a {name!r} one")
+    if ckpt.task not in catalogue():
+        raise ValueError(f"{run} is a {ckpt.task!r} run; qkv knows {', '.join(catalogue())}")
+    return application(ckpt.task).predictor.load(ckpt, device)

@@ -41,9 +41,20 @@ from .run import LoadedRun, load_run, model_from_spec, upgrade_options
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["Application", "ApplicationTask", "Predictor", "PageInput", "ViewInput", "load_run", "upgrade_options",
-           "model_from_spec", "LoadedRun", "need_text", "text_inputs", "file_inputs", "refuse_settings", "jsonable",
-           "length_batches", "evaluating"]
+__all__ = ["Application", "Command", "ApplicationTask", "Predictor", "PageInput", "ViewInput", "load_run",
+           "upgrade_options", "model_from_spec", "LoadedRun", "need_text", "text_inputs", "file_inputs",
+           "refuse_settings", "jsonable", "length_batches", "evaluating"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Command:
+    """A command of an application's own (``qkv transcribe``, ``qkv classify``): its help line, its options (a
+    dataclass of :func:`qkv.options.option` fields, turned into flags by the command line) and ``run(options) ->
+    exit code``."""
+
+    help: str
+    options: type
+    run: Callable[[Any], int]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,6 +77,9 @@ class Application:
         budget_defaults: ``(options, train_config) -> {field: value}``, optional: the options' defaults sized to
             the run's budget (``max_minutes``, ``max_steps``; ``qkv train`` applies them under the flags given);
             ``None``: one size for all.
+        commands: the application's own commands (``qkv transcribe``), name -> :class:`Command`.
+        export: ``predictor -> {graph name: (module, example inputs, manifest extras)}``, the ONNX graphs of a run
+            (:func:`qkv.apps.export.export_run`); ``None``: its runs cannot be exported.
     """
 
     name: str
@@ -78,6 +92,8 @@ class Application:
     model_spec: Callable[..., dict[str, Any]] | None = None
     train: Callable[[Any, Any], list[Any]] | None = None
     budget_defaults: Callable[[Any, Any], dict[str, Any]] | None = None
+    commands: Mapping[str, Command] = dataclasses.field(default_factory=dict)
+    export: Callable[[Any], dict[str, Any]] | None = None
 
     def __post_init__(self) -> None:
         for name, default in (("options", "options_type"), ("load_data", "load_data"), ("model_spec", "model_spec")):
@@ -256,9 +272,10 @@ class Predictor(ABC):
         self._data: dict[Any, Any] = {}
 
     @classmethod
-    def load(cls, run_dir: str | os.PathLike, device: str | torch.device = "auto") -> Predictor:
-        """Read ``run_dir`` (a run directory: its ``best/``, else ``checkpoint/``; or a checkpoint directory, of any
-        release) for prediction, the model on ``device`` (``auto``: CUDA when there is one)."""
+    def load(cls, run_dir, device: str | torch.device = "auto") -> Predictor:
+        """Read ``run_dir`` (a run directory: its ``best/``, else ``checkpoint/``; a checkpoint directory, of any
+        release; or a :class:`~qkv.train.checkpoint.Checkpoint` already read) for prediction, the model on
+        ``device`` (``auto``: CUDA when there is one)."""
         from ..data import load_tokenizer
 
         run = load_run(run_dir, cls.task, cls.task_class.options_type, device)
@@ -294,6 +311,26 @@ class Predictor(ABC):
     @abstractmethod
     def view(self, given: ViewInput) -> PageInput:
         """Every attention of the model on one input, for :func:`qkv.viz.page.save_attention_page`."""
+
+    def note(self, result: Any, settings: Mapping[str, Any]) -> str | None:
+        """What ``result`` (one of :meth:`predict`'s, made with ``settings``) left out, in words (a source cut at the
+        model's limit, an output stopped at the longest allowed), or ``None``. Every command says it on stderr and
+        in the result's row; none by default (what the library already logs is not said twice)."""
+        return None
+
+    def check_settings(self, given: Mapping[str, Any], method: str = "evaluate") -> dict[str, Any]:
+        """``given`` (settings that are not ``None``) when :meth:`predict` or :meth:`evaluate` (``method``) takes
+        every one of them; else a ``ValueError`` naming those it does not take."""
+        import inspect
+
+        takes = inspect.signature(getattr(self, method)).parameters
+        if any(p.kind is p.VAR_KEYWORD for p in takes.values()):
+            return dict(given)
+        refused = [k for k in given if k not in takes or k in ("inputs", "data", "split", "limit")]
+        if refused:
+            raise ValueError(f"{', '.join(refused)} {'does' if len(refused) == 1 else 'do'} not apply to {self.task} "
+                             "runs")
+        return dict(given)
 
     def check_view_input(self, given: ViewInput) -> None:
         """A ``ValueError`` naming the parts of ``given`` that :meth:`view` would not look at (:attr:`view_inputs`):

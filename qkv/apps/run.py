@@ -89,17 +89,18 @@ def upgrade_options(cls: type, old: Mapping[str, Any], renames: Mapping[str, str
     return cls(**values)
 
 
-def load_run(path: str | os.PathLike, task: str, options_cls: type, device: str | torch.device = "auto") -> LoadedRun:
-    """Read a run (or checkpoint) directory of ``task`` for prediction: its weights read once, a run of an older
-    checkpoint format upgraded (:func:`qkv.train.upgrade.upgrade`). Raises ``ValueError`` for a run of another
-    task, a newer format, or a configuration that does not fit.
+def load_run(path, task: str, options_cls: type, device: str | torch.device = "auto") -> LoadedRun:
+    """Read a run (or checkpoint) directory of ``task``, or a :class:`~qkv.train.checkpoint.Checkpoint` already
+    read, for prediction: its weights read once, a run of an older checkpoint format upgraded
+    (:func:`qkv.train.upgrade.upgrade`). Raises ``ValueError`` for a run of another task, a newer format, or a
+    configuration that does not fit.
     """
     from ..train import resolve_device
-    from ..train.checkpoint import VERSION, load_checkpoint
+    from ..train.checkpoint import VERSION, Checkpoint, load_checkpoint
     from ..train.upgrade import upgrade
 
     dev = resolve_device(str(device))
-    ckpt = load_checkpoint(path)
+    ckpt = path if isinstance(path, Checkpoint) else load_checkpoint(path)
     where = str(ckpt.path / "config.json")
     if ckpt.task != task:
         raise ValueError(f"{ckpt.path} holds a {ckpt.task!r} model, not a {task!r} one")

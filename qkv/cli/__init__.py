@@ -1,14 +1,12 @@
-"""The ``qkv`` command line: thin subcommands whose flags are generated from options dataclasses.
+"""The ``qkv`` command line, built from declarations: qkv's own commands (one module each, named after it, stating
+``COMMAND = (name, help, options dataclass, function)``: :mod:`.explain`, :mod:`.train` for ``qkv train NAME``,
+:mod:`.predict`, :mod:`.evaluate`, :mod:`.view`, :mod:`.export`) and each application's own commands (``qkv
+translate``, ``qkv transcribe``...: :attr:`qkv.apps.Application.commands`), every flag generated from an options
+dataclass (:mod:`.options`). No module here names an application: they are listed by :func:`qkv.apps.catalogue`
+without being imported, and only the one a command uses is imported (``qkv --help`` loads none).
 
-One module per command, named after it (:mod:`.explain`, :mod:`.train` for ``qkv train NAME`` of every
-application, :mod:`.predict`, :mod:`.evaluate`, :mod:`.view`, :mod:`.faithfulness`, and the friendly verbs
-:mod:`.translate`, :mod:`.classify`, :mod:`.show_attention`, :mod:`.caption`, :mod:`.answer`, :mod:`.segment`,
-:mod:`.summarize`, :mod:`.transcribe`, :mod:`.generate`), each stating ``COMMAND = (name, help, options dataclass,
-function)``; :mod:`.train`, which adds a command per application, has ``register(commands, train_commands)``. The
-flags every command shares are defined once (:mod:`.shared`); every predicting command goes :mod:`.predict`'s way and
-every evaluation :func:`.evaluate.evaluation`'s. Every failure a user can cause ends in one line on stderr,
-``qkv: error: ...``, with exit code 2 (130 after Ctrl-C); ``-v`` adds the traceback. An error never advises a flag
-the command does not have.
+Every failure a user can cause ends in one line on stderr, ``qkv: error: ...``, with exit code 2 (130 after
+Ctrl-C); ``-v`` adds the traceback. An error never advises a flag the command does not have.
 """
 
 from __future__ import annotations
@@ -26,13 +24,13 @@ from dataclasses import dataclass
 from .. import __version__
 from ..memory import keep_freed_memory
 from ..options import option
-from .options import ArgumentParser, add_options, options_from_args
+from .options import ArgumentParser, add_command, add_options, options_from_args
 
 __all__ = ["main", "build_parser", "COMMAND_MODULES", "GlobalOptions"]
 
-COMMAND_MODULES = ("explain", "train", "predict", "evaluate", "view", "translate", "classify", "show_attention",
-                   "caption", "answer", "segment", "summarize", "transcribe", "generate", "faithfulness",
-                   "export")
+#: qkv's own commands, each a module of this package, in the order ``qkv --help`` lists them (the applications'
+#: commands follow)
+COMMAND_MODULES = ("explain", "train", "predict", "evaluate", "view", "export")
 
 
 @dataclass
@@ -45,23 +43,54 @@ class GlobalOptions:
                                   "default qkv keeps it for reuse, which makes large temporary tensors cheaper)")
 
 
-def build_parser() -> ArgumentParser:
+def _chosen(argv: list[str] | None) -> list[str]:
+    """The command words of ``argv`` (``["train", "translate"]``, ``["view"]``) past the global options; ``None``:
+    every command (the whole parser)."""
+    if argv is None:
+        return []
+    words, skip = [], False
+    for word in argv:
+        if skip:
+            skip = False
+        elif word == "--threads":
+            skip = True
+        elif not word.startswith("-"):
+            words.append(word)
+            if len(words) == 2:
+                break
+    return words
+
+
+def build_parser(argv: list[str] | None = None) -> ArgumentParser:
+    """The parser of ``qkv``. Every command is listed; with ``argv``, only the command it names gets its flags
+    (and imports its application), so that a command line loads no more than it uses; without, all of them."""
     import importlib
 
+    from ..apps import application, catalogue
+    from .train import add_train_command
+
+    words = _chosen(argv)
+    wanted = (lambda *names: True) if argv is None else (lambda *names: list(names) == words[:len(names)])
     parser = ArgumentParser(prog="qkv", description="Attention mechanisms: explain, train, look inside.")
     parser.add_argument("--version", action="version", version=f"qkv {__version__}")
     add_options(parser, GlobalOptions)
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=ArgumentParser)
-    train = commands.add_parser("train", help="train a model for one of the applications")
-    train_commands = train.add_subparsers(dest="task", required=True, metavar="TASK", parser_class=ArgumentParser)
+    apps = catalogue()
     for name in COMMAND_MODULES:
         module = importlib.import_module(f"{__name__}.{name}")
-        if hasattr(module, "COMMAND"):  # one command: (name, help, options dataclass, function)
-            from .common import add_command
-
-            add_command(commands, *module.COMMAND)
-        else:  # several, or the training commands
-            module.register(commands, train_commands)
+        cmd, help, options, func = module.COMMAND
+        p = add_command(commands, cmd, help, options if wanted(cmd) else None, func)
+        if name == "train":
+            train_commands = p.add_subparsers(dest="application", required=True, metavar="APPLICATION",
+                                              parser_class=ArgumentParser)
+            for app in apps.values():
+                add_train_command(train_commands, app.name, app.help,
+                                  application(app.name) if wanted("train", app.name) else None)
+    for app in apps.values():
+        for cmd, help in app.commands.items():
+            command = application(app.name).commands[cmd] if wanted(cmd) else None
+            add_command(commands, cmd, help, command and command.options,
+                        command and (lambda args, c=command: c.run(options_from_args(args, c.options))))
     return parser
 
 
@@ -119,7 +148,7 @@ def _flags_of(parser, words: list[str]) -> set[str]:
 
 def command_flags(parser, args) -> frozenset[str]:
     """The option strings of the command ``args`` ran (its parser's and the global ones)."""
-    words = [w for w in (getattr(args, "command", None), getattr(args, "task", None)) if w]
+    words = [w for w in (getattr(args, "command", None), getattr(args, "application", None)) if w]
     return frozenset(_flags_of(parser, words))
 
 
@@ -138,7 +167,8 @@ def _interrupted(args, e: BaseException | None = None) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(argv)
     args = parser.parse_args(argv)
     try:
         options = options_from_args(args, GlobalOptions)

@@ -1,23 +1,18 @@
-"""``qkv evaluate RUN...``: the metrics of runs of any application side by side, and :func:`evaluation`, the one
-evaluation every command runs (the ``--evaluate`` of ``qkv caption``, ``segment``, ``summarize``, ``transcribe``
-and ``answer`` are this with their own flags and tables): the predictor's ``evaluate``, what it skipped said on
-stderr, the figures written by ``--json``."""
+"""``qkv evaluate RUN...``: the metrics of runs of any application side by side, through the one evaluation every
+command runs (:func:`qkv.apps.command.evaluation`: the predictor's ``evaluate``, what it skipped said on stderr)."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
+from ..apps.command import DeviceOption, JsonOption, LimitOption, PlotOption, evaluation, load, plot_file
+from ..apps.console import safe, write_json
 from ..options import option
-from .common import safe, warn, write_json
 from .options import options_from_args
-from .predict import load
-from .shared import DeviceOption, JsonOption, LimitOption, PlotOption, plot_file
 
-__all__ = ["COMMAND", "EvaluateCommand", "evaluation"]
+__all__ = ["COMMAND", "EvaluateCommand"]
 
 
 @dataclass
@@ -38,31 +33,6 @@ class EvaluateCommand(JsonOption, PlotOption, LimitOption, DeviceOption):
 
     FLAG_HELP = {"plot": "a chart (PNG/SVG) of the by-bucket figures (metrics named METRIC@BUCKET)",
                  "json": "write the figures as JSON ({run: {metric: value}}; NaN written null)"}
-
-
-def evaluation(predictor, data: str | None = None, *, split: str = "test", limit: int | None = None,
-               name: str = "", report: Callable[[dict[str, float]], None] | None = None, json_path: str | None = None,
-               **settings: Any) -> dict[str, float]:
-    """``predictor.evaluate`` with the settings given (``None``: the application's default; one the application
-    does not take is a ``ValueError`` naming its flag); the examples it skipped are said on stderr, ``report``
-    prints the figures, and they are written to ``json_path``."""
-    import inspect
-
-    given = {k: v for k, v in settings.items() if v is not None}
-    takes = inspect.signature(predictor.evaluate).parameters
-    if not any(p.kind is p.VAR_KEYWORD for p in takes.values()):
-        for k in given:
-            if k not in takes:
-                raise ValueError(f"--{k.replace('_', '-')} does not apply to {predictor.task} runs")
-    figures = predictor.evaluate(data, split=split, limit=limit, **given)
-    skipped = int(figures.get("skipped") or 0)
-    if skipped:
-        warn(f"{safe(name or data or predictor.task)}: {skipped} bad example(s) skipped and not scored")
-    if report is not None:
-        report(figures)
-    if json_path:
-        write_json(json_path, figures)
-    return figures
 
 
 def _fmt(v: float) -> str:

@@ -7,10 +7,10 @@ from dataclasses import dataclass
 
 import torch
 
+from ..apps.command import PlotOption, plot_file
 from ..options import option
 from ..scores import score_names
 from .options import options_from_args
-from .shared import PlotOption, plot_file
 
 
 @dataclass

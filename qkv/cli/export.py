@@ -18,7 +18,7 @@ class ExportCommand:
 
 
 def run(args) -> int:
-    from ..export import export_run
+    from ..apps.export import export_run
 
     o = options_from_args(args, ExportCommand)
     if not o.out:

@@ -22,7 +22,7 @@ from typing import Any
 
 from ..options import base_type, check_options, default_of, field_type, flag_name, option_fields, why_not
 
-__all__ = ["ArgumentParser", "add_options", "options_from_args", "OptionsError", "flag_of"]
+__all__ = ["ArgumentParser", "add_command", "add_options", "options_from_args", "OptionsError", "flag_of"]
 
 
 class OptionsError(ValueError):
@@ -115,6 +115,16 @@ def add_options(parser: argparse.ArgumentParser, cls: type, *, defaults: Any = N
     _registry(parser).append(cls)
 
 
+def add_command(commands, name: str, help: str, options_cls: type | None, func) -> argparse.ArgumentParser:
+    """``qkv NAME``, its flags generated from the dataclass ``options_cls``, run by ``func(args)``; with
+    ``options_cls`` ``None`` the command is only listed (its flags are not needed for this command line)."""
+    p = commands.add_parser(name, help=help)
+    if options_cls is not None:
+        add_options(p, options_cls)
+        p.set_defaults(func=func)
+    return p
+
+
 def flag_of(cls: type, name: str) -> str:
     """The flag (or positional name) of field ``name`` of ``cls``."""
     for f, spec in option_fields(cls):
@@ -192,7 +202,7 @@ def options_from_args(args: argparse.Namespace, cls: type, *, defaults: Any = No
         check_options(obj)
     except ValueError as e:
         raise OptionsError(_in_flags(cls, str(e))) from None
-    from .shared import check_shared
+    from ..apps.command import check_shared
 
     try:
         check_shared(obj)

@@ -6,16 +6,14 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from ..apps import APPLICATIONS, application
-from .common import command_line, print_result
-from .shared import check_device
+from ..apps.command import check_device
+from ..apps.console import command_line, print_result
 
-__all__ = ["register", "read_train_options"]
+__all__ = ["COMMAND", "add_train_command", "read_train_options"]
 
 
-def _train(name: str):
+def _train(app):
     def train(args) -> int:
-        app = application(name)
         options, config = read_train_options(args, app.options, app.train_defaults, app.budget_defaults)
         results = app.run_training(options, config)
         many = len(results) > 1
@@ -33,15 +31,18 @@ def _train(name: str):
     return train
 
 
-def _add_train_command(train_commands, name: str, help: str, options_cls: type, train_defaults, func):
-    """``qkv train NAME``: the application's options, then the trainer's (with the application's defaults)."""
+def add_train_command(train_commands, name: str, help: str, app=None) -> None:
+    """``qkv train NAME``: the application's options, then the trainer's (with the application's defaults); with
+    ``app`` ``None`` it is only listed."""
     from ..train import TrainConfig
     from .options import add_options
 
     p = train_commands.add_parser(name, help=help)
-    add_options(p, options_cls, title="data and model")
-    add_options(p, TrainConfig, defaults=train_defaults(options_cls()), title="training")
-    p.set_defaults(func=func)
+    if app is None:
+        return
+    add_options(p, app.options, title="data and model")
+    add_options(p, TrainConfig, defaults=app.train_defaults(app.options()), title="training")
+    p.set_defaults(func=_train(app))
 
 
 def _stored_options(config) -> dict | None:
@@ -93,7 +94,6 @@ def read_train_options(args, options_cls: type, train_defaults, budget_defaults=
     return options, config_of(options)
 
 
-def register(commands, train_commands) -> None:
-    for name in APPLICATIONS:
-        app = application(name)
-        _add_train_command(train_commands, name, app.help, app.options, app.train_defaults, _train(name))
+#: ``qkv NAME``: its name, its help, its options and what runs it (:func:`qkv.cli.build_parser` adds it; the flags
+#: are the application's, ``qkv train APPLICATION --help``)
+COMMAND = ("train", "train a model for one of the applications", None, None)

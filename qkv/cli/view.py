@@ -10,12 +10,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..apps import ViewInput
+from ..apps.command import DeviceOption, FileOption, RunArgument, read_inputs
+from ..apps.console import numbered_paths
 from ..options import option
 from ..viz.files import page_path
-from .common import numbered_paths
 from .options import given, options_from_args
-from .predict import read_inputs
-from .shared import DeviceOption, FileOption, RunArgument
 
 __all__ = ["COMMAND", "ViewCommand", "viewer_of", "VIEWERS", "HuggingFaceViewer"]
 
@@ -102,23 +101,19 @@ def _is_hf_dir(path: str) -> bool:
 
 
 def _run_viewer(path: str, device: str, **settings: Any):
-    """The predictor of a run; the settings of ``qkv view`` it takes (its ``view_takes``: a language model
-    generates) set through its ``viewing``, others refused."""
+    """The predictor of a run, its folder resolved and its files read once; the settings of ``qkv view`` it takes
+    (its ``view_takes``: a language model generates) set through its ``viewing``, others refused."""
     from ..apps import application, load_predictor
-    from ..apps.run import run_task
+    from ..train.checkpoint import load_checkpoint
 
-    if settings:  # refused before the weights are read
-        try:
-            task = run_task(path)
-            takes = getattr(application(task).predictor, "view_takes", ())
-        except (OSError, ValueError):
-            task, takes = None, ()
-        refused = [k for k in settings if k not in takes]
-        if refused:
-            flags = ", ".join("--" + k.replace("_", "-") for k in refused)
-            raise ValueError(f"{flags} apply to Hugging Face model directories and language-model runs; {path} is "
-                             + (f"a {task} run" if task else "neither"))
-    predictor = load_predictor(path, device)
+    checkpoint = load_checkpoint(path)
+    takes = getattr(application(checkpoint.task).predictor, "view_takes", ()) if settings else ()
+    refused = [k for k in settings if k not in takes]
+    if refused:
+        flags = ", ".join("--" + k.replace("_", "-") for k in refused)
+        raise ValueError(f"{flags} apply to Hugging Face model directories and language-model runs; {path} is "
+                         f"a {checkpoint.task} run")
+    predictor = load_predictor(checkpoint, device)
     return predictor.viewing(**settings) if settings else predictor
 
 

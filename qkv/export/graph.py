@@ -7,7 +7,7 @@ Limits that apply (and are named in the errors and in ``docs/export.md``):
 
 - the graphs are written at :data:`OPSET` (ONNX Runtime 1.17+ runs it);
 - a score, normaliser or modifier that is a user's Python function is traced as whatever it computes on the example
-  inputs; a run whose model holds one is refused by :func:`qkv.export.export_run` (its code is not in the run);
+  inputs; a run whose model holds one is refused by :func:`check_exportable` (its code is not in the run);
 - sizes are dynamic only along the axes given as ``dynamic``; every other size is the example's;
 - a recurrent layer over a sequence (``nn.LSTM``, ``nn.GRU``) is unrolled by ``torch.export`` at the example's
   length: such graphs are written by the TorchScript exporter (:func:`recurrent`, ONNX's ``LSTM``/``GRU``).
@@ -25,7 +25,7 @@ from torch import nn
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["OPSET", "ExportError", "require_onnx", "export_program", "to_onnx", "check_onnx"]
+__all__ = ["OPSET", "ExportError", "require_onnx", "export_program", "to_onnx", "check_onnx", "check_exportable"]
 
 #: the ONNX opset of the graphs qkv writes
 OPSET = 18
@@ -164,3 +164,27 @@ def check_onnx(path: str | Path) -> None:
     """``onnx.checker.check_model`` (full check, with shape inference) on the graph at ``path``."""
     onnx, _ = require_onnx()
     onnx.checker.check_model(str(path), full_check=True)
+
+
+def check_exportable(model: nn.Module) -> None:
+    """An :class:`ExportError` naming the module when ``model`` holds a user's Python score, normaliser or
+    modifier: its code is not part of the run, and a graph would freeze whatever it computed on one input."""
+    from ..mods import is_builtin
+    from ..normalize import NORMALIZERS
+    from ..scores import FunctionScore
+
+    for name, module in model.named_modules():
+        where = name or type(model).__name__
+        if isinstance(module, FunctionScore):
+            raise ExportError(f"{where} uses a Python function as its score ({module.extra_repr()}): a run holding "
+                              "a user's score cannot be exported; use one of qkv's scores")
+        normalize = getattr(module, "normalize", None)
+        if callable(normalize) and not isinstance(normalize, nn.Module) and normalize not in NORMALIZERS.values():
+            raise ExportError(f"{where} uses a Python function as its normaliser "
+                              f"({getattr(normalize, '__name__', normalize)!r}): only softmax, sparsemax and smooth "
+                              "export")
+        for attr in ("score_mod", "mask_mod"):
+            mod = getattr(module, attr, None)
+            if mod is not None and not isinstance(mod, nn.Module) and not is_builtin(mod):
+                raise ExportError(f"{where} uses a Python function as its {attr} "
+                                  f"({getattr(mod, '__name__', mod)!r}): only qkv.mods' modifiers export")

@@ -19,7 +19,8 @@ from torch import Tensor, nn
 
 from ..layers import KVCache
 
-__all__ = ["TransformerEncoder", "TransformerStep", "translate_graphs"]
+__all__ = ["TransformerEncoder", "TransformerStep", "CaptionEncoder", "CaptionStep", "decoder_graphs", "sources",
+           "longest"]
 
 
 def longest(model: nn.Module) -> int:
@@ -95,7 +96,9 @@ class CaptionStep(nn.Module):
         return _step(self.model, tokens, {"memory": memory}, past)
 
 
-def _decoder_graphs(model, encoder, step, encoder_inputs, step_state, layers_of, max_len, extra):
+def decoder_graphs(model, encoder, step, encoder_inputs, step_state, layers_of, max_len, extra):
+    """``encoder`` and ``decoder_step`` of a Transformer decoder over a key/value cache: the step's example is a
+    past of two positions the model made itself; the manifest gets the cache's shape and the special token ids."""
     from ..data.tokenize import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
     with torch.no_grad():
@@ -118,36 +121,3 @@ def sources(vocab: int, length: int, seed: int = 0) -> tuple[Tensor, Tensor]:
     src_mask[1, length - 2:] = False
     src[1, length - 2:] = 0
     return src, src_mask
-
-
-def caption_graphs(predictor) -> dict[str, tuple[nn.Module, tuple[Tensor, ...], dict[str, Any]]]:
-    from ..models.caption_transformer import TransformerCaptioner
-
-    model = predictor.model
-    size = predictor.image_size
-    pixels = torch.rand(2, predictor.channels, size, size, generator=torch.Generator().manual_seed(0))
-    if not isinstance(model, TransformerCaptioner):  # the recurrent captioners: their state as named tensors
-        from .state import state_graphs
-
-        return state_graphs(model, model.encode, (pixels,), (pixels,), ("pixels",), ({0: "batch"},),
-                            extra={"image_size": size, "channels": predictor.channels, "length_penalty": 0.0,
-                                   "max_len": 1 << 20})
-    return _decoder_graphs(model, CaptionEncoder(model), CaptionStep(model), (pixels,), ("memory",),
-                           len(model.layers), model.positions.max_len,
-                           {"image_size": size, "channels": predictor.channels, "length_penalty": 0.0})
-
-
-def translate_graphs(predictor) -> dict[str, tuple[nn.Module, tuple[Tensor, ...], dict[str, Any]]]:
-    from ..models.transformer import TransformerSeq2Seq
-
-    model = predictor.model
-    vocab = predictor.src_tokenizer.vocab_size
-    src, src_mask = sources(vocab, 6)
-    if not isinstance(model, TransformerSeq2Seq):  # the recurrent translators: their state as named tensors
-        from .state import state_graphs
-
-        return state_graphs(model, model.encode, (src, src_mask), sources(vocab, 9), ("src", "src_mask"),
-                            ({0: "batch", 1: "source"}, {0: "batch", 1: "source"}),
-                            extra={"length_penalty": 0.6, "max_len": 1 << 20})
-    return _decoder_graphs(model, TransformerEncoder(model), TransformerStep(model), (src, src_mask),
-                           ("memory", "src_mask"), len(model.decoder), longest(model), {"length_penalty": 0.6})

@@ -39,6 +39,7 @@ from .fit import weight_differences
 
 __all__ = [
     "Checkpoint",
+    "NewerCheckpointError",
     "load_checkpoint",
     "load_model",
     "resolve_checkpoint",
@@ -257,6 +258,10 @@ def write_checkpoint(path: str | Path, *, weights: dict[str, Tensor], task: str,
 
 
 # --- reading -----------------------------------------------------------------------------------------------
+class NewerCheckpointError(ValueError):
+    """A checkpoint written by a newer qkv (a format version this one cannot read): refused at once."""
+
+
 @dataclass
 class Checkpoint:
     """A checkpoint read back from disk.
@@ -323,8 +328,8 @@ def _read(d: Path, device) -> Checkpoint:
     if not isinstance(version, int) or version < 1:
         raise ValueError(f"{d / 'config.json'}: no valid format version ({version!r})")
     if version > VERSION:
-        raise ValueError(f"{d} was written by a newer qkv (checkpoint format version {version}; this qkv reads up "
-                         f"to {VERSION}): upgrade qkv to load it")
+        raise NewerCheckpointError(f"{d} was written by a newer qkv (checkpoint format version {version}; this qkv "
+                                   f"reads up to {VERSION}): upgrade qkv to load it")
     if not isinstance(meta.get("task"), str) or not isinstance(meta.get("config"), dict):
         raise ValueError(f"{d / 'config.json'}: damaged, 'task' must be a name and 'config' a mapping")
     state_file = d / "state.json"
@@ -345,17 +350,19 @@ def load_checkpoint(path: str | Path, *, prefer: tuple[str, ...] = ("best", "che
     reported (a warning naming the file) and ``checkpoint/`` is read instead; when none can be read, the
     ``ValueError`` names every damaged file. A checkpoint from a newer qkv is refused at once.
     """
-    resolve_checkpoint(path, prefer)  # FileNotFoundError naming what was looked for
+    found = _candidates(Path(path), prefer)
+    if not found:
+        resolve_checkpoint(path, prefer)  # FileNotFoundError naming what was looked for
     for name in prefer:  # a save that crashed over an hour ago: no writer is still filling its directory
         with contextlib.suppress(OSError):
             remove_stale_temporaries(Path(path) / name, older_than=3600.0)
     damaged = []
-    for d in _candidates(Path(path), prefer):
+    for d in found:
         try:
             return _read(d, device)
+        except NewerCheckpointError:
+            raise
         except ValueError as e:
-            if "newer qkv" in str(e):
-                raise
             damaged.append(str(e))
             log.warning("%s; trying the next checkpoint", e)
     raise ValueError("; ".join(damaged))

@@ -9,14 +9,14 @@ from pathlib import Path
 import pytest
 
 import qkv.apps
-from qkv.apps import APPLICATIONS, application
+from qkv.apps import application, catalogue
 from qkv.apps.base import Application, ApplicationTask, Predictor
 from qkv.cli import build_parser
 
 TASKS = Path(qkv.apps.__file__).parent
 
 
-@pytest.mark.parametrize("name", APPLICATIONS)
+@pytest.mark.parametrize("name", list(catalogue()))
 def test_every_application_has_the_same_parts(name):
     app = application(name)
     assert isinstance(app, Application) and app.name == name
@@ -83,7 +83,7 @@ def test_train_evaluate_and_view_know_every_application():
     parser = build_parser()
     sub = next(a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction")
     train = next(a for a in sub.choices["train"]._actions if a.__class__.__name__ == "_SubParsersAction")
-    assert set(APPLICATIONS) <= set(train.choices)
+    assert set(catalogue()) <= set(train.choices)
     assert {"evaluate", "view"} <= set(sub.choices)
 
 

@@ -8,12 +8,12 @@ import pytest
 import safetensors.torch
 
 import qkv.train.checkpoint as checkpoint
-from qkv.apps import APPLICATIONS, application_of, load_predictor
+from qkv.apps import application_of, catalogue, load_predictor
 
 SETTINGS = {"translate": {"beam": 1}, "caption": {"beam": 1}, "summarize": {"beam": 1, "baselines": False}}
 
 
-@pytest.mark.parametrize("name", APPLICATIONS)
+@pytest.mark.parametrize("name", list(catalogue()))
 @pytest.mark.slow
 def test_application_of_reads_no_weights_and_a_predictor_reads_them_once(name, tiny_run, one_thread):
     if name == "speech" and (shutil.which("espeak-ng") is None or shutil.which("flite") is None):

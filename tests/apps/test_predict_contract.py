@@ -10,7 +10,7 @@ import wave
 import numpy as np
 import pytest
 
-from qkv.apps import APPLICATIONS, load_predictor
+from qkv.apps import catalogue, load_predictor
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -50,7 +50,7 @@ def _strings(name, tmp_path):
     return files, files
 
 
-@pytest.mark.parametrize("name", APPLICATIONS)
+@pytest.mark.parametrize("name", list(catalogue()))
 def test_strings_become_inputs_and_results_become_json_rows(name, tiny_run, tmp_path):
     if name == "speech" and (shutil.which("espeak-ng") is None or shutil.which("flite") is None):
         pytest.skip("espeak-ng and flite are not installed (make data)")
@@ -71,7 +71,7 @@ def test_strings_become_inputs_and_results_become_json_rows(name, tiny_run, tmp_
         assert all(not isinstance(v, float) or math.isfinite(v) for v in row.values())
 
 
-@pytest.mark.parametrize("name", APPLICATIONS)
+@pytest.mark.parametrize("name", list(catalogue()))
 @pytest.mark.slow
 def test_bad_strings_are_errors_that_name_the_input(name, tiny_run, tmp_path):
     if name == "speech" and (shutil.which("espeak-ng") is None or shutil.which("flite") is None):
@@ -114,7 +114,7 @@ def test_jsonable_leaves_nothing_json_cannot_hold():
     assert json.loads(json.dumps(out, allow_nan=False)) == out
 
 
-@pytest.mark.parametrize("name", APPLICATIONS)
+@pytest.mark.parametrize("name", list(catalogue()))
 def test_qkv_predict_prints_and_writes_each_result_row(name, tiny_run, tmp_path, capsys):
     if name == "speech" and (shutil.which("espeak-ng") is None or shutil.which("flite") is None):
         pytest.skip("espeak-ng and flite are not installed (make data)")

@@ -181,7 +181,7 @@ PARSER = build_parser()
 def _subcommands():
     parser = PARSER
     sub = next(a for a in parser._actions if a.dest == "command")
-    train = next(a for a in sub.choices["train"]._actions if a.dest == "task")
+    train = next(a for a in sub.choices["train"]._actions if a.dest == "application")
     yield from ([["train", name], p] for name, p in train.choices.items())
     yield from ([[name], p] for name, p in sub.choices.items() if name != "train")
 

@@ -14,10 +14,10 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from qkv.apps import APPLICATIONS, ViewInput
+from qkv.apps import ViewInput, catalogue
+from qkv.apps.command import finish
+from qkv.apps.console import read_lines, write_json
 from qkv.cli import build_parser, main, own_flags
-from qkv.cli.common import read_lines, write_json
-from qkv.cli.predict import cut_of, finish
 from qkv.cli.view import HuggingFaceViewer, viewer_of
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -63,7 +63,7 @@ def _strict(path: Path):
     return json.loads(path.read_text(encoding="utf-8"), parse_constant=refuse)
 
 
-@pytest.mark.parametrize("name", APPLICATIONS)
+@pytest.mark.parametrize("name", list(catalogue()))
 @pytest.mark.slow
 def test_predict_and_evaluate_every_application(name, tiny_run, tmp_path, capsys):
     _needs(name)
@@ -140,13 +140,17 @@ def test_json_is_written_one_way_and_never_holds_nan(tmp_path, capsys):
     assert f"wrote {path}" in captured.out
     assert "written as null: run.bleu, run.loss, rows[1]" in captured.err
     # no command writes JSON another way
-    cli = Path(__file__).parents[2] / "qkv" / "cli"
-    writers = [p.name for p in cli.glob("*.py") if "json.dumps" in p.read_text() or ".write_text(json" in p.read_text()]
-    assert writers == ["common.py"]
+    root = Path(__file__).parents[2] / "qkv"
+    commands = [*(root / "cli").glob("*.py"), *(root / "apps").glob("*/command.py"), root / "apps" / "console.py"]
+    writers = [p.name for p in commands if "json.dumps" in p.read_text() or ".write_text(json" in p.read_text()]
+    assert writers == ["console.py"]
 
 
 def test_what_was_cut_is_said_on_stderr_and_in_the_rows(tmp_path, capsys):
-    summarizer = SimpleNamespace(task="summarize", result_row=lambda r: {"output": r.text, "cut": r.cut})
+    from qkv.apps.summarize import Summarizer
+
+    summarizer = SimpleNamespace(task="summarize", result_row=lambda r: {"output": r.text, "cut": r.cut},
+                                 note=lambda r, settings: Summarizer.note(None, r, settings))
     long = SimpleNamespace(text="a summary", cut=170_000, source_tokens=["w"] * 120)
     short = SimpleNamespace(text="another", cut=0, source_tokens=["w"] * 3)
     rows = finish(summarizer, ["a very long text", "short"], [long, short], str(tmp_path / "s.json"))
@@ -154,10 +158,12 @@ def test_what_was_cut_is_said_on_stderr_and_in_the_rows(tmp_path, capsys):
     assert "qkv: warning: a very long text: the source was cut to its first 120 words" in err and "170000" in err
     assert "short" not in err and "note" in rows[0] and "note" not in rows[1]
     assert "cut to its first 120 words" in _strict(tmp_path / "s.json")[0]["note"]
-    speech = SimpleNamespace(task="speech")
+    from qkv.apps.speech import Transcriber
+
+    speech = Transcriber.__new__(Transcriber)
     stopped = SimpleNamespace(tokens=list("x" * 12))
-    assert "stopped at 12 characters" in cut_of(speech, stopped, {"max_len": 12})
-    assert cut_of(speech, SimpleNamespace(tokens=list("xy")), {"max_len": 12}) is None
+    assert "stopped at 12 characters" in speech.note(stopped, {"max_len": 12})
+    assert speech.note(SimpleNamespace(tokens=list("xy")), {"max_len": 12}) is None
 
 
 @pytest.mark.slow

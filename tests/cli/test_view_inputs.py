@@ -3,7 +3,7 @@ to a question-answering model), naming it, before any page is written; what it l
 
 import pytest
 
-from qkv.apps import APPLICATIONS, application
+from qkv.apps import application, catalogue
 from qkv.apps.base import ViewInput
 from qkv.cli import main
 
@@ -13,7 +13,7 @@ GIVEN = {"text": ViewInput(text="a text"), "image": ViewInput(image="x.png"), "i
          "question": ViewInput(text="a context", question="a question?")}
 
 
-@pytest.mark.parametrize("name", APPLICATIONS)
+@pytest.mark.parametrize("name", list(catalogue()))
 def test_every_predictor_names_the_view_inputs_it_does_not_look_at(name):
     predictor = application(name).predictor
     takes = predictor.view_inputs
@@ -41,7 +41,7 @@ def test_qkv_view_refuses_what_the_run_would_not_look_at(name, argv, flag, tiny_
     assert not page.exists()
 
 
-@pytest.mark.parametrize("name", APPLICATIONS)
+@pytest.mark.parametrize("name", list(catalogue()))
 @pytest.mark.slow
 def test_qkv_view_writes_a_page_for_a_tiny_run_of_every_application(name, tiny_run, tmp_path, capsys):
     import shutil

@@ -12,8 +12,9 @@ import torch
 
 import qkv
 from qkv.apps import load_predictor
+from qkv.apps.export import export_run
 from qkv.cli import main
-from qkv.export import ExportError, check_exportable, export_run
+from qkv.export import ExportError, check_exportable
 from tests.export.harness import captions_equal, translations_equal
 
 pytestmark = pytest.mark.slow  # each export traces a model (seconds)
@@ -153,9 +154,10 @@ def test_a_model_with_a_python_score_is_refused(tiny_run, tmp_path, monkeypatch,
     layer.score = qkv.scores.get_score(my_score)
     with pytest.raises(ExportError, match="my_score"):
         check_exportable(predictor.model)
-    import qkv.export.run as run_module
+    import qkv.apps.export as run_module
+    from qkv.apps import application
 
-    monkeypatch.setattr(run_module, "_load", lambda run: ("sentiment", predictor))
+    monkeypatch.setattr(run_module, "_load", lambda run: (application("sentiment"), predictor, None))
     assert main(["export", str(tiny_run("sentiment")), "--out", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err.strip()
     assert "Python function as its score" in err and "\n" not in err

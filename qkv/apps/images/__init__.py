@@ -30,7 +30,8 @@ Example::
 
 from __future__ import annotations
 
-from ..base import Application
+from ..base import Application, Command
+from . import command, export
 from .maps import AttentionView, attention_view
 from .options import ARCHS, AUGMENTATIONS, ImageOptions, parse_attn_args, train_defaults
 from .predictor import ImageClassifier, ImagePrediction
@@ -40,6 +41,16 @@ __all__ = ["APPLICATION", "ImageOptions", "load_data", "model_spec", "train_defa
            "ImagePrediction", "ImageClassifier", "AttentionView", "attention_view", "predict_logits",
            "count_parameters", "parse_attn_args", "ARCHS", "AUGMENTATIONS"]
 
+#: what the command line reads of the application without importing it (``qkv --help``)
+ABOUT = {
+    "help": "train an image classifier with channel/spatial attention",
+    "commands": {
+        "show-attention": "draw an image model's attention maps (PNG)",
+    },
+}
+
 APPLICATION = Application(
-    name="images", help="train an image classifier with channel/spatial attention",
-    train_defaults=train_defaults, task=ImageTask, predictor=ImageClassifier)
+    name="images", help=ABOUT["help"], commands={
+        "show-attention": Command(ABOUT["commands"]["show-attention"], command.ShowAttentionCommand,
+                                  command.show_attention)},
+    train_defaults=train_defaults, task=ImageTask, predictor=ImageClassifier, export=export.graphs)

@@ -29,7 +29,8 @@ Example::
 
 from __future__ import annotations
 
-from ..base import Application
+from ..base import Application, Command
+from . import command, export
 from .options import MODELS, SegmentOptions, train_defaults
 from .predictor import Segmentation, Segmenter
 from .task import SegmentTask, load_data, model_spec, normalize, predict_logits, score
@@ -37,6 +38,16 @@ from .task import SegmentTask, load_data, model_spec, normalize, predict_logits,
 __all__ = ["APPLICATION", "SegmentOptions", "train_defaults", "MODELS", "load_data", "model_spec",
            "SegmentTask", "Segmenter", "Segmentation", "normalize", "predict_logits", "score"]
 
+#: what the command line reads of the application without importing it (``qkv --help``)
+ABOUT = {
+    "help": "train a semantic segmentation network (BiSeNet with ARM/FFM attention, or an FCN)",
+    "commands": {
+        "segment": "label images with a segmentation run, draw them with the ARM/FFM channel weights (--plot), "
+                   "or --evaluate it (mIoU, per-class IoU, pixel accuracy)",
+    },
+}
+
 APPLICATION = Application(
-    name="segment", help="train a semantic segmentation network (BiSeNet with ARM/FFM attention, or an FCN)",
-    train_defaults=train_defaults, task=SegmentTask, predictor=Segmenter)
+    name="segment", help=ABOUT["help"], commands={
+        "segment": Command(ABOUT["commands"]["segment"], command.SegmentCommand, command.segment)},
+    train_defaults=train_defaults, task=SegmentTask, predictor=Segmenter, export=export.graphs)

@@ -19,7 +19,8 @@ Example::
 from __future__ import annotations
 
 from ...data.text_classification import collate_texts
-from ..base import Application
+from ..base import Application, Command
+from . import command, export
 from .faithfulness import comprehensiveness
 from .options import MODELS, SentimentOptions, train_defaults
 from .predictor import SentimentClassifier, SentimentPrediction
@@ -34,6 +35,19 @@ def _train(options: SentimentOptions, config) -> list:
     return train_folds(options, config)["runs"]
 
 
+#: what the command line reads of the application without importing it (``qkv --help``)
+ABOUT = {
+    "help": "train a text classifier with attention (sentiment by default)",
+    "commands": {
+        "classify": "classify text with a trained sentiment run, showing its attention",
+        "faithfulness": "does a sentiment model's attention explain? remove the most attended words vs random "
+                        "ones (ERASER comprehensiveness)",
+    },
+}
+
 APPLICATION = Application(
-    name="sentiment", help="train a text classifier with attention (sentiment by default)",
-    train_defaults=train_defaults, task=SentimentTask, predictor=SentimentClassifier, train=_train)
+    name="sentiment", help=ABOUT["help"], commands={
+        "classify": Command(ABOUT["commands"]["classify"], command.ClassifyCommand, command.classify),
+        "faithfulness": Command(ABOUT["commands"]["faithfulness"], command.FaithfulnessCommand, command.faithfulness)},
+    train_defaults=train_defaults, task=SentimentTask, predictor=SentimentClassifier, train=_train,
+    export=export.graphs)

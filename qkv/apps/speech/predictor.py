@@ -72,6 +72,12 @@ class Transcriber(Predictor):
         if "lm" in limits:
             limits["lm"] = self.language_model(limits["lm"])
 
+    def note(self, result: Transcript, settings) -> str | None:
+        longest = settings.get("max_len") or 300
+        if len(result.tokens) >= longest:
+            return f"the transcript stopped at {longest} characters without ending (max_len)"
+        return None
+
     def result_row(self, result: Transcript) -> dict[str, Any]:
         """``output`` (the transcript), the ``source`` file and the decoder's ``score``."""
         return jsonable({"output": result.text, "source": result.source, "score": result.score})

@@ -54,6 +54,12 @@ class Summarizer(Predictor):
             raise ValueError("length_penalty, coverage_penalty and no_repeat_ngram_size must be >= 0")
         return max_len
 
+    def note(self, result: Summary, settings) -> str | None:
+        if not result.cut:
+            return None
+        return (f"the source was cut to its first {len(result.source_tokens)} words (the run's max_source): "
+                f"{result.cut} more were not read")
+
     def result_row(self, result: Summary) -> dict[str, Any]:
         """``output`` (the summary), the beam ``score``, the words ``copied`` from outside the vocabulary, the
         source words read (``source_words``) and ``cut``."""

@@ -534,7 +534,7 @@ def test_model_without_attention_has_nothing_to_show(tmp_path, capsys):
 # --------------------------------------------------------------------------------------------- the contract
 
 def test_images_is_an_application_of_the_registry(trained):
-    import qkv.cli.show_attention as command
+    import qkv.apps.images.command as command
 
     app = application("images")
     assert (app.options, app.task, app.predictor) == (ImageOptions, ImageTask, ImageClassifier)

@@ -239,7 +239,7 @@ QUESTIONS = [(CONTEXT, "When was the Kavo engine invented?"), (CONTEXT, "Who inv
 
 
 def test_qa_is_an_application_of_the_registry(trained):
-    import qkv.cli.answer as command
+    import qkv.apps.qa.command as command
 
     app = application("qa")
     assert (app.options, app.task, app.predictor) == (QAOptions, QATask, Reader)

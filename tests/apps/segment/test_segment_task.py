@@ -78,7 +78,7 @@ def test_the_figure_shows_the_labels_and_weights(tmp_path):
     import matplotlib
 
     matplotlib.use("Agg")
-    from qkv.viz.segmentation import colorize, label_palette, segmentation_figure
+    from qkv.apps.segment.pictures import colorize, label_palette, segmentation_figure
 
     labels = torch.tensor([[0, 1], [2, 255]])
     rgb = colorize(labels, 3)

@@ -192,7 +192,7 @@ def test_cli_hostile_inputs_are_one_line_errors(tiny, tmp_path):
 
 
 def test_speech_alignment_picture(tmp_path, gen):
-    from qkv.viz.speech import speech_alignment
+    from qkv.apps.speech.pictures import speech_alignment
 
     feats = torch.randn(120, 20, generator=gen)
     attn = torch.softmax(torch.randn(4, 30, generator=gen), -1)

@@ -1,29 +1,39 @@
-"""The options every command shares, defined once as small dataclasses that a command's options inherit, and checked
-in one place (:func:`check_shared`, called by :func:`qkv.cli.options.options_from_args` for every command).
+"""What every command of every application shares, written once: the options (small dataclasses that a command's
+options inherit, checked in one place: :func:`check_shared`, called for every command when its options are read)
+and the way a command predicts and evaluates (:func:`load`, :func:`read_inputs`, :func:`input_paths`,
+:func:`inputs_of`, :func:`finish`, :func:`evaluation`).
 
 - :class:`RunArgument`: the run (or checkpoint) directory, the first positional argument;
 - :class:`DeviceOption`: ``--device``, checked against this machine before anything is loaded (:func:`check_device`);
-- :class:`FileOption`: ``--file``, inputs one per line (:func:`qkv.cli.common.read_lines`);
-- :class:`JsonOption`: ``--json``, written by :func:`qkv.cli.common.write_json` (never ``NaN``);
+- :class:`FileOption`: ``--file``, inputs one per line (:func:`qkv.apps.console.read_lines`);
+- :class:`JsonOption`: ``--json``, written by :func:`qkv.apps.console.write_json` (never ``NaN``);
 - :class:`PlotOption`: ``--plot``, a picture or a folder of pictures, settled before any work;
 - :class:`LimitOption`: ``--max-examples``, how many examples an evaluation reads;
 - :class:`LMFusionOption`: ``--lm``, ``--lm-weight``, ``--length-reward``, a language model fused into a beam.
 
-A command says what a shared flag means for it with ``FLAG_HELP`` and keeps older names with ``FLAG_ALIASES``
-(:func:`qkv.cli.options.add_options`).
+A command says what a shared flag means for it with ``FLAG_HELP`` (:func:`qkv.cli.options.add_options`).
+
+A predicting command loads the predictor once (:func:`load`), reads the inputs (:func:`read_inputs`,
+:func:`inputs_of`), predicts, then :func:`finish`: what was cut said on stderr and the rows written by ``--json``.
+An input is what the application reads, written as a string (the predictor's ``inputs_from_strings``); a result is
+one JSON row (:func:`row_of`): ``input``, then the predictor's ``result_row``.
 """
 
 from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ..options import option
+from .console import input_files, read_lines, safe, warn, write_json
 
 __all__ = ["RunArgument", "DeviceOption", "FileOption", "JsonOption", "PlotOption", "LimitOption", "LMFusionOption",
-           "check_shared", "check_device", "plot_folder", "plot_file"]
+           "check_shared", "check_device", "plot_folder", "plot_file", "load", "read_inputs", "input_paths",
+           "inputs_of", "row_of", "finish", "evaluation"]
 
 
 @dataclass
@@ -137,3 +147,82 @@ def check_shared(o) -> None:
     """The checks of the shared options of a command's options ``o``, before any work (``ValueError``)."""
     if isinstance(o, DeviceOption):
         check_device(o.device)
+
+
+def load(run: str, device: str = "auto", name: str | None = None):
+    """The predictor of ``run`` (of application ``name``, or whichever the run is), read once."""
+    from . import load_predictor
+
+    return load_predictor(run, device, name)
+
+
+def read_inputs(given: Sequence[str], file: str | None, what: str) -> list[str]:
+    """The inputs given as arguments, then the lines of ``--file`` (a blank line is an error: outputs line up with
+    lines); none at all is an error."""
+    out = list(given) + (read_lines(file) if file else [])
+    if not out:
+        raise ValueError(f"give {what}, or --file")
+    return out
+
+
+def input_paths(o, given: Sequence[str], what: str, others: str = "") -> list[str]:
+    """The files a command predicts on: ``given`` then the lines of ``o.file``, each an existing ``what``; none
+    (and no ``others``, e.g. ``--index``) is an error. A command's ``--evaluate`` reads its own data: with it, files,
+    ``--file``, ``--index`` and ``--plot`` are refused (they would be ignored)."""
+    evaluate = getattr(o, "evaluate", None)
+    index = getattr(o, "index", None)
+    if evaluate and (given or o.file or index or getattr(o, "plot", None)):
+        raise ValueError(f"--evaluate reads its examples from its data: leave out the {what}s, --file"
+                         f"{', --index' if hasattr(o, 'index') else ''} and --plot")
+    if not (given or o.file or index or evaluate):
+        raise ValueError(f"give {what}s{others}" + (" or --evaluate" if hasattr(o, "evaluate") else ""))
+    return input_files(read_inputs(given, o.file, f"{what}s"), what) if given or o.file else []
+
+
+def inputs_of(predictor, strings: Sequence[str], **given: Any) -> Any:
+    """What ``predictor.predict`` takes, from inputs written as strings: files are checked first (a folder is "is a
+    directory", a missing file named), then the application's own ``inputs_from_strings``."""
+    kind = getattr(predictor, "input_kind", "text")
+    if kind.endswith(" file"):
+        input_files(list(strings), kind)
+    return predictor.inputs_from_strings(list(strings), **given)
+
+
+def row_of(predictor, given: str, result: Any) -> dict[str, Any]:
+    """One JSON row of a result: ``input`` (as given), then the application's ``result_row`` (``output`` first)."""
+    return {"input": given, **predictor.result_row(result)}
+
+
+def finish(predictor, given: Sequence[str], results: Sequence[Any], json_path: str | None,
+           **settings: Any) -> list[dict[str, Any]]:
+    """After a prediction: what each result left out (the predictor's ``note``) said on stderr and in its row
+    (``note``), the rows written to ``json_path``."""
+    rows = []
+    for s, r in zip(given, results, strict=True):
+        row = row_of(predictor, s, r)
+        note = predictor.note(r, settings)
+        if note:
+            warn(f"{safe(s[:60])}: {note}")
+            row["note"] = note
+        rows.append(row)
+    if json_path:
+        write_json(json_path, rows)
+    return rows
+
+
+def evaluation(predictor, data: str | None = None, *, split: str = "test", limit: int | None = None,
+               name: str = "", report: Callable[[dict[str, float]], None] | None = None, json_path: str | None = None,
+               **settings: Any) -> dict[str, float]:
+    """``predictor.evaluate`` with the settings given (``None``: the application's default; one the application
+    does not take is a ``ValueError`` naming it); the examples it skipped are said on stderr, ``report`` prints the
+    figures, and they are written to ``json_path``."""
+    given = predictor.check_settings({k: v for k, v in settings.items() if v is not None}, "evaluate")
+    figures = predictor.evaluate(data, split=split, limit=limit, **given)
+    skipped = int(figures.get("skipped") or 0)
+    if skipped:
+        warn(f"{safe(name or data or predictor.task)}: {skipped} bad example(s) skipped and not scored")
+    if report is not None:
+        report(figures)
+    if json_path:
+        write_json(json_path, figures)
+    return figures

@@ -7,12 +7,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..options import option
-from .common import safe, use_color, write_json
-from .evaluate import evaluation
-from .options import options_from_args
-from .predict import finish, load
-from .shared import DeviceOption, JsonOption, RunArgument
+from ...options import option
+from ..command import DeviceOption, JsonOption, RunArgument, evaluation, finish
+from ..console import safe, use_color, write_json
+from .predictor import Reader
 
 
 @dataclass
@@ -40,7 +38,7 @@ def _evaluate(o: AnswerCommand) -> int:
         raise ValueError("--evaluate reads questions from --data: leave out --context, --question and --html")
     if not o.data:
         raise ValueError("--evaluate needs --data (facts or a file)")
-    reader = load(o.run, o.device, "qa")
+    reader = Reader.load(o.run, o.device)
     figures: dict[str, dict[str, float]] = {}
     if o.data == "facts":
         if o.on_error != "raise":
@@ -61,15 +59,14 @@ def _evaluate(o: AnswerCommand) -> int:
     return 0
 
 
-def answer(args) -> int:
-    from ..viz.text import HighlightedText, highlight_ansi, save_html, top_tokens
+def answer(o: AnswerCommand) -> int:
+    from ...viz.text import HighlightedText, highlight_ansi, save_html, top_tokens
 
-    o = options_from_args(args, AnswerCommand)
     if o.evaluate:
         return _evaluate(o)
     if not o.context or not o.question:
         raise ValueError("give --context and --question (or --evaluate --data PATH)")
-    reader = load(o.run, o.device, "qa")
+    reader = Reader.load(o.run, o.device)
     given = [f"{o.context}\t{o.question}"]  # as qkv predict takes it
     results = reader.predict([(o.context, o.question)])
     (a,) = results
@@ -89,9 +86,3 @@ def answer(args) -> int:
         print(f"wrote {save_html(o.html, [item], title='The question attends to the context')}")
     finish(reader, given, results, o.json)
     return 0
-
-
-
-#: ``qkv NAME``: its name, its help, its options and what runs it (:func:`qkv.cli.build_parser` adds it)
-COMMAND = ("answer", "answer a question about a context with a trained qa run, showing its attention",
-            AnswerCommand, answer)

@@ -8,12 +8,21 @@ from pathlib import Path
 
 import torch
 
-from ..options import option
-from .common import safe, unique_names
-from .evaluate import evaluation
-from .options import options_from_args
-from .predict import finish, input_paths, load
-from .shared import DeviceOption, FileOption, JsonOption, LimitOption, PlotOption, RunArgument, plot_folder
+from ...options import option
+from ..command import (
+    DeviceOption,
+    FileOption,
+    JsonOption,
+    LimitOption,
+    PlotOption,
+    RunArgument,
+    evaluation,
+    finish,
+    input_paths,
+    plot_folder,
+)
+from ..console import safe, unique_names
+from .predictor import Captioner
 
 
 @dataclass
@@ -58,15 +67,14 @@ def _table(o: CaptionCommand, m: dict[str, float]) -> None:
               f"layout (positions and relations, items masked): {m['layout_match']:.4f}")
 
 
-def caption(args) -> int:
-    from ..viz.captions import caption_attention
+def caption(o: CaptionCommand) -> int:
+    from .pictures import caption_attention
 
-    o = options_from_args(args, CaptionCommand)
     if o.split != "test" and not (o.index or o.evaluate):
         raise ValueError("--split goes with --index or --evaluate (without them, it would be ignored)")
     plots = plot_folder(o.plot) if o.plot else None  # settled first: printed == written
     files = input_paths(o, o.images, "image file", ", --index N (an image of the test split)")
-    captioner = load(o.run, o.device, "caption")
+    captioner = Captioner.load(o.run, o.device)
     if o.hard_test and not hasattr(captioner.model, "test_attention"):
         raise ValueError("--hard-test applies to hard attention runs only")
     if o.evaluate:
@@ -95,9 +103,3 @@ def caption(args) -> int:
             print(f"wrote {safe(str(path))}")
     finish(captioner, files + [f"{o.split}{n}" for n in o.index or []], results, o.json)
     return 0
-
-
-
-#: ``qkv NAME``: its name, its help, its options and what runs it (:func:`qkv.cli.build_parser` adds it)
-COMMAND = ("caption", "caption images with a trained run, draw where each word looked, or "
-            "--evaluate it (BLEU-1..4, exact match, grounding)", CaptionCommand, caption)

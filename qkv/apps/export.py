@@ -12,7 +12,8 @@ What each application becomes (``export.json`` in ``out`` lists the graphs, thei
 
 :mod:`qkv.export.runtime` decodes over them (greedy and beam search, numpy only) as qkv's own decoder does. A model
 holding a user's Python function (a score, normaliser or modifier), whose code the run does not carry, is refused
-with an :class:`~qkv.export.graph.ExportError`.
+with an :class:`~qkv.export.graph.ExportError`. An application says what its runs become with its ``export`` hook
+(``predictor -> graphs``, in ``qkv/apps/NAME/export.py``); one without it cannot be exported.
 """
 
 from __future__ import annotations
@@ -26,40 +27,15 @@ from typing import Any
 
 from torch import nn
 
-from ..mods import is_builtin
-from ..normalize import NORMALIZERS
-from ..scores import FunctionScore
-from .graph import ExportError, require_onnx, to_onnx
-from .weights import WithWeights, weight_names
+from ..export.graph import ExportError, check_exportable, require_onnx, to_onnx
+from ..export.weights import WithWeights, weight_names
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["export_run", "check_exportable", "EXPORTED", "MANIFEST"]
+__all__ = ["export_run", "exported", "MANIFEST"]
 
-#: the applications :func:`export_run` exports
-EXPORTED = ("sentiment", "images", "segment", "translate", "caption", "summarize", "speech", "qa")
 #: the file in ``out`` that lists the graphs, their inputs and outputs
 MANIFEST = "export.json"
-
-
-def check_exportable(model: nn.Module) -> None:
-    """An :class:`ExportError` naming the module when ``model`` holds a user's Python score, normaliser or
-    modifier: its code is not part of the run, and a graph would freeze whatever it computed on one input."""
-    for name, module in model.named_modules():
-        where = name or type(model).__name__
-        if isinstance(module, FunctionScore):
-            raise ExportError(f"{where} uses a Python function as its score ({module.extra_repr()}): a run holding "
-                              "a user's score cannot be exported; use one of qkv's scores")
-        normalize = getattr(module, "normalize", None)
-        if callable(normalize) and not isinstance(normalize, nn.Module) and normalize not in NORMALIZERS.values():
-            raise ExportError(f"{where} uses a Python function as its normaliser "
-                              f"({getattr(normalize, '__name__', normalize)!r}): only softmax, sparsemax and smooth "
-                              "export")
-        for attr in ("score_mod", "mask_mod"):
-            mod = getattr(module, attr, None)
-            if mod is not None and not isinstance(mod, nn.Module) and not is_builtin(mod):
-                raise ExportError(f"{where} uses a Python function as its {attr} "
-                                  f"({getattr(mod, '__name__', mod)!r}): only qkv.mods' modifiers export")
 
 
 def _writable(out: Path) -> None:
@@ -72,36 +48,64 @@ def _writable(out: Path) -> None:
         raise ExportError(f"--out {out}: cannot write there ({e.strerror or e})") from None
 
 
+def exported() -> list[str]:
+    """The applications whose runs :func:`export_run` exports (those with an ``export`` hook)."""
+    from . import application, catalogue
+
+    return [name for name in catalogue() if application(name).export is not None]
+
+
 def _load(run: Path):
-    from ..apps import application_of, load_predictor
+    from ..train.checkpoint import load_checkpoint
+    from . import application, load_predictor
 
     if not run.is_dir():
         raise ExportError(f"{run}: no such run directory")
     try:
-        app = application_of(run)
-        predictor = load_predictor(run, device="cpu")
+        ckpt = load_checkpoint(run)
+        predictor = load_predictor(ckpt, device="cpu")
     except (ValueError, OSError, KeyError) as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise ExportError(f"{run}: cannot load the run ({first})") from None
-    return app.name, predictor
+    return application(ckpt.task), predictor, ckpt.path
+
+
+def _clear(out: Path, run: Path) -> None:
+    """``out`` ready for an export: not inside the run (its checkpoints stay as they are), and the files of an
+    earlier export there removed (no stale graph is left beside the new ones)."""
+    if out.resolve() == run.resolve() or run.resolve() in out.resolve().parents:
+        raise ExportError(f"--out {out}: inside the run {run}; export to a folder of its own")
+    manifest = out / MANIFEST
+    if not manifest.is_file():
+        return
+    try:
+        old = json.loads(manifest.read_text(encoding="utf-8"))
+        names = [g["file"] for g in old.get("graphs", {}).values()] + list(old.get("assets", []))
+    except (ValueError, TypeError, KeyError, AttributeError):
+        raise ExportError(f"--out {out}: holds a damaged {MANIFEST}; remove it or export elsewhere") from None
+    for name in names:
+        path = out / Path(str(name)).name
+        if path.is_dir():
+            shutil.rmtree(path)
+        elif path.exists():
+            path.unlink()
 
 
 def export_run(run: str | os.PathLike, out: str | os.PathLike, *, with_weights: bool = False) -> dict[str, Any]:
-    """Export the run at ``run`` into the directory ``out`` (created); returns the manifest written to
-    ``out/export.json``. ``with_weights`` adds every attention module's weights as outputs named
-    ``attention.<module path>``. Errors (a run without weights, an application or model that cannot be exported,
-    an unwritable ``out``) are :class:`ExportError` with one line."""
+    """Export the run at ``run`` into the directory ``out`` (created; an earlier export there is replaced);
+    returns the manifest written to ``out/export.json``. ``with_weights`` adds every attention module's weights
+    as outputs named ``attention.<module path>``. Errors (a run without weights, an application or model that
+    cannot be exported, an unwritable ``out``, ``out`` inside the run) are :class:`ExportError` with one line."""
     run, out = Path(run), Path(out)
     require_onnx()
-    name, predictor = _load(run)
-    if name not in EXPORTED:
-        raise ExportError(f"{run}: {name} runs cannot be exported yet (exported: {', '.join(EXPORTED)})")
+    app, predictor, checkpoint = _load(run)
+    if app.export is None:
+        raise ExportError(f"{run}: {app.name} runs cannot be exported yet (exported: {', '.join(exported())})")
     check_exportable(predictor.model)
+    _clear(out, run)
     _writable(out)
-    from . import apps
-
-    graphs = getattr(apps, name)(predictor)
-    manifest: dict[str, Any] = {"application": name, "run": str(run), "graphs": {}}
+    graphs = app.export(predictor)
+    manifest: dict[str, Any] = {"application": app.name, "run": str(run), "graphs": {}}
     for graph_name, (module, example, extra) in graphs.items():
         inputs, outputs, dynamic = list(module.inputs), list(module.outputs), list(module.dynamic)
         torchscript = getattr(module, "torchscript", None)
@@ -117,10 +121,10 @@ def export_run(run: str | os.PathLike, out: str | os.PathLike, *, with_weights: 
         manifest["graphs"][graph_name] = {"file": path.name, "inputs": inputs, "outputs": outputs, **extra}
     for asset in predictor.task_class.assets:
         getattr(predictor, asset).save(out / asset)
-    shutil.copyfile(_config_file(run), out / "config.json")
+    shutil.copyfile(checkpoint / "config.json", out / "config.json")
     manifest["assets"] = list(predictor.task_class.assets)
     (out / MANIFEST).write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    logger.info("exported %s run %s to %s", name, run, out)
+    logger.info("exported %s run %s to %s", app.name, run, out)
     return manifest
 
 
@@ -130,10 +134,3 @@ def _grouped(model: nn.Module) -> bool:
     from ..layers import MultiHeadAttention
 
     return any(m.kv_heads != m.num_heads for m in model.modules() if isinstance(m, MultiHeadAttention))
-
-
-def _config_file(run: Path) -> Path:
-    for d in (run / "best", run / "checkpoint", run):
-        if (d / "config.json").is_file():
-            return d / "config.json"
-    raise ExportError(f"{run}: no config.json")

@@ -6,13 +6,21 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..options import option
-from ..viz.files import page_path, write_atomic
-from .common import safe
-from .evaluate import evaluation
-from .options import options_from_args
-from .predict import cut_of, finish, load, read_inputs
-from .shared import DeviceOption, FileOption, JsonOption, LimitOption, LMFusionOption, RunArgument
+from ...options import option
+from ...viz.files import page_path, write_atomic
+from ..command import (
+    DeviceOption,
+    FileOption,
+    JsonOption,
+    LimitOption,
+    LMFusionOption,
+    RunArgument,
+    evaluation,
+    finish,
+    read_inputs,
+)
+from ..console import safe
+from .predictor import Summarizer
 
 
 @dataclass
@@ -53,7 +61,7 @@ def _evaluate(o: SummarizeCommand) -> int:
     if o.text or o.file or o.html or o.output or o.min_len:
         raise ValueError("--evaluate reads its texts from DATA: leave out the texts, --file, --output, --html and "
                          "--min-len")
-    summarizer = load(o.run, o.device, "summarize")
+    summarizer = Summarizer.load(o.run, o.device)
     own = o.evaluate in ("debian", "facts") and o.evaluate == summarizer.options.data
 
     def table(m: dict[str, float]) -> None:
@@ -73,13 +81,12 @@ def _evaluate(o: SummarizeCommand) -> int:
     return 0
 
 
-def summarize(args) -> int:
-    o = options_from_args(args, SummarizeCommand)
+def summarize(o: SummarizeCommand) -> int:
     if o.evaluate:
         return _evaluate(o)
     html_path = page_path(o.html, option="--html") if o.html else None  # settled first: printed == written
     texts = read_inputs(o.text, o.file, "texts to summarise")
-    summarizer = load(o.run, o.device, "summarize")
+    summarizer = Summarizer.load(o.run, o.device)
     results = summarizer.predict(texts, min_len=o.min_len, **_settings(o, summarizer))
     if o.output:
         written = write_atomic(o.output, "\n".join(r.text for r in results) + "\n", option="--output")
@@ -88,17 +95,11 @@ def summarize(args) -> int:
         for r in results:
             print(safe(r.text))
     if html_path:
-        from ..viz.copy_page import CopyView, save_copy_page
+        from .page import CopyView, save_copy_page
 
         items = [CopyView(r.source_tokens, r.tokens, r.attention, r.p_gen, r.coverage,
-                          caption=r.text + (f" [{note}]" if (note := cut_of(summarizer, r, {})) else ""))
+                          caption=r.text + (f" [{note}]" if (note := summarizer.note(r, {})) else ""))
                  for r in results]
         print(f"wrote {save_copy_page(html_path, items, title=f'Summaries by {Path(o.run).name}')}")
     finish(summarizer, texts, results, o.json)
     return 0
-
-
-
-#: ``qkv NAME``: its name, its help, its options and what runs it (:func:`qkv.cli.build_parser` adds it)
-COMMAND = ("summarize", "summarise texts with a trained summarize run (or --evaluate its ROUGE), "
-            "with a page of the words it copied", SummarizeCommand, summarize)

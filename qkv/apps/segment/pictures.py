@@ -3,7 +3,7 @@ labels (and the true ones when known) and the channel weights of BiSeNet's ARMs 
 
 Example::
 
-    from qkv.viz.segmentation import segmentation_figure
+    from qkv.apps.segment.pictures import segmentation_figure
     seg = Segmenter.load("runs/segment").predict(["scene.png"])[0]
     segmentation_figure(image, seg.labels, seg.class_names, attention=seg.attention, path="scene-seg.png")
 """
@@ -16,9 +16,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .files import save_figure
-from .heatmap import _pyplot
-from .vision import channel_bars, to_image
+from ...viz.files import save_figure
+from ...viz.heatmap import _pyplot
+from ...viz.vision import channel_bars, to_image
 
 __all__ = ["label_palette", "colorize", "segmentation_figure"]
 

@@ -7,12 +7,21 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..options import option
-from .common import safe, unique_names
-from .evaluate import evaluation
-from .options import options_from_args
-from .predict import finish, input_paths, load
-from .shared import DeviceOption, FileOption, JsonOption, LimitOption, PlotOption, RunArgument, plot_folder
+from ...options import option
+from ..command import (
+    DeviceOption,
+    FileOption,
+    JsonOption,
+    LimitOption,
+    PlotOption,
+    RunArgument,
+    evaluation,
+    finish,
+    input_paths,
+    plot_folder,
+)
+from ..console import safe, unique_names
+from .predictor import Segmenter
 
 
 @dataclass
@@ -48,13 +57,12 @@ def _table(segmenter, o: SegmentCommand, m: dict[str, float]) -> None:
         print(f"| {safe(name)} | {'absent' if math.isnan(v) else f'{v:.4f}'} |")
 
 
-def segment(args) -> int:
-    from ..viz.segmentation import segmentation_figure
+def segment(o: SegmentCommand) -> int:
+    from .pictures import segmentation_figure
 
-    o = options_from_args(args, SegmentCommand)
     plots = plot_folder(o.plot) if o.plot else None  # settled first: printed == written
     files = input_paths(o, o.images, "image file", ", --index N (an image of the test split)")
-    segmenter = load(o.run, o.device, "segment")
+    segmenter = Segmenter.load(o.run, o.device)
     if o.evaluate:
         evaluation(segmenter, o.data, split=o.split, limit=o.limit, json_path=o.json,
                    report=lambda m: _table(segmenter, o, m))
@@ -77,9 +85,3 @@ def segment(args) -> int:
             print(f"wrote {safe(str(path))}")
     finish(segmenter, files + [f"test{n}" for n in o.index or []], results, o.json)
     return 0
-
-
-
-#: ``qkv NAME``: its name, its help, its options and what runs it (:func:`qkv.cli.build_parser` adds it)
-COMMAND = ("segment", "label images with a segmentation run, draw them with the ARM/FFM channel "
-            "weights (--plot), or --evaluate it (mIoU, per-class IoU, pixel accuracy)", SegmentCommand, segment)

@@ -114,7 +114,7 @@ def render_copy_page(items: Sequence[CopyView], *, title: str = "What the summar
 def save_copy_page(path: str | os.PathLike, items: Sequence[CopyView], *,
                    title: str = "What the summariser copied") -> Path:
     """Write :func:`render_copy_page` to ``path`` (``.html`` added when it has no extension); the file written."""
-    from .files import page_path, write_atomic
+    from ...viz.files import page_path, write_atomic
 
     return write_atomic(page_path(path, option="--html"), render_copy_page(items, title=title), option="--html")
 
@@ -154,7 +154,7 @@ def copy_figure(item: CopyView, path: str | os.PathLike | None = None, *, max_so
     if path is not None:  # constrained layout, not save_figure's tight_layout
         import io
 
-        from .files import picture_path, write_atomic
+        from ...viz.files import picture_path, write_atomic
 
         target = picture_path(path)
         buf = io.BytesIO()

@@ -8,11 +8,10 @@ from pathlib import Path
 
 import torch
 
-from ..options import option
-from .common import safe, unique_names
-from .options import options_from_args
-from .predict import finish, input_paths, load
-from .shared import DeviceOption, FileOption, JsonOption, RunArgument, plot_folder
+from ...options import option
+from ..command import DeviceOption, FileOption, JsonOption, RunArgument, finish, input_paths, plot_folder
+from ..console import safe, unique_names
+from .predictor import ImageClassifier
 
 
 @dataclass
@@ -45,15 +44,14 @@ def _pixel(text: str | None, size: tuple[int, int]) -> tuple[int, int]:
     return y, x
 
 
-def show_attention(args) -> int:
-    from ..viz.plots import image_attention
+def show_attention(o: ShowAttentionCommand) -> int:
+    from ...viz.plots import image_attention
 
-    o = options_from_args(args, ShowAttentionCommand)
     out = plot_folder(o.out, "--out")  # settled first: printed == written
     files = input_paths(o, o.images, "image file", " and/or --index N (an image of the test split)")
     if o.invert and not (o.images or o.file):
         raise ValueError("--invert goes with image files (the test split's images are read as they are)")
-    clf = load(o.run, o.device, "images")
+    clf = ImageClassifier.load(o.run, o.device)
     query = _pixel(o.query_pixel, clf.image_size)
     pictures = [clf.read(path, invert=o.invert) for path in files]
     names = [Path(path).stem for path in files]
@@ -88,9 +86,3 @@ def show_attention(args) -> int:
             print(f"wrote {safe(str(path))}")
     finish(clf, files + [f"test{n}" for n in o.index or []], clf.predict(batch), o.json)
     return 0
-
-
-
-#: ``qkv NAME``: its name, its help, its options and what runs it (:func:`qkv.cli.build_parser` adds it)
-COMMAND = ("show-attention", "draw an image model's attention maps (PNG)",
-            ShowAttentionCommand, show_attention)

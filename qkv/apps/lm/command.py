@@ -5,11 +5,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..options import option
-from .common import safe
-from .options import options_from_args
-from .predict import finish, load, read_inputs
-from .shared import DeviceOption, FileOption, JsonOption, RunArgument
+from ...options import option
+from ..command import DeviceOption, FileOption, JsonOption, RunArgument, finish, read_inputs
+from ..console import safe
+from .predictor import LanguageModel
 
 _SAMPLING = {"strategy": ("sample",)}
 
@@ -33,19 +32,12 @@ class GenerateCommand(JsonOption, DeviceOption, FileOption, RunArgument):
                          "it stopped"}
 
 
-def generate(args) -> int:
-    o = options_from_args(args, GenerateCommand)
+def generate(o: GenerateCommand) -> int:
     prompts = read_inputs(o.prompts, o.file, "prompts to continue")
-    lm = load(o.run, o.device, "lm")
+    lm = LanguageModel.load(o.run, o.device)
     results = lm.predict(prompts, max_new_tokens=o.max_new_tokens, greedy=o.strategy == "greedy",
                          temperature=o.temperature, top_k=o.top_k, top_p=o.top_p, seed=o.seed)
     for r in results:  # a continuation stopped by a full context is logged by the library
         print(f"{safe(r.prompt)}\t{safe(r.text)}")
     finish(lm, prompts, results, o.json)
     return 0
-
-
-
-#: ``qkv NAME``: its name, its help, its options and what runs it (:func:`qkv.cli.build_parser` adds it)
-COMMAND = ("generate", "continue prompts with a language-model run (sampling with a seed, or "
-            "greedy)", GenerateCommand, generate)

@@ -4,12 +4,21 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..options import option
-from ..viz.files import write_atomic
-from .common import numbered_paths, safe
-from .options import options_from_args
-from .predict import finish, load, read_inputs
-from .shared import DeviceOption, FileOption, JsonOption, LMFusionOption, PlotOption, RunArgument, plot_file
+from ...options import option
+from ...viz.files import write_atomic
+from ..command import (
+    DeviceOption,
+    FileOption,
+    JsonOption,
+    LMFusionOption,
+    PlotOption,
+    RunArgument,
+    finish,
+    plot_file,
+    read_inputs,
+)
+from ..console import numbered_paths, safe
+from .predictor import Translator
 
 
 @dataclass
@@ -25,13 +34,12 @@ class TranslateCommand(LMFusionOption, JsonOption, PlotOption, DeviceOption, Fil
                        "target tokenizer's kind, fused into the beam (shallow fusion)"}
 
 
-def translate(args) -> int:
-    from ..viz.plots import alignment
+def translate(o: TranslateCommand) -> int:
+    from ...viz.plots import alignment
 
-    o = options_from_args(args, TranslateCommand)
     plot = plot_file(o.plot) if o.plot else None  # settled first: printed == written
     texts = read_inputs(o.text, o.file, "sentences to translate")
-    translator = load(o.run, o.device, "translate")
+    translator = Translator.load(o.run, o.device)
     results = translator.predict(texts, beam=o.beam, max_len=o.max_len, **o.fusion(translator))
     if o.output:
         written = write_atomic(o.output, "\n".join(r.text for r in results) + "\n", option="--output")
@@ -45,9 +53,3 @@ def translate(args) -> int:
             print(f"wrote {path}")
     finish(translator, texts, results, o.json, max_len=o.max_len)
     return 0
-
-
-
-#: ``qkv NAME``: its name, its help, its options and what runs it (:func:`qkv.cli.build_parser` adds it)
-COMMAND = ("translate", "translate text with a trained run, and plot its alignment",
-            TranslateCommand, translate)

@@ -12,9 +12,9 @@ from pathlib import Path
 
 from torch import Tensor
 
-from .files import save_figure
-from .heatmap import _pyplot
-from .plots import visible_tokens
+from ...viz.files import save_figure
+from ...viz.heatmap import _pyplot
+from ...viz.plots import visible_tokens
 
 __all__ = ["speech_alignment"]
 

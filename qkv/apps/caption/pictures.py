@@ -9,8 +9,8 @@ from pathlib import Path
 
 from torch import Tensor
 
-from .heatmap import _pyplot
-from .vision import overlay, save_figure, to_image
+from ...viz.heatmap import _pyplot
+from ...viz.vision import overlay, save_figure, to_image
 
 __all__ = ["caption_attention"]
 

@@ -7,12 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..options import option
-from .common import safe, unique_names
-from .evaluate import evaluation
-from .options import options_from_args
-from .predict import finish, input_paths, load
-from .shared import (
+from ...options import option
+from ..command import (
     DeviceOption,
     FileOption,
     JsonOption,
@@ -20,8 +16,13 @@ from .shared import (
     LMFusionOption,
     PlotOption,
     RunArgument,
+    evaluation,
+    finish,
+    input_paths,
     plot_folder,
 )
+from ..console import safe, unique_names
+from .predictor import Transcriber
 
 
 @dataclass
@@ -80,13 +81,12 @@ def _evaluate(transcriber, o: TranscribeCommand) -> None:
                name=target, on_error=o.on_error, json_path=o.json, report=table, **_settings(o, transcriber))
 
 
-def transcribe(args) -> int:
-    from ..viz.speech import speech_alignment
+def transcribe(o: TranscribeCommand) -> int:
+    from .pictures import speech_alignment
 
-    o = options_from_args(args, TranscribeCommand)
     plots = plot_folder(o.plot) if o.plot else None  # settled first: printed == written
     audio = input_paths(o, o.audio, "audio file")
-    transcriber = load(o.run, o.device, "speech")
+    transcriber = Transcriber.load(o.run, o.device)
     if o.ctc_weight and not transcriber.has_ctc:
         raise ValueError("--ctc-weight needs a hybrid run (trained with --ctc-weight > 0)")
     if o.evaluate:
@@ -106,9 +106,3 @@ def transcribe(args) -> int:
             print(f"wrote {safe(str(written))}")
     finish(transcriber, audio, results, o.json, **settings)
     return 0
-
-
-
-#: ``qkv NAME``: its name, its help, its options and what runs it (:func:`qkv.cli.build_parser` adds it)
-COMMAND = ("transcribe", "transcribe audio files with a speech run (PATH<TAB>transcript), draw each "
-            "character's attention over the audio, or --evaluate WER and CER", TranscribeCommand, transcribe)
