@@ -386,6 +386,10 @@ class Kernel:
         """Compile for these arguments on the background thread (a copy of them: the caller's stay its own)."""
         layout = _layout(args, kwargs, self.options) if layout is None else layout
         count.queued.add(layout)
+        # (dynamo and inductor imported here, once: imported by two threads at once, a module half-initialised by
+        # one fails in the other)
+        import torch._dynamo  # noqa: F401
+        import torch._inductor.compile_fx  # noqa: F401
         grad = torch.is_grad_enabled()
         args, kwargs = _copies(args, kwargs)
         device = next((a.device for a in args if isinstance(a, torch.Tensor)), torch.device("cpu"))
