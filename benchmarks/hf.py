@@ -24,6 +24,8 @@ alternating in one process (side by side); the peak is each way's only run in a 
 
 - ``eager``: ``generate(output_attentions=True, return_dict_in_generate=True)``, every step's weights returned;
 - ``qkv, all``: :func:`qkv.integrations.generation.record_generation`, every layer and head recorded;
+- ``qkv, all, recomputed``: the same with the weights recomputed beside the fused path (a second softmax, 256 query
+  rows at a time) instead of rebuilt from its log-sum-exp;
 - ``qkv, 1 layer``: the same with ``layers=[0]`` (the other layers on the fused path);
 - ``qkv, none``: the backend generating with nothing recorded (the floor).
 
@@ -109,7 +111,7 @@ def measure(name: str, seq: int, reps: int, device: str) -> dict:
     return out
 
 
-GEN_WAYS = ("eager", "qkv, all", "qkv, 1 layer", "qkv, none")
+GEN_WAYS = ("eager", "qkv, all", "qkv, all, recomputed", "qkv, 1 layer", "qkv, none")
 
 
 def measure_generation(ways: list[str], seq: int, new: int, layers: int, reps: int) -> dict:
@@ -118,10 +120,12 @@ def measure_generation(ways: list[str], seq: int, new: int, layers: int, reps: i
     a fresh process (memory freed by glibc stays in the process after a run)."""
     import transformers as tf
 
+    from qkv.integrations import transformers as backend
     from qkv.integrations.generation import record_generation
     from qkv.integrations.transformers import register
 
     register()
+    fused = backend.fused_and_record
     cfg = tf.LlamaConfig(hidden_size=256, num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
                          intermediate_size=512, max_position_embeddings=seq + new + 8, vocab_size=8000,
                          bos_token_id=1, eos_token_id=2, pad_token_id=0)
@@ -139,6 +143,7 @@ def measure_generation(ways: list[str], seq: int, new: int, layers: int, reps: i
         if way == "qkv, none":
             return model.generate(input_ids=x, max_new_tokens=new, min_new_tokens=new, do_sample=False,
                                   pad_token_id=0)
+        backend.fused_and_record = (lambda *a: None) if way == "qkv, all, recomputed" else fused
         rec = record_generation(model, x, max_new_tokens=new, layers=[0] if way == "qkv, 1 layer" else None,
                                 min_new_tokens=new)
         assert rec.records
