@@ -80,6 +80,8 @@ class Application:
         commands: the application's own commands (``qkv transcribe``), name -> :class:`Command`.
         export: ``predictor -> {graph name: (module, example inputs, manifest extras)}``, the ONNX graphs of a run
             (:func:`qkv.apps.export.export_run`); ``None``: its runs cannot be exported.
+        upgrade: ``config -> config``, a run's configuration of checkpoint format 1 (qkv 0.1.0) in the current
+            format; ``None``: the application has no format-1 runs.
     """
 
     name: str
@@ -94,6 +96,7 @@ class Application:
     budget_defaults: Callable[[Any, Any], dict[str, Any]] | None = None
     commands: Mapping[str, Command] = dataclasses.field(default_factory=dict)
     export: Callable[[Any], dict[str, Any]] | None = None
+    upgrade: Callable[[dict[str, Any]], dict[str, Any]] | None = None
 
     def __post_init__(self) -> None:
         for name, default in (("options", "options_type"), ("load_data", "load_data"), ("model_spec", "model_spec")):

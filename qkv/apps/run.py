@@ -1,5 +1,5 @@
 """Reading a run back, written once for every application: :func:`load_run` (the weights read once, any checkpoint
-format version: :func:`qkv.train.upgrade.upgrade`), :func:`run_task` (the application a run is, from its
+format version: the application's ``upgrade``), :func:`run_task` (the application a run is, from its
 ``config.json`` alone), :func:`model_from_spec` and :func:`upgrade_options`.
 
 A run's ``config.json`` (format version 2) holds ``{"model": {"name", "config"}, "options": {...}, ...}``:
@@ -92,12 +92,12 @@ def upgrade_options(cls: type, old: Mapping[str, Any], renames: Mapping[str, str
 def load_run(path, task: str, options_cls: type, device: str | torch.device = "auto") -> LoadedRun:
     """Read a run (or checkpoint) directory of ``task``, or a :class:`~qkv.train.checkpoint.Checkpoint` already
     read, for prediction: its weights read once, a run of an older checkpoint format upgraded
-    (:func:`qkv.train.upgrade.upgrade`). Raises ``ValueError`` for a run of another task, a newer format, or a
+    (the application's ``upgrade``). Raises ``ValueError`` for a run of another task, a newer format, or a
     configuration that does not fit.
     """
     from ..train import resolve_device
     from ..train.checkpoint import VERSION, Checkpoint, load_checkpoint
-    from ..train.upgrade import upgrade
+    from ..train.upgrade import upgrade_state_dict
 
     dev = resolve_device(str(device))
     ckpt = path if isinstance(path, Checkpoint) else load_checkpoint(path)
@@ -107,8 +107,14 @@ def load_run(path, task: str, options_cls: type, device: str | torch.device = "a
     config, state_dict = ckpt.config, ckpt.state_dict
     if ckpt.version < VERSION:
         logger.info("%s: upgrading a format-version-%d run", ckpt.path, ckpt.version)
+        from . import application
+
+        upgrade = application(task).upgrade
+        if upgrade is None:
+            raise ValueError(f"{ckpt.path}: {task} runs exist only in checkpoint format 2 and later")
         try:
-            config, state_dict = upgrade(task, config, state_dict)
+            config = upgrade(config)
+            state_dict = upgrade_state_dict(config["model"]["name"], state_dict)
         except (KeyError, TypeError) as e:
             raise ValueError(f"{where}: not a valid format-version-{ckpt.version} {task} configuration ({e})") from None
     if not isinstance(config, Mapping) or not isinstance(config.get("options"), Mapping):

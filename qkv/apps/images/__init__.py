@@ -31,7 +31,7 @@ Example::
 from __future__ import annotations
 
 from ..base import Application, Command
-from . import command, export
+from . import command, export, upgrade
 from .maps import AttentionView, attention_view
 from .options import ARCHS, AUGMENTATIONS, ImageOptions, parse_attn_args, train_defaults
 from .predictor import ImageClassifier, ImagePrediction
@@ -53,4 +53,5 @@ APPLICATION = Application(
     name="images", help=ABOUT["help"], commands={
         "show-attention": Command(ABOUT["commands"]["show-attention"], command.ShowAttentionCommand,
                                   command.show_attention)},
-    train_defaults=train_defaults, task=ImageTask, predictor=ImageClassifier, export=export.graphs)
+    train_defaults=train_defaults, task=ImageTask, predictor=ImageClassifier, export=export.graphs,
+    upgrade=upgrade.upgrade_config)

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from ...data.text_classification import collate_texts
 from ..base import Application, Command
-from . import command, export
+from . import command, export, upgrade
 from .faithfulness import comprehensiveness
 from .options import MODELS, SentimentOptions, train_defaults
 from .predictor import SentimentClassifier, SentimentPrediction
@@ -50,4 +50,5 @@ APPLICATION = Application(
         "classify": Command(ABOUT["commands"]["classify"], command.ClassifyCommand, command.classify),
         "faithfulness": Command(ABOUT["commands"]["faithfulness"], command.FaithfulnessCommand, command.faithfulness)},
     train_defaults=train_defaults, task=SentimentTask, predictor=SentimentClassifier, train=_train,
-    export=export.graphs)
+    export=export.graphs,
+    upgrade=upgrade.upgrade_config)

@@ -20,7 +20,7 @@ Example::
 from __future__ import annotations
 
 from ..base import Application, Command
-from . import command, export
+from . import command, export, upgrade
 from .decode import Translation, translate_batch
 from .options import MODELS, RNN_MODELS, TranslateOptions, budget_defaults, train_defaults
 from .predictor import Translator, parse_buckets
@@ -42,4 +42,5 @@ APPLICATION = Application(
     name="translate", help=ABOUT["help"], commands={
         "translate": Command(ABOUT["commands"]["translate"], command.TranslateCommand, command.translate)},
     train_defaults=train_defaults, task=TranslateTask, predictor=Translator, budget_defaults=budget_defaults,
-    export=export.graphs)
+    export=export.graphs,
+    upgrade=upgrade.upgrade_config)
