@@ -69,9 +69,10 @@ def test_the_checker_sees_a_name_and_an_import(tmp_path):
 def _apps_imported(argv: list[str]) -> list[str]:
     """The applications a fresh process has imported after ``qkv ARGV``."""
     code = ("import sys\nfrom qkv.cli import main\ntry:\n    main(sys.argv[1:])\nexcept SystemExit:\n    pass\n"
-            "print(' '.join(sorted({m.split('.')[2] for m in sys.modules if m.startswith('qkv.apps.')})))")
+            "print('imported:', *sorted({m.split('.')[2] for m in sys.modules if m.startswith('qkv.apps.')}))")
     out = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, cwd=ROOT, check=True)
-    return sorted(set(out.stdout.strip().splitlines()[-1].split()) & set(catalogue()))
+    line = next(line for line in out.stdout.splitlines() if line.startswith("imported:"))
+    return sorted(set(line.split()[1:]) & set(catalogue()))
 
 
 @pytest.mark.parametrize("argv", [["--help"], ["predict", "--help"], ["train", "--help"], ["view", "--help"],
