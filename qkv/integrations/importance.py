@@ -6,7 +6,8 @@ what it writes may be undone later. Three measures answer in different ways:
 - :func:`head_importance`: ``(layers, heads)``, the increase of the model's mean loss in nats (next-token negative
   log-likelihood; masked-token or class negative log-likelihood for an encoder with a head) on the given text when
   one head's output is zeroed before the attention's output projection. One ablation per head, many heads per
-  forward pass: the batch holds one copy of the text per ablated head (Michel et al., "Are Sixteen Heads Really
+  forward pass: the batch holds one copy of the text per ablated head, and the layers below the ablated one are not
+  run again (Michel et al., "Are Sixteen Heads Really
   Better than One?", NeurIPS 2019, https://arxiv.org/abs/1905.10650, measure the same dependence through a
   gradient; this is the exact ablation). Zeroing takes the model off its usual inputs (a mean ablation would read
   differently), and heads ablated one at a time may compensate for each other: a head at 0 is not a head that
@@ -35,6 +36,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
+import re
 from typing import Any
 
 import torch
@@ -71,18 +73,70 @@ def objective_of(model: nn.Module) -> str:
 
 
 def _losses(model: nn.Module, objective: str, ids: Tensor, mask: Tensor | None, target: Tensor) -> Tensor:
-    """``(B,)`` the mean negative log-likelihood of each row of the batch (float64)."""
-    logits = model(input_ids=ids, attention_mask=mask).logits.double()
+    """``(B,)`` the mean negative log-likelihood of each row of the batch (in float64, one row at a time: the
+    logits of a large vocabulary are the largest tensor here)."""
+    logits = model(input_ids=ids, attention_mask=mask, use_cache=False).logits
     if objective == "classification":
-        return nn.functional.cross_entropy(logits, target.expand(len(ids)), reduction="none")
+        return nn.functional.cross_entropy(logits.double(), target.expand(len(ids)), reduction="none")
     if objective == "causal":
         logits, target = logits[:, :-1], ids[:, 1:]
         keep = torch.ones_like(target, dtype=torch.bool) if mask is None else mask[:, 1:].bool()
     else:  # masked: target (T,) holds the original ids at the masked positions, -100 elsewhere
         target = target.expand(len(ids), -1)
         keep = target >= 0
-    nll = nn.functional.cross_entropy(logits.transpose(1, 2), target.clamp_min(0), reduction="none")
-    return (nll * keep).sum(-1) / keep.sum(-1).clamp_min(1)
+    out = []
+    for row, t, k in zip(logits, target, keep, strict=True):
+        row = row[k].double()
+        nll = torch.logsumexp(row, -1) - row.gather(-1, t[k][:, None])[:, 0]
+        out.append(nll.sum() / max(int(k.sum()), 1))
+    return torch.stack(out)
+
+
+class _Prefix:
+    """The layers below an ablated one give what they gave without ablation: their outputs of the unablated pass
+    are kept (forward hooks on the stack's layers), and while a batch ablates heads of layer ``l`` only, layers
+    ``0..l-1`` return those outputs repeated along the batch instead of running. No stack found: nothing kept."""
+
+    def __init__(self, model: nn.Module, names: dict[nn.Module, str]):
+        self.blocks: dict[int, nn.Module] = {}
+        for module, name in names.items():
+            match = re.match(r"^(.*?)(?:^|\.)(\d+)\.", name + ".") if _is_attention(module) else None
+            if match:
+                path = f"{match.group(1)}.{match.group(2)}" if match.group(1) else match.group(2)
+                try:
+                    self.blocks.setdefault(int(match.group(2)), model.get_submodule(path))
+                except AttributeError:
+                    continue
+        self.kept: dict[int, Any] = {}
+
+    def keep(self):
+        hooks = [b.register_forward_hook(lambda m, a, out, i=i: self.kept.__setitem__(i, out))
+                 for i, b in self.blocks.items()]
+        return hooks
+
+    def skip(self, below: int, rows: int) -> list[nn.Module]:
+        patched = []
+        for i in range(below):
+            if i not in self.blocks or i not in self.kept:
+                break
+            out = _repeat(self.kept[i], rows)
+            self.blocks[i].forward = lambda *a, out=out, **kw: out
+            patched.append(self.blocks[i])
+        return patched
+
+
+def _is_attention(module: nn.Module) -> bool:
+    name = type(module).__name__
+    return name.endswith(("Attention", "SelfAttention")) and "Cross" not in name and not name.endswith("Output")
+
+
+def _repeat(x: Any, rows: int) -> Any:
+    if isinstance(x, Tensor):
+        return x.expand(rows, *x.shape[1:]).contiguous() if x.dim() and x.shape[0] == 1 else x
+    if isinstance(x, tuple):
+        return type(x)(_repeat(v, rows) for v in x) if not hasattr(x, "_fields") else type(x)(
+            *(_repeat(v, rows) for v in x))
+    return x
 
 
 class _Ablation:
@@ -110,7 +164,7 @@ class _Ablation:
 @torch.no_grad()
 def head_importance(model: nn.Module, input_ids: Tensor, *, attention_mask: Tensor | None = None,
                     labels: Tensor | int | None = None, mask_token_id: int | None = None,
-                    masked: Tensor | None = None, batch: int = 8, seed: int = 0) -> Tensor:
+                    masked: Tensor | None = None, batch: int = 8, seed: int = 0, reuse: bool = True) -> Tensor:
     """``(layers, heads)``: how much the model's mean loss on ``input_ids`` rises (nats) when each head's output
     is zeroed before its attention's output projection (see the module's docstring).
 
@@ -122,7 +176,9 @@ def head_importance(model: nn.Module, input_ids: Tensor, *, attention_mask: Tens
         mask_token_id: a masked-language model's mask token (its tokenizer's ``mask_token_id``), put at the
             ``masked`` positions ``(T,)`` bool (default: 15% of the positions but the first and last, at least one,
             drawn with ``seed``).
-        batch: ablated heads per forward pass (memory grows with it: one copy of the text each).
+        batch: ablated heads per forward pass, all of one layer (memory grows with it: one copy of the text each).
+        reuse: the layers below the ablated one are not run again: their outputs of the unablated pass are
+            repeated along the batch (a model whose layers cannot be found runs them all).
 
     Returns a float32 tensor on the CPU; it is computed in the model's dtype, the losses in float64.
     """
@@ -155,22 +211,33 @@ def head_importance(model: nn.Module, input_ids: Tensor, *, attention_mask: Tens
             target = torch.tensor([int(labels)], device=device) if labels is not None else \
                 model(input_ids=ids, attention_mask=mask).logits.argmax(-1)[:1]
         heads = []
-        with probing(lambda module, value: heads.append(value.shape[1])):
-            base = float(_losses(model, objective, ids, mask, target)[0])
+        prefix = _Prefix(model, names) if reuse else None
+        hooks = prefix.keep() if prefix is not None else []
+        try:
+            with probing(lambda module, value: heads.append(value.shape[1])):
+                base = float(_losses(model, objective, ids, mask, target)[0])
+        finally:
+            for hook in hooks:
+                hook.remove()
         if not heads:
             raise ValueError(f"{type(model).__name__} ran no attention through qkv's backend")
         h = max(heads)
-        pairs = [(layer, head) for layer in range(layers) for head in range(h)]
         out = torch.zeros(layers, h, dtype=torch.float64)
-        for i in range(0, len(pairs), batch):
-            chunk = pairs[i:i + batch]
-            rows = len(chunk)
-            probe = _Ablation(names, [p[0] for p in chunk], [p[1] for p in chunk])
-            with probing(probe):
-                losses = _losses(model, objective, ids.expand(rows, -1),
-                                 None if mask is None else mask.expand(rows, -1), target)
-            for (layer, head), loss in zip(chunk, losses.tolist(), strict=True):
-                out[layer, head] = loss - base
+        for layer in range(layers):  # a batch ablates heads of one layer: the layers below it are kept
+            for first in range(0, h, batch):
+                chunk = list(range(first, min(first + batch, h)))
+                rows = len(chunk)
+                probe = _Ablation(names, [layer] * rows, chunk)
+                patched = prefix.skip(layer, rows) if prefix is not None else []
+                try:
+                    with probing(probe):
+                        losses = _losses(model, objective, ids.expand(rows, -1),
+                                         None if mask is None else mask.expand(rows, -1), target)
+                finally:
+                    for block in patched:
+                        del block.forward
+                out[layer, chunk] = losses.double().cpu()
+        out -= base
     return out.float()
 
 

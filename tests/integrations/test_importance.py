@@ -176,3 +176,26 @@ def test_attention_gradient_equals_eager_weights_times_their_gradient(name):
         torch.testing.assert_close(g.double(), (a * a.grad)[0], atol=1e-8, rtol=1e-6)
     assert any(g.abs().max() > 1e-6 for g in got)
     assert model.config._attn_implementation == "eager"
+
+
+@pytest.mark.parametrize("name", ["gpt2", "llama", "bert"])
+def test_the_layers_below_the_ablated_one_are_kept_not_run_again(name):
+    from qkv.integrations import importance
+
+    model = hf.model(name, "eager").double()
+    names = {m: n for n, m in model.named_modules()}
+    assert sorted(importance._Prefix(model, names).blocks) == list(range(model.config.num_hidden_layers))
+    calls = []
+    real = importance._Ablation.__call__
+    importance._Ablation.__call__ = lambda self, module, value: (calls.append(value.shape[0]),
+                                                                 real(self, module, value))[1]
+    try:
+        kept = head_importance(model, _ids(), mask_token_id=3, batch=4)
+        n_kept = len(calls)
+        calls.clear()
+        every = head_importance(model, _ids(), mask_token_id=3, batch=4, reuse=False)
+    finally:
+        importance._Ablation.__call__ = real
+    torch.testing.assert_close(kept, every, atol=1e-7, rtol=1e-6)
+    layers = model.config.num_hidden_layers
+    assert len(calls) == layers * layers and n_kept == layers * (layers + 1) // 2  # one batch per layer here
