@@ -64,6 +64,8 @@ class Hypothesis:
     tokens: list[int]
     score: float  #: accumulated step log-probabilities (+ prefix scores), ``<eos>`` included when produced
     attention: Tensor  #: (len(tokens) + 1 if finished else len(tokens), S): one row per produced token
+    #: why it stopped: ``"end"`` (it produced ``<eos>``) or ``"max_len"`` (it had the most tokens allowed)
+    stopped: str = "end"
 
 
 def reorder_state(state: Any, index: Tensor) -> Any:
@@ -251,7 +253,7 @@ def search(step: Callable[[Tensor, Any], tuple[Tensor, Tensor | None, Any]], sta
         toks = tokens[i, j, :n].tolist()
         words = toks[:-1] if bool(finished[i, j]) else toks
         rows = attns[i, j, :n].cpu() if attns is not None else torch.zeros(n, 0)
-        out.append(Hypothesis(words, float(scores[i, j]), rows))
+        out.append(Hypothesis(words, float(scores[i, j]), rows, "end" if bool(finished[i, j]) else "max_len"))
     return out
 
 

@@ -151,8 +151,8 @@ def test_what_was_cut_is_said_on_stderr_and_in_the_rows(tmp_path, capsys):
 
     summarizer = SimpleNamespace(task="summarize", result_row=lambda r: {"output": r.text, "cut": r.cut},
                                  note=lambda r, settings: Summarizer.note(None, r, settings))
-    long = SimpleNamespace(text="a summary", cut=170_000, source_tokens=["w"] * 120)
-    short = SimpleNamespace(text="another", cut=0, source_tokens=["w"] * 3)
+    long = SimpleNamespace(text="a summary", cut=170_000, source_tokens=["w"] * 120, stopped="end", decoded=[])
+    short = SimpleNamespace(text="another", cut=0, source_tokens=["w"] * 3, stopped="end", decoded=[])
     rows = finish(summarizer, ["a very long text", "short"], [long, short], str(tmp_path / "s.json"))
     err = capsys.readouterr().err
     assert "qkv: warning: a very long text: the source was cut to its first 120 words" in err and "170000" in err
@@ -161,9 +161,9 @@ def test_what_was_cut_is_said_on_stderr_and_in_the_rows(tmp_path, capsys):
     from qkv.apps.speech import Transcriber
 
     speech = Transcriber.__new__(Transcriber)
-    stopped = SimpleNamespace(tokens=list("x" * 12))
+    stopped = SimpleNamespace(tokens=list("x" * 12), stopped="max_len")
     assert "stopped at 12 characters" in speech.note(stopped, {"max_len": 12})
-    assert speech.note(SimpleNamespace(tokens=list("xy")), {"max_len": 12}) is None
+    assert speech.note(SimpleNamespace(tokens=list("xy"), stopped="end"), {"max_len": 12}) is None
 
 
 @pytest.mark.slow

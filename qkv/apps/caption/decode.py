@@ -19,12 +19,14 @@ __all__ = ["Caption", "caption_images", "caption_metrics", "evaluate_captions"]
 @dataclass
 class Caption:
     """One caption: its ``text`` and ``words``, ``attention (len(words), h, w)`` (the map each word was produced
-    with) and the beam ``score`` (log-probability)."""
+    with), the beam ``score`` (log-probability) and why decoding ``stopped`` (``"end"``, or ``"max_len"``: it had
+    the most words allowed)."""
 
     text: str
     words: list[str]
     attention: Tensor
     score: float
+    stopped: str = "end"
 
 
 def caption_images(model: nn.Module, tokenizer, images: Tensor, *, beam: int = 1, max_len: int = 40,
@@ -46,7 +48,8 @@ def caption_images(model: nn.Module, tokenizer, images: Tensor, *, beam: int = 1
                 for hyp in beam_search(model, x, beam=beam, max_len=max_len, length_penalty=length_penalty):
                     words = tokenizer.tokens_of_ids(hyp.tokens)
                     out.append(Caption(tokenizer.decode(hyp.tokens), words,
-                                       hyp.attention[:len(words)].reshape(len(words), h, w), hyp.score))
+                                       hyp.attention[:len(words)].reshape(len(words), h, w), hyp.score,
+                                       hyp.stopped))
     finally:
         model.train(was_training)
     return out

@@ -14,6 +14,7 @@ import torch
 from torch import Tensor, nn
 
 from ..base import PageInput, Predictor, ViewInput, file_inputs, jsonable, refuse_settings, upgrade_options
+from ..stopped import stopped_note
 from .data import CaptionData
 from .decode import Caption, caption_images, evaluate_captions
 from .options import ATTENDING, CaptionOptions
@@ -67,8 +68,9 @@ class Captioner(Predictor):
         return torch.stack([self.read(p) for p in file_inputs(strings, "image")])
 
     def result_row(self, result: Caption) -> dict[str, Any]:
-        """``output`` (the caption), its ``words`` and the beam ``score``."""
-        return jsonable({"output": result.text, "words": list(result.words), "score": result.score})
+        """``output`` (the caption), its ``words``, the beam ``score`` and why decoding ``stopped``."""
+        return jsonable({"output": result.text, "words": list(result.words), "score": result.score,
+                         "stopped": result.stopped})
 
     def options_for(self, data: str | None, on_error: str = "raise") -> CaptionOptions:
         """The run's options reading another captions file ``data`` (``on_error="skip"``: its captions naming
@@ -155,6 +157,10 @@ class Captioner(Predictor):
         with torch.no_grad(), capture_attention(self.model) as records:
             (caption,) = self.predict(x[None], beam=1)
         words = list(caption.words)
-        return PageInput(records, {"target": [*words, "<eos>"], "words": words}, x.float() / 255,
-                         title=caption.text, notes=[f"{self.options.model} captioning model, greedy decoding; pick "
-                                                    "a word as the query of the image view"])
+        notes = [f"{self.options.model} captioning model, greedy decoding; pick a word as the query of the image view"]
+        notes += [n for n in [self.note(caption, {})] if n]
+        return PageInput(records, {"target": [*words, "<eos>"] if caption.stopped == "end" else words,
+                                   "words": words}, x.float() / 255, title=caption.text, notes=notes)
+
+    def note(self, result: Caption, settings) -> str | None:
+        return stopped_note(result.stopped, len(result.words), "caption", "words")

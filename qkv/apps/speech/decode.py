@@ -31,6 +31,9 @@ class Transcript:
     features: Tensor
     score: float = 0.0
     source: str = ""
+    #: why decoding stopped: ``"end"`` (the model ended it), or the limit it reached: ``"max_len"``, ``"max_rate"``
+    #: (characters a second of audio), ``"frames"`` (4 characters a listener frame) or ``"positions"`` (the model's)
+    stopped: str = "end"
 
 
 def utterance_features(wave: Tensor, n_mels: int) -> Tensor:
@@ -64,7 +67,8 @@ def transcribe_batch(model: nn.Module, tokenizer, features: Sequence[Tensor], *,
     Limits that keep decoding robust to the utterance's length:
 
     - ``max_rate``: at most ``ceil(max_rate * seconds) + 5`` characters for an utterance of ``F`` frames of 10 ms
-      (each its own limit; English speech is 10-20 characters a second), and never more than ``max_len``;
+      (each its own limit; English speech is 10-20 characters a second), and never more than ``max_len``
+      characters (the end token is not one of them); a transcript that reached a limit names it in ``stopped``;
     - ``window = (left, right)``: Listen, Attend and Spell attends only to the listener frames ``[m - left,
       m + right]`` around the median ``m`` of the previous step's weights (:func:`qkv.models.speech.attention_window`);
     - ``eos_threshold`` ``gamma`` in ``(0, 1]``: the end is proposed only when ``p(<eos>) >= gamma * max_c p(c)``
@@ -108,21 +112,25 @@ def transcribe_batch(model: nn.Module, tokenizer, features: Sequence[Tensor], *,
             x, lengths = pad_features([features[i] for i in idx])
             state = model.encode(x.to(device), lengths.to(device))
             ctc = state.get("ctc_log_probs")
-            limits = torch.full((len(idx),), max_len, dtype=torch.long)
+            bounds = {"max_len": torch.full((len(idx),), max_len, dtype=torch.long)}
             if max_rate is not None:
-                limits = limits.clamp(max=(lengths.float() * 0.01 * max_rate).ceil().long() + 5)
+                bounds["max_rate"] = (lengths.float() * 0.01 * max_rate).ceil().long() + 5
             if not attending:
-                if beam == 1:
-                    hyps = [(ids[:int(n)], None, 0.0) for ids, n in
-                            zip(ctc_greedy(ctc, state["lengths"], blank=PAD_ID), limits, strict=True)]
-                else:
-                    found = ctc_beam_search(ctc, state["lengths"], beam=beam, blank=PAD_ID, eos_id=EOS_ID,
-                                            banned=(BOS_ID,), max_len=int(limits.max()))
-                    hyps = [(h.tokens[:int(n)], None, h.score) for h, n in zip(found, limits, strict=True)]
+                limits = _tightest(bounds)
+                if beam == 1:  # the best path, then cut at the limit
+                    found = [(ids, 0.0) for ids in ctc_greedy(ctc, state["lengths"], blank=PAD_ID)]
+                else:  # the beam stops at the longest limit of the batch, each cut at its own
+                    found = [(h.tokens, h.score) for h in ctc_beam_search(
+                        ctc, state["lengths"], beam=beam, blank=PAD_ID, eos_id=EOS_ID, banned=(BOS_ID,),
+                        max_len=int(limits.max()))]
+                hyps = [(ids[:int(n)], None, score, len(ids) > n)
+                        for (ids, score), n in zip(found, limits, strict=True)]
             else:
-                # the end is forced once an utterance has its most characters (<eos> counts as one)
-                limits = limits.clamp(max=4 * int(state["memory"].shape[1]) + 10,
-                                      min=1).clamp(max=getattr(model, "max_len", max_len + 2) - 1)
+                # the end is forced once an utterance has its most characters; <eos> is one token more
+                bounds = {k: v + 1 for k, v in bounds.items()}
+                bounds["frames"] = torch.full((len(idx),), 4 * int(state["memory"].shape[1]) + 10)
+                bounds["positions"] = torch.full((len(idx),), getattr(model, "max_len", max_len + 2) - 1)
+                limits = _tightest(bounds).clamp(min=1)
                 options = {}
                 step = model.decode_step
                 if eos_threshold:
@@ -146,15 +154,23 @@ def transcribe_batch(model: nn.Module, tokenizer, features: Sequence[Tensor], *,
                 found = search(step, state, len(idx), beam=beam, max_len=int(limits.max()),
                                length_penalty=length_penalty, device=device,
                                reorder=getattr(model, "reorder_state", None) or _reorder, **options)
-                hyps = [(h.tokens, h.attention, h.score) for h in found]
-            for row, (i, (ids, attn, score)) in enumerate(zip(idx, hyps, strict=True)):
+                hyps = [(h.tokens, h.attention, h.score, len(h.tokens) + 1 >= n)
+                        for h, n in zip(found, limits, strict=True)]
+            for row, (i, (ids, attn, score, reached)) in enumerate(zip(idx, hyps, strict=True)):
                 s = int(state["lengths"][row])
+                stopped = next((k for k, v in bounds.items() if v[row] <= limits[row]), "max_len") if reached \
+                    else "end"
                 results[i] = Transcript(tokenizer.decode(ids), tokenizer.tokens_of_ids(ids),
                                         None if attn is None else attn[:, :s].float(),
                                         None if ctc is None else ctc[row, :s].float().cpu(), features[i],
-                                        float(score))
+                                        float(score), stopped=stopped)
     model.train(was_training)
     return [results[i] for i in range(len(features))]
+
+
+def _tightest(bounds: dict[str, Tensor]) -> Tensor:
+    """The per-utterance limit ``(B,)``: the smallest of ``bounds`` (each ``(B,)``, by the name of its limit)."""
+    return torch.stack(list(bounds.values())).min(0).values
 
 
 def _lm_fusion(lm, weight: float | None, reward: float, tokenizer, attending: bool):

@@ -12,6 +12,7 @@ import torch
 from torch import Tensor, nn
 
 from ..base import PageInput, Predictor, ViewInput, file_inputs, jsonable, refuse_settings
+from ..stopped import stopped_note
 from .decode import Transcript, transcribe_batch, utterance_features
 from .task import SpeechTask, decoding_options, evaluate_transcripts, read_features
 
@@ -73,14 +74,13 @@ class Transcriber(Predictor):
             limits["lm"] = self.language_model(limits["lm"])
 
     def note(self, result: Transcript, settings) -> str | None:
-        longest = settings.get("max_len") or 300
-        if len(result.tokens) >= longest:
-            return f"the transcript stopped at {longest} characters without ending (max_len)"
-        return None
+        return stopped_note(result.stopped, len(result.tokens), "transcript", "characters")
 
     def result_row(self, result: Transcript) -> dict[str, Any]:
-        """``output`` (the transcript), the ``source`` file and the decoder's ``score``."""
-        return jsonable({"output": result.text, "source": result.source, "score": result.score})
+        """``output`` (the transcript), the ``source`` file, the decoder's ``score`` and why it ``stopped``
+        (``end``, or the limit it reached: ``max_len``, ``max_rate``, ``frames``, ``positions``)."""
+        return jsonable({"output": result.text, "source": result.source, "score": result.score,
+                         "stopped": result.stopped})
 
     def transcribe(self, features: list[Tensor], *, beam: int = 1, max_len: int = 300,
                    ctc_weight: float | None = None, **limits) -> list[Transcript]:
@@ -160,6 +160,7 @@ class Transcriber(Predictor):
             tokens["target"] = [*result.tokens, "<eos>"]
         notes = [f"{self.options.model} speech model ({self.options.score} attention)" if self.options.model == "las"
                  else f"{self.options.model} speech model", "greedy decoding; source positions are listener frames"]
+        notes += [n for n in [self.note(result, {})] if n]
         return PageInput(records, tokens, title=f"{Path(str(audio)).name} \u2192 {result.text}", notes=notes)
 
 

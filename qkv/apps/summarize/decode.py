@@ -97,7 +97,8 @@ class Summary:
     step), ``copied`` (per output word: a source word outside the vocabulary, which only copying can give), the
     ``coverage (S,)`` after the last step (the attention rows summed), the beam ``score``, the source words cut and
     what the decoder gave at each of its steps (``decoded``: special tokens included, which ``tokens`` and ``text``
-    leave out; a page of its attention rows names them so)."""
+    leave out; a page of its attention rows names them so), and why decoding ``stopped`` (``"end"``, or
+    ``"max_len"``: it had the most tokens allowed)."""
 
     source: str
     text: str
@@ -110,6 +111,7 @@ class Summary:
     score: float
     cut: int = 0
     decoded: list[str] = field(default_factory=list)
+    stopped: str = "end"
 
 
 def output_text(words: Sequence[str]) -> str:
@@ -205,7 +207,7 @@ def summarize_batch(model: nn.Module, tok, texts: Sequence[str], *, beam: int = 
                 decoded = [e.oovs[t - tok.vocab_size] if t >= tok.vocab_size else tok.tokens_of_ids([t])[0]
                            for t in h.tokens]
                 out[i] = Summary(texts[i], text, words, e.words, attn, p_gen[row, :n][rows], copied,
-                                 attn.sum(0), float(h.score), e.cut, decoded)
+                                 attn.sum(0), float(h.score), e.cut, decoded, h.stopped)
     return [out[i] for i in range(len(texts))]
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from ..base import PageInput, Predictor, ViewInput, jsonable, need_text
+from ..stopped import stopped_note
 from .decode import Summary, first_words, lead, summarize_batch, summary_metrics
 from .task import SummarizeTask, evaluate_summaries
 
@@ -55,16 +56,17 @@ class Summarizer(Predictor):
         return max_len
 
     def note(self, result: Summary, settings) -> str | None:
-        if not result.cut:
-            return None
-        return (f"the source was cut to its first {len(result.source_tokens)} words (the run's max_source): "
-                f"{result.cut} more were not read")
+        notes = [stopped_note(result.stopped, len(result.decoded), "summary", "tokens")]
+        if result.cut:
+            notes.insert(0, f"the source was cut to its first {len(result.source_tokens)} words (the run's "
+                            f"max_source): {result.cut} more were not read")
+        return "; ".join(n for n in notes if n) or None
 
     def result_row(self, result: Summary) -> dict[str, Any]:
         """``output`` (the summary), the beam ``score``, the words ``copied`` from outside the vocabulary, the
-        source words read (``source_words``) and ``cut``."""
+        source words read (``source_words``), ``cut`` and why decoding ``stopped``."""
         return jsonable({"output": result.text, "score": result.score, "copied": sum(result.copied),
-                         "source_words": len(result.source_tokens), "cut": result.cut})
+                         "source_words": len(result.source_tokens), "cut": result.cut, "stopped": result.stopped})
 
     def examples(self, data: str | None = None, split: str = "test", on_error: str | None = None) -> list:
         """The examples evaluated: ``split`` of the run's own data (``data`` None or the run's), else the whole
@@ -127,7 +129,7 @@ class Summarizer(Predictor):
         (s,) = summarize_batch(self.model, self.tokenizer, [text], beam=1,
                                max_len=max_len or self.options.max_decode_len, max_source=self.options.max_source,
                                records=records)
-        finished = s.attention.shape[0] > len(s.tokens)
+        finished = s.stopped == "end"
         target = (s.decoded or s.tokens) + (["<eos>"] if finished else [])  # a row per step of the recorded decoding
         words = ", ".join(f"{w} {float(p):.2f}{' (copied)' if c else ''}"
                           for w, p, c in zip(s.tokens, s.p_gen, s.copied, strict=False))
@@ -135,5 +137,6 @@ class Summarizer(Predictor):
                  f"p_gen (1 = generated from the vocabulary, 0 = copied from the source): {words}"]
         if s.cut:
             notes.append(f"the source was cut to its first {len(s.source_tokens)} words: {s.cut} more were not read")
+        notes += [n for n in [stopped_note(s.stopped, len(s.decoded), "summary", "tokens")] if n]
         return PageInput(records, {"source": s.source_tokens, "target": target}, title=f"summary: {s.text}",
                          notes=notes)

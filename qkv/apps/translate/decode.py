@@ -42,6 +42,7 @@ class Translation:
     attention: Tensor
     score: float
     cut: int = 0  #: source tokens past :data:`MAX_SOURCE_TOKENS`, not read (a warning is logged)
+    stopped: str = "end"  #: ``"end"``, or ``"max_len"``: the translation had the most tokens allowed
 
 
 def translate_batch(model: nn.Module, src_tok, tgt_tok, texts: list[str], *, beam: int = 1, max_len: int = 64,
@@ -70,5 +71,5 @@ def translate_batch(model: nn.Module, src_tok, tgt_tok, texts: list[str], *, bea
             for i, (ids_i, cut), h in zip(idx, read, hyps, strict=True):
                 results[i] = Translation(texts[i], tgt_tok.decode(h.tokens), tgt_tok.tokens_of_ids(h.tokens),
                                          src_tok.tokens_of_ids(ids_i), h.attention[:, :len(ids_i)], float(h.score),
-                                         cut)
+                                         cut, h.stopped)
     return [results[i] for i in range(len(texts))]

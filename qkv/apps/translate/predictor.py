@@ -8,6 +8,7 @@ from typing import Any
 import torch
 
 from ..base import PageInput, Predictor, ViewInput, jsonable, need_text
+from ..stopped import stopped_note
 from .decode import Translation, source_ids, translate_batch
 from .task import TranslateTask, evaluate_translations
 
@@ -36,9 +37,14 @@ class Translator(Predictor):
                                max_len=max_len, batch_size=batch_size, length_penalty=length_penalty,
                                lm=self.language_model(lm), lm_weight=lm_weight, length_reward=length_reward)
 
+    def note(self, result: Translation, settings) -> str | None:
+        return stopped_note(result.stopped, len(result.tokens), "translation", "tokens")
+
     def result_row(self, result: Translation) -> dict[str, Any]:
-        """``output`` (the translation), the ``source``, the beam ``score`` and the source tokens ``cut``."""
-        return jsonable({"output": result.text, "source": result.source, "score": result.score, "cut": result.cut})
+        """``output`` (the translation), the ``source``, the beam ``score``, the source tokens ``cut`` and why
+        decoding ``stopped`` (``end``, or ``max_len``)."""
+        return jsonable({"output": result.text, "source": result.source, "score": result.score, "cut": result.cut,
+                         "stopped": result.stopped})
 
     def evaluate(self, data: str | None = None, *, split: str = "test", limit: int | None = None, beam: int = 5,
                  max_len: int | None = None, buckets: str | None = "0,10,20,30,40,60",
@@ -82,8 +88,7 @@ class Translator(Predictor):
         notes = [f"{self.options.model} translation model; target rows are the tokens it produced (greedy)"]
         if cut:
             notes.append(f"the source was cut to its first {len(src_ids)} tokens: {cut} more were not read")
-        if not finished:
-            notes.append(f"the translation stopped at {max_len} tokens without ending")
+        notes += [n for n in [stopped_note(hyp.stopped, len(out), "translation", "tokens")] if n]
         return PageInput(records, tokens, title=f"{text} \u2192 {self.tgt_tokenizer.decode(out)}", notes=notes)
 
 
