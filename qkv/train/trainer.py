@@ -155,6 +155,10 @@ class Trainer:
             log.warning("the time budget (max_minutes=%g) is spent: %.1f s trained; pass a larger one to train on",
                         cfg.max_minutes, elapsed0)
             return "time"
+        if cfg.max_steps is not None and st.global_step >= cfg.max_steps:  # checked before a step: a finished run
+            log.warning("the run has trained %d steps, max_steps is %d: no step is trained; pass a larger one to "
+                        "train on", st.global_step, cfg.max_steps)
+            return "max_steps"
         self._phase = None  # "step" while a step computes, "update" while it changes the weights
         self._agreed_interrupt = False
         with StopFlag() as flag:
