@@ -51,7 +51,7 @@ test: $(STAMP) data
 	$(PY) -m pytest -q -n 2 --dist loadgroup
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check qkv tests benchmarks
+	$(VENV)/bin/ruff check qkv tests benchmarks examples
 
 # Debian's classical recogniser, the speech benchmark's baseline (benchmarks only, never the tests)
 bench-data: data

@@ -8,8 +8,9 @@ folder one training wrote (its ``best/`` and ``checkpoint/``); the *task* is the
 The registry below is what the command line walks. :func:`catalogue` lists the applications and their commands
 without importing any of them (``qkv --help`` stays fast): qkv's own are the packages of this folder, each
 declaring ``ABOUT`` (its help and its commands' help, literals read from the source); :func:`register_application`
-adds one defined elsewhere. :func:`application` imports one when it is used; :func:`load_predictor` reads a run of
-any application, its configuration and weights read once.
+adds one defined elsewhere, and :func:`load_plugins` imports those the environment names (``QKV_APPS``, or a
+package's ``qkv.applications`` entry points) for the command line. :func:`application` imports one when it is
+used; :func:`load_predictor` reads a run of any application, its configuration and weights read once.
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ from pathlib import Path
 from .base import Application, ApplicationTask, Command, Predictor, ViewInput
 
 __all__ = ["About", "catalogue", "application", "application_of", "load_predictor", "register_application",
-           "unregister_application", "Application", "ApplicationTask", "Command", "Predictor", "ViewInput"]
+           "unregister_application", "load_plugins", "Application", "ApplicationTask", "Command", "Predictor",
+           "ViewInput"]
 
 _HERE = Path(__file__).parent
 _REGISTERED: dict[str, Application] = {}
@@ -86,6 +88,41 @@ def register_application(app: Application) -> Application:
         raise ValueError(f"application {app.name!r}: the command {clash[0]!r} is already another application's")
     _REGISTERED[app.name] = app
     return app
+
+
+def load_plugins() -> list[str]:
+    """Import the applications defined outside qkv that the environment names, each registering itself when
+    imported: the files or modules of ``QKV_APPS`` (separated by ``os.pathsep``: ``QKV_APPS=my_app.py qkv train
+    my-app``) and the entry points of the group ``qkv.applications`` of installed packages. Returns what was
+    imported; one that cannot be is a ``ValueError`` naming it."""
+    import importlib.util
+    import sys
+    from importlib.metadata import entry_points
+
+    loaded = []
+    for entry in filter(None, os.environ.get("QKV_APPS", "").split(os.pathsep)):
+        path = Path(entry)
+        try:
+            if path.suffix == ".py":
+                if not path.is_file():
+                    raise FileNotFoundError(f"no such file: {entry}")
+                spec = importlib.util.spec_from_file_location(f"qkv_plugin_{path.stem}", path)
+                module = importlib.util.module_from_spec(spec)
+                sys.modules[spec.name] = module
+                spec.loader.exec_module(module)
+            else:
+                importlib.import_module(entry)
+        except ValueError as e:
+            if "already called" not in str(e):
+                raise ValueError(f"QKV_APPS: {entry}: {e}") from None
+        except (ImportError, OSError, SyntaxError) as e:
+            raise ValueError(f"QKV_APPS: cannot import {entry} ({type(e).__name__}: {e})") from None
+        loaded.append(entry)
+    for ep in entry_points(group="qkv.applications"):
+        if ep.name not in catalogue():
+            ep.load()
+            loaded.append(ep.value)
+    return loaded
 
 
 def unregister_application(name: str) -> None:

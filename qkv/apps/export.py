@@ -32,7 +32,7 @@ from ..export.weights import WithWeights, weight_names
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["export_run", "exported", "MANIFEST"]
+__all__ = ["export_run", "exported", "text_classifier_graphs", "MANIFEST"]
 
 #: the file in ``out`` that lists the graphs, their inputs and outputs
 MANIFEST = "export.json"
@@ -46,6 +46,22 @@ def _writable(out: Path) -> None:
         probe.unlink()
     except OSError as e:
         raise ExportError(f"--out {out}: cannot write there ({e.strerror or e})") from None
+
+
+def text_classifier_graphs(predictor, **extra: Any) -> dict[str, Any]:
+    """The export of a text classifier (``model(ids, mask)`` -> ``.logits``, ``.weights``; its ``tokenizer`` an
+    asset), an application's ``export`` as it is: ``model.onnx``, token ids and their mask in, the class scores and
+    the pooled attention out; ``extra`` goes into the manifest."""
+    import torch
+
+    from ..export.classify import SentimentGraph
+
+    gen = torch.Generator().manual_seed(0)
+    ids = torch.randint(4, max(predictor.tokenizer.vocab_size, 5), (2, 7), generator=gen)
+    mask = torch.ones(2, 7, dtype=torch.bool)
+    mask[1, 5:] = False
+    ids[1, 5:] = 0
+    return {"model": (SentimentGraph(predictor.model), (ids, mask), extra)}
 
 
 def exported() -> list[str]:

@@ -67,6 +67,7 @@ def build_parser(argv: list[str] | None = None) -> ArgumentParser:
     import importlib
 
     from ..apps import application, catalogue
+    from .runs import runs_named, with_settings
     from .train import add_train_command
 
     words = _chosen(argv)
@@ -79,6 +80,12 @@ def build_parser(argv: list[str] | None = None) -> ArgumentParser:
     for name in COMMAND_MODULES:
         module = importlib.import_module(f"{__name__}.{name}")
         cmd, help, options, func = module.COMMAND
+        if wanted(cmd) and getattr(module, "TAKES_SETTINGS", False):  # the runs' applications' settings as flags
+            checkpoints = runs_named(argv[argv.index(cmd) + 1:] if argv and cmd in argv else [])
+            options, settings = with_settings(options, checkpoints)
+            p = add_command(commands, cmd, help, options, func)
+            p.set_defaults(checkpoints=checkpoints, settings=settings)
+            continue
         p = add_command(commands, cmd, help, options if wanted(cmd) else None, func)
         if name == "train":
             train_commands = p.add_subparsers(dest="application", required=True, metavar="APPLICATION",
@@ -166,10 +173,34 @@ def _interrupted(args, e: BaseException | None = None) -> str:
     return f"qkv: {what}"
 
 
+def _refuse(parser, args, extra: list[str]) -> None:
+    """Exit 2 with one line for words of the command line that no flag takes: a setting the runs' applications do
+    not have is named with those they do."""
+    settings = getattr(args, "settings", None)
+    flag = next((w for w in extra if w.startswith("--")), None)
+    if settings is not None and flag and getattr(args, "checkpoints", None):
+        from ..options import option_fields
+
+        kinds = sorted({c.task for c in args.checkpoints.values()})
+        names = sorted({f.name for cls in settings for f, _ in option_fields(cls)})
+        takes = f"their settings: {', '.join(names)}" if names else "they take no setting"
+        parser.error(f"{flag.split('=')[0]} is not a setting of {' or '.join(kinds)} runs ({takes})")
+    parser.error(f"unrecognized arguments: {' '.join(extra)}")
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
+    try:
+        from ..apps import load_plugins
+
+        load_plugins()
+    except ValueError as e:
+        print(f"qkv: error: {_one_line(e)}", file=sys.stderr)
+        return 2
     parser = build_parser(argv)
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        _refuse(parser, args, extra)
     try:
         options = options_from_args(args, GlobalOptions)
     except ValueError as e:

@@ -10,7 +10,8 @@ from pathlib import Path
 from ..apps.command import DeviceOption, JsonOption, LimitOption, PlotOption, evaluation, load, plot_file
 from ..apps.console import safe, write_json
 from ..options import option
-from .options import options_from_args
+from .options import given, options_from_args
+from .runs import settings_given
 
 __all__ = ["COMMAND", "EvaluateCommand"]
 
@@ -35,6 +36,10 @@ class EvaluateCommand(JsonOption, PlotOption, LimitOption, DeviceOption):
                  "json": "write the figures as JSON ({run: {metric: value}}; NaN written null)"}
 
 
+#: the settings ``qkv evaluate`` has flags for whatever the runs (each run's application says which it takes)
+_SETTINGS = ("beam", "max_len", "buckets", "length_unit", "on_error")
+
+
 def _fmt(v: float) -> str:
     return f"{int(v)}" if float(v).is_integer() and abs(v) >= 1 else f"{v:.4f}"
 
@@ -42,13 +47,16 @@ def _fmt(v: float) -> str:
 def evaluate(args) -> int:
     o = options_from_args(args, EvaluateCommand)
     plot = plot_file(o.plot) if o.plot else None  # settled first: printed == written
-    settings = {k: getattr(o, k) for k in ("beam", "max_len", "buckets", "length_unit", "on_error")}
+    settings = {k: v for k, v in given(args, EvaluateCommand).items() if k in _SETTINGS}
+    settings.update(settings_given(args, getattr(args, "settings", ())))
+    checkpoints = getattr(args, "checkpoints", {})
     figures: dict[str, dict[str, float]] = {}
     for run in o.runs:
         name = Path(run).name or run
         while name in figures:
             name += "'"
-        figures[name] = evaluation(load(run, o.device), o.data, split=o.split, limit=o.limit, name=name, **settings)
+        figures[name] = evaluation(load(checkpoints.get(run, run), o.device), o.data, split=o.split, limit=o.limit,
+                                   name=name, **settings)
     names = list(dict.fromkeys(m for f in figures.values() for m in f))
     print(f"split {o.split}")
     print("| metric | " + " | ".join(map(safe, figures)) + " |\n|---|" + "---|" * len(figures))
@@ -71,6 +79,9 @@ def evaluate(args) -> int:
     return 0
 
 
+
+#: the flags of ``qkv evaluate RUN...`` include the settings of the runs' applications (:mod:`.runs`)
+TAKES_SETTINGS = True
 
 #: ``qkv NAME``: its name, its help, its options and what runs it (:func:`qkv.cli.build_parser` adds it)
 COMMAND = ("evaluate", "the metrics of runs of any application on a split of their data (or "

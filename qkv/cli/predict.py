@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..apps.command import DeviceOption, FileOption, JsonOption, RunArgument, finish, inputs_of, load, read_inputs
+from ..apps.command import DeviceOption, FileOption, JsonOption, RunArgument, finish, inputs_of, read_inputs
 from ..apps.console import safe, write_json
 from ..options import option
 
@@ -21,7 +21,9 @@ class PredictCommand(JsonOption, FileOption, DeviceOption, RunArgument):
                                help="inputs: sentences or texts, image or audio files, or CONTEXT<TAB>QUESTION "
                                     "(question answering), as the run's application reads them")
 
-    FLAG_HELP = {"json": "write one row per input as JSON: the input and the prediction (NaN written null)"}
+    FLAG_HELP = {"json": "write one row per input as JSON: the input and the prediction (NaN written null)",
+                 "run": "run directory or checkpoint directory (its application's settings are then flags too: "
+                        "qkv predict RUN --help lists them)"}
 
 
 def _line(row: dict[str, Any]) -> str:
@@ -29,19 +31,26 @@ def _line(row: dict[str, Any]) -> str:
 
 
 def predict(args) -> int:
+    from ..apps import load_predictor
     from .options import options_from_args
+    from .runs import settings_given
 
     o = options_from_args(args, PredictCommand)
     given = read_inputs(o.inputs, o.file, "inputs (INPUT...)")
-    predictor = load(o.run, o.device)
-    results = predictor.predict(inputs_of(predictor, given))
-    rows = finish(predictor, given, results, None)
+    settings = settings_given(args, getattr(args, "settings", ()))
+    predictor = load_predictor(getattr(args, "checkpoints", {}).get(o.run, o.run), o.device)
+    settings = predictor.check_settings(settings, "predict")
+    results = predictor.predict(inputs_of(predictor, given), **settings)
+    rows = finish(predictor, given, results, None, **settings)
     for row in rows:
         print(_line(row))
     if o.json:
         write_json(o.json, rows)
     return 0
 
+
+#: the flags of ``qkv predict RUN`` include the settings of the run's application (:mod:`.runs`)
+TAKES_SETTINGS = True
 
 #: ``qkv NAME``: its name, its help, its options and what runs it (:func:`qkv.cli.build_parser` adds it)
 COMMAND = ("predict", "any application's run on inputs: sentences, texts, image or audio files, "
