@@ -28,6 +28,7 @@ Example::
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -118,7 +119,7 @@ def _as_heads(weights: Tensor) -> Tensor:
         return w[None, None]
     if w.dim() == 3:
         return w[:, None]
-    return w.reshape(w.shape[0], -1, *w.shape[-2:])
+    return w.reshape(w.shape[0], math.prod(w.shape[1:-2]), *w.shape[-2:])  # (sizes given: B, Tq or Tk may be 0)
 
 
 @dataclass

@@ -182,6 +182,18 @@ def prepare_mask(mask: Tensor | None, tq: int, tk: int,
     if mask.dtype == torch.bool:
         return mask, None
     allowed = mask > float("-inf")
-    if not torch.compiler.is_compiling() and bool(allowed.all()):  # (traced: no branch on the values)
-        return None, mask
+    if not torch.compiler.is_compiling():  # (traced: no branch on the values)
+        if bool((allowed & (mask < float("inf"))).all()):  # finite everywhere: one check in the common case
+            return None, mask
+        _check_mask_values(mask)
     return allowed, mask.masked_fill(~allowed, 0.0)
+
+
+def _check_mask_values(mask: Tensor) -> None:
+    """A ``ValueError`` for a floating mask holding NaN or ``+inf``: neither is a bias (NaN would forbid a position
+    silently, ``+inf`` makes a row of NaN weights); ``-inf`` is the one non-finite value that means something."""
+    nan, inf = int(torch.isnan(mask).sum()), int((mask == float("inf")).sum())
+    if nan or inf:
+        held = " and ".join(f"{n} {what}" for n, what in ((nan, "NaN"), (inf, "+inf")) if n)
+        raise ValueError(f"mask {tuple(mask.shape)} holds {held}: a floating mask is an additive bias, finite or "
+                         "-inf (a forbidden position); give a boolean mask (True = may attend) or finite values")

@@ -177,8 +177,8 @@ class MultiHeadAttention(nn.Module):
                                      f"for query {tuple(query.shape)}")
             if key.shape[1] != value.shape[1]:
                 raise ValueError(f"key {tuple(key.shape)} and value {tuple(value.shape)} differ in Tk")
-            k = self.k_proj(key).view(b, -1, g, d).transpose(1, 2)
-            v = self.v_proj(value).view(b, -1, g, d).transpose(1, 2)
+            k = self.k_proj(key).view(b, key.shape[1], g, d).transpose(1, 2)  # (sizes given: B or Tk may be 0)
+            v = self.v_proj(value).view(b, value.shape[1], g, d).transpose(1, 2)
             if cache is not None:
                 k, v = cache.update(k, v)
         tk = k.shape[-2]
