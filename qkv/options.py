@@ -32,10 +32,31 @@ import typing
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-__all__ = ["option", "check_options", "option_fields", "field_type", "applies_to", "flag_name", "OptionSpec", "why_not",
-           "default_of", "base_type", "is_set"]
+__all__ = ["option", "OptionError", "ref", "check_options", "option_fields", "field_type", "applies_to", "flag_name",
+           "OptionSpec", "why_not", "not_applying", "default_of", "base_type", "is_set"]
 
 _MISSING = dataclasses.MISSING
+
+
+class OptionError(ValueError):
+    """A bad value or use of options, naming each option as its field: ``OptionError("{max_len} must be >= {min_len}",
+    "max_len", "min_len")``. ``str()`` writes the field names (``max_len``), as the library knows them; the command line
+    writes each as its flag (``--max-len``) through :meth:`render`, without reading the text.
+
+    ``template`` is a :meth:`str.format` string whose fields are the ``options`` (and any ``values`` given)."""
+
+    def __init__(self, template: str, *options: str, **values: Any):
+        self.template, self.options, self.values = template, options, values
+        super().__init__(self.render())
+
+    def render(self, spell: Callable[[str], str] = str) -> str:
+        """The message with each option written by ``spell(field name)``."""
+        return self.template.format(**self.values, **{o: spell(o) for o in self.options})
+
+
+def ref(name: str) -> str:
+    """Option ``name`` in an :class:`OptionError`'s template: ``OptionError(ref("beam") + " must be >= 1", "beam")``."""
+    return "{" + name + "}"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -148,16 +169,25 @@ def why_not(spec: OptionSpec, name: str, value_of: Callable[[str], Any],
     """Why option ``name`` does not apply given the other options' values (``value_of(other)``, ``MISSING``
     for an option the class does not have), or None if it does; ``show`` writes an option's name (a field name,
     or a flag on the command line)."""
+    error = not_applying(spec, name, value_of)
+    return None if error is None else error.render(show)
+
+
+def not_applying(spec: OptionSpec, name: str, value_of: Callable[[str], Any]) -> OptionError | None:
+    """:func:`why_not` as an :class:`OptionError` (its options named as fields), or None."""
     needed = [other for other in spec.requires if value_of(other) is not _MISSING]
     if needed and not all(is_set(value_of(other)) for other in needed):
-        return f"{show(name)} goes with {' '.join(map(show, needed))} (without it, it would be ignored)"
+        return OptionError(ref(name) + " goes with " + " ".join(map(ref, needed)) +
+                           " (without it, it would be ignored)", name, *needed)
     for other, allowed in (spec.applies or {}).items():
         if value_of(other) not in allowed:
-            return (f"{show(name)} does not apply to {show(other)} {value_of(other)} (only to {show(other)} "
-                    f"{' or '.join(map(str, allowed))})")
+            return OptionError(ref(name) + " does not apply to " + ref(other) + " {value} (only to " + ref(other) +
+                               " {allowed})", name, other, value=value_of(other),
+                               allowed=" or ".join(map(str, allowed)))
     for other, refused in (spec.excludes or {}).items():
         if value_of(other) in refused:
-            return f"{show(name)} does not apply to {show(other)} {value_of(other)}"
+            return OptionError(ref(name) + " does not apply to " + ref(other) + " {value}", name, other,
+                               value=value_of(other))
     return None
 
 
@@ -169,53 +199,59 @@ def applies_to(obj, name: str) -> tuple[bool, str]:
 
 
 def _check_number(name: str, value: Any, spec: OptionSpec, want: Any) -> None:
+    def bad(what: str) -> OptionError:
+        return OptionError(ref(name) + " must be " + what + ", got {value!r}", name, value=value)
+
     if want is bool:
         if not isinstance(value, bool):
-            raise ValueError(f"{name} must be true or false, got {value!r}")
+            raise bad("true or false")
         return
     if want is int and (isinstance(value, bool) or not isinstance(value, int)):
-        raise ValueError(f"{name} must be an integer, got {value!r}")
+        raise bad("an integer")
     if want is float:
         if isinstance(value, bool) or not isinstance(value, int | float):
-            raise ValueError(f"{name} must be a number, got {value!r}")
+            raise bad("a number")
         if not math.isfinite(value):
-            raise ValueError(f"{name} must be a finite number, got {value!r}")
+            raise bad("a finite number")
     if spec.low is not None and (value <= spec.low if spec.low_open else value < spec.low):
-        raise ValueError(f"{name} must be {'>' if spec.low_open else '>='} {spec.low:g}, got {value!r}")
+        raise bad(f"{'>' if spec.low_open else '>='} {spec.low:g}")
     if spec.high is not None and value > spec.high:
-        raise ValueError(f"{name} must be <= {spec.high:g}, got {value!r}")
+        raise bad(f"<= {spec.high:g}")
 
 
 def check_value(obj, f: dataclasses.Field, spec: OptionSpec) -> None:
-    """Type, choices and range of one field's value; ``ValueError`` naming the field."""
+    """Type, choices and range of one field's value; an :class:`OptionError` naming the field."""
     value = getattr(obj, f.name)
     tp, optional = base_type(field_type(obj, f.name))
+    name = f.name
     if value is None:
         if not optional:
-            raise ValueError(f"{f.name} must be set, got None")
+            raise OptionError(ref(name) + " must be set, got None", name)
         return
     if spec.choices is not None and value not in spec.choices:
-        raise ValueError(f"{f.name} must be one of {', '.join(map(str, spec.choices))}, got {value!r}")
+        raise OptionError(ref(name) + " must be one of {choices}, got {value!r}", name,
+                          choices=", ".join(map(str, spec.choices)), value=value)
     if tp in (int, float, bool):
-        _check_number(f.name, value, spec, tp)
+        _check_number(name, value, spec, tp)
     elif tp is str and not isinstance(value, str):
-        raise ValueError(f"{f.name} must be a string, got {value!r}")
+        raise OptionError(ref(name) + " must be a string, got {value!r}", name, value=value)
     elif typing.get_origin(tp) is tuple:
         want = typing.get_args(tp)[0]
         if not isinstance(value, tuple):
-            raise ValueError(f"{f.name} must be a tuple, got {value!r}")
+            raise OptionError(ref(name) + " must be a tuple, got {value!r}", name, value=value)
         for v in value:
-            _check_number(f.name, v, spec, want)
+            _check_number(name, v, spec, want)
 
 
 def check_options(obj) -> None:
     """Validate every :func:`option` field of ``obj``: type, choices, range, and that an option set to anything
-    but its default applies to the other settings. Raises ``ValueError`` naming the field."""
+    but its default applies to the other settings. Raises an :class:`OptionError` (a ``ValueError``) naming the
+    field."""
     fields = option_fields(obj)
     for f, spec in fields:
         check_value(obj, f, spec)
     for f, spec in fields:
         if (spec.applies or spec.excludes or spec.requires) and getattr(obj, f.name) != default_of(f):
-            ok, why = applies_to(obj, f.name)
-            if not ok:
-                raise ValueError(why)
+            error = not_applying(spec, f.name, lambda other: getattr(obj, other, _MISSING))
+            if error is not None:
+                raise error

@@ -11,6 +11,7 @@ Ctrl-C); ``-v`` adds the traceback. An error never advises a flag the command do
 
 from __future__ import annotations
 
+import argparse
 import gzip
 import json
 import logging
@@ -23,8 +24,8 @@ from dataclasses import dataclass
 
 from .. import __version__
 from ..memory import keep_freed_memory
-from ..options import option
-from .options import ArgumentParser, add_command, add_options, options_from_args
+from ..options import OptionError, option
+from .options import ArgumentParser, add_command, add_options, command_fields, options_from_args
 
 __all__ = ["main", "build_parser", "COMMAND_MODULES", "GlobalOptions"]
 
@@ -114,8 +115,14 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     return tuple(errors)
 
 
-def _one_line(e: BaseException, flags: frozenset[str] | None = None, parser=None) -> str:
-    text = str(e).strip() or type(e).__name__
+def _one_line(e: BaseException, flags: frozenset[str] | None = None, parser=None,
+              fields: dict[str, str] | None = None) -> str:
+    """``e`` as one line: an :class:`~qkv.options.OptionError` names each option as the command's flag (``fields``:
+    field name -> flag) where the command has one, else as the option's name."""
+    if isinstance(e, OptionError) and fields is not None:
+        text = e.render(lambda name: fields.get(name, name)).strip()
+    else:
+        text = str(e).strip() or type(e).__name__
     if isinstance(e, OSError) and e.filename and str(e.filename) not in text:
         text = f"{text} ({e.filename})"
     return own_flags(" ".join(text.split()), flags, parser)
@@ -153,6 +160,19 @@ def _flags_of(parser, words: list[str]) -> set[str]:
     return flags
 
 
+def _subparser(parser, args):
+    """The parser of the command ``args`` ran."""
+    import argparse
+
+    sub = parser
+    for word in [w for w in (getattr(args, "command", None), getattr(args, "application", None)) if w]:
+        action = next((a for a in sub._actions if isinstance(a, argparse._SubParsersAction)), None)
+        if action is None or word not in action.choices:
+            break
+        sub = action.choices[word]
+    return sub
+
+
 def command_flags(parser, args) -> frozenset[str]:
     """The option strings of the command ``args`` ran (its parser's and the global ones)."""
     words = [w for w in (getattr(args, "command", None), getattr(args, "application", None)) if w]
@@ -188,6 +208,32 @@ def _refuse(parser, args, extra: list[str]) -> None:
     parser.error(f"unrecognized arguments: {' '.join(extra)}")
 
 
+def _intermixed(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """``parser`` with every command's own parser reading options placed between its positionals
+    (``qkv predict RUN --json x.json "text"``): argparse's intermixed parsing, where the parser allows it."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                _intermixed(sub)
+    if parser._subparsers is None and "parse_known_args" not in vars(parser):  # (an alias: the same parser)
+        plain = parser.parse_known_args
+        inside = []
+
+        def parse_known_args(args=None, namespace=None):
+            if inside:  # intermixed parsing calls the plain one
+                return plain(args, namespace)
+            inside.append(True)
+            try:
+                return parser.parse_known_intermixed_args(args, namespace)
+            except TypeError:  # a positional that takes the rest (REMAINDER): parsed as written
+                return plain(args, namespace)
+            finally:
+                inside.clear()
+
+        parser.parse_known_args = parse_known_args
+    return parser
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     try:
@@ -197,7 +243,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as e:
         print(f"qkv: error: {_one_line(e)}", file=sys.stderr)
         return 2
-    parser = build_parser(argv)
+    parser = _intermixed(build_parser(argv))
     args, extra = parser.parse_known_args(argv)
     if extra:
         _refuse(parser, args, extra)
@@ -221,7 +267,8 @@ def main(argv: list[str] | None = None) -> int:
     except _user_errors() as e:
         if options.verbose:
             traceback.print_exc()
-        print(f"qkv: error: {_one_line(e, command_flags(parser, args), parser)}", file=sys.stderr)
+        fields = {**command_fields(parser), **command_fields(_subparser(parser, args))}
+        print(f"qkv: error: {_one_line(e, command_flags(parser, args), parser, fields)}", file=sys.stderr)
         return 2
 
 

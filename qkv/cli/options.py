@@ -20,9 +20,10 @@ import sys
 import typing
 from typing import Any
 
-from ..options import base_type, check_options, default_of, field_type, flag_name, option_fields, why_not
+from ..options import OptionError, base_type, check_options, default_of, field_type, flag_name, option_fields, why_not
 
-__all__ = ["ArgumentParser", "add_command", "add_options", "options_from_args", "OptionsError", "flag_of"]
+__all__ = ["ArgumentParser", "add_command", "add_options", "options_from_args", "OptionsError", "flag_of",
+           "command_fields"]
 
 
 class OptionsError(ValueError):
@@ -133,6 +134,16 @@ def flag_of(cls: type, name: str) -> str:
     return name
 
 
+def command_fields(parser: argparse.ArgumentParser) -> dict[str, str]:
+    """Field name -> flag of every options dataclass whose flags ``parser`` has (:func:`add_options`)."""
+    out: dict[str, str] = {}
+    for cls in _registry(parser):
+        for f, spec in option_fields(cls):
+            if spec.cli and not spec.positional:
+                out.setdefault(f.name, flag_name(f, spec))
+    return out
+
+
 def given(args: argparse.Namespace, cls: type) -> dict[str, Any]:
     """The fields of ``cls`` that were given on the command line, with their parsed values."""
     out = {}
@@ -200,6 +211,8 @@ def options_from_args(args: argparse.Namespace, cls: type, *, defaults: Any = No
     try:
         obj = cls(**{**values, **chosen, **overrides})
         check_options(obj)
+    except OptionError as e:
+        raise OptionsError(e.render(lambda name: flag_of(cls, name))) from None
     except ValueError as e:
         raise OptionsError(_in_flags(cls, str(e))) from None
     from ..apps.command import check_shared
