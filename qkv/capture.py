@@ -43,10 +43,6 @@ from .hooks import KINDS
 
 __all__ = ["AttentionRecord", "capture_attention", "attention_rollout", "KINDS"]
 
-#: the active recorder, or None (kept for callers that test it; the core reports through :mod:`qkv.hooks`)
-ACTIVE: _Recorder | None = None
-
-
 @dataclass
 class AttentionRecord:
     """The weights of one attention module in one forward pass.
@@ -227,10 +223,9 @@ def capture_attention(model: nn.Module, *, join_steps: bool = True) -> Iterator[
     along the query axis when ``join_steps``; one record per call otherwise), in the order of the first call. The
     hooks that name the modules are removed when the block ends, also after an exception. Captures do not nest.
     """
-    global ACTIVE
     if not isinstance(model, nn.Module):
         raise TypeError(f"capture_attention needs an nn.Module, got {type(model).__name__}")
-    if ACTIVE is not None or hooks.observer() is not None:
+    if hooks.observer() is not None:
         raise RuntimeError("capture_attention is already active; captures do not nest")
     rec = _Recorder(root=type(model).__name__)
     handles = []
@@ -249,11 +244,9 @@ def capture_attention(model: nn.Module, *, join_steps: bool = True) -> Iterator[
         handles.append(module.register_forward_hook(leave, with_kwargs=True, always_call=True))
     result: list[AttentionRecord] = []
     hooks.subscribe(rec)
-    ACTIVE = rec
     try:
         yield result
     finally:
-        ACTIVE = None
         hooks.unsubscribe(rec)
         for h in handles:
             h.remove()

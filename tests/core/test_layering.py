@@ -1,7 +1,7 @@
 """The import layers of ``qkv/``: no import cycle, and no import from a lower layer into a higher one.
 
 :data:`LAYERS` is the one place where the order is written. Data flows one way, core -> layers -> models -> train ->
-apps -> cli (``DESIGN.md``), and the core itself is ordered: the observer point and the small pieces at the bottom,
+apps -> cli (the architecture of ``docs/apps/training.md``), and the core itself is ordered: the observer point and the small pieces at the bottom,
 then tiling, the scores, the execution paths, FlexAttention's path, the functions that validate and dispatch, and
 the capture that subscribes to the observer point. ``data`` stands apart (it imports no qkv module but the
 utilities); ``viz`` draws tensors and records and imports nothing above the core.
@@ -11,7 +11,7 @@ breaks a cycle at run time, not in the design). An import of a module's own pare
 hooks`` also loads ``qkv/__init__.py``) is not an edge: loading a submodule always loads its parents. Imports built
 at run time (``importlib.import_module``) are not seen.
 
-How it fails: adding ``from .capture import ACTIVE`` to ``qkv/functional.py`` (an upward import) reports
+How it fails: adding ``from .capture import capture_attention`` to ``qkv/functional.py`` (an upward import) reports
 ``qkv.functional (core.functional) imports qkv.capture (core.capture), a higher layer or one it may not use``; an
 import that closes a loop also reports the cycle and the edges that tie it
 (:func:`test_the_checker_reports_cycles_and_upward_imports` shows both on a tiny package made for the test).
