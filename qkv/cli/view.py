@@ -13,6 +13,7 @@ from ..apps import ViewInput
 from ..apps.command import DeviceOption, FileOption, RunArgument, read_inputs
 from ..apps.console import numbered_paths
 from ..options import option
+from ..train.rng import MAX_SEED
 from ..viz.files import page_path
 from .options import given, options_from_args
 
@@ -43,7 +44,7 @@ class ViewCommand(DeviceOption, FileOption, RunArgument):
     strategy: str = option("greedy", choices=("greedy", "sample", "beam"), requires=("generate",),
                            help="how --generate chooses tokens")
     beam: int = option(4, low=2, applies={"strategy": ("beam",)}, help="hypotheses of --strategy beam")
-    seed: int = option(0, low=0, applies={"strategy": ("sample",)}, help="seed of --strategy sample")
+    seed: int = option(0, low=0, high=MAX_SEED, applies={"strategy": ("sample",)}, help="seed of --strategy sample")
     revision: str | None = option(None, metavar="REV", help="a Hugging Face hub id's branch, tag or commit "
                                   "(default main)")
     measures: bool = option(False, help="a Hugging Face text model: each head's importance (the loss's rise with "

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..options import check_options, option
+from .rng import MAX_SEED
 
 __all__ = ["TrainConfig", "SCHEDULES", "AMP_MODES"]
 
@@ -66,7 +67,7 @@ class TrainConfig:
     amp: str = option("auto", choices=AMP_MODES, help="mixed precision: auto is bf16/fp16 on CUDA, off on the CPU")
     ddp_find_unused: bool = option(False, cli=False, help="DistributedDataParallel(find_unused_parameters=...)")
     # --- reproducibility, output ---------------------------------------------------------------------
-    seed: int = option(0, low=0, help="seed of initialisation, data order and dropout")
+    seed: int = option(0, low=0, high=MAX_SEED, help="seed of initialisation, data order and dropout")
     out: str | None = option(None, help="run directory: checkpoint/, best/, metrics.jsonl (default: write nothing)")
     resume: bool = option(False, help="continue exactly from OUT/checkpoint (data order, optimizer, RNG state)")
     eval_split: str | None = option("valid", cli=False, help="split evaluated after every epoch; None = never")

@@ -17,7 +17,10 @@ try:
 except ImportError:  # pragma: no cover - numpy is optional
     np = None
 
-__all__ = ["capture", "restore", "seed_all", "forked"]
+__all__ = ["capture", "restore", "seed_all", "forked", "MAX_SEED"]
+
+#: the largest seed torch's generators take (an option ``seed`` is checked against it where it enters)
+MAX_SEED = 2**64 - 1
 
 
 def capture() -> dict[str, Tensor]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...options import option
+from ...train.rng import MAX_SEED
 from ..command import DeviceOption, FileOption, JsonOption, RunArgument, finish, read_inputs
 from ..console import safe
 from .predictor import LanguageModel
@@ -25,7 +26,7 @@ class GenerateCommand(JsonOption, DeviceOption, FileOption, RunArgument):
     top_k: int | None = option(None, low=1, applies=_SAMPLING, help="sampling: only the k most likely tokens")
     top_p: float | None = option(None, low=0, low_open=True, high=1, applies=_SAMPLING,
                                  help="sampling: only the most likely tokens whose probability reaches p (nucleus)")
-    seed: int = option(0, low=0, applies=_SAMPLING, help="sampling: the same seed writes the same text")
+    seed: int = option(0, low=0, high=MAX_SEED, applies=_SAMPLING, help="sampling: the same seed writes the same text")
 
     FLAG_HELP = {"run": "a run directory of qkv train lm",
                  "json": "write one row per prompt as JSON: the prompt, its continuation, log-probability and why "

@@ -61,7 +61,7 @@ class LanguageModel(Predictor):
             raise ValueError(f"prompt {n} is not a text")
         ids = [self.tokenizer.eos_id] + self._read(text)  # a prompt starts a document (a backward model: ends it)
         if self.context is not None and len(ids) >= self.context:
-            raise ValueError(f"prompt {n} is {len(ids) - 1} tokens; the model reads at most {self.context - 1} "
+            raise ValueError(f"prompt {n} is {len(ids) - 1} tokens; the model reads at most {self.context - 2} "
                              "before the first new one (its context): shorten it")
         return ids
 
@@ -118,7 +118,7 @@ class LanguageModel(Predictor):
         run's ``eval_tokens``)."""
         if split not in ("valid", "test"):
             raise ValueError(f"no split {split!r}; one of valid, test")
-        return evaluate_lm(self.model, self.tokenizer, self.data(data).split(split)[:limit],
+        return evaluate_lm(self.model, self.tokenizer, self.dataset(data).split(split)[:limit],
                            context=self.context or self.options.context,
                            max_tokens=self.options.eval_tokens if max_tokens is None else max_tokens)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...options import option
+from ...train.rng import MAX_SEED
 from ...viz.files import page_path
 from ..command import DeviceOption, FileOption, JsonOption, RunArgument, finish, read_inputs
 from ..console import read_lines, safe, use_color
@@ -51,7 +52,7 @@ class FaithfulnessCommand(DeviceOption, FileOption, RunArgument):
     k: list[int] | None = option(None, repeat=True, parse=lambda xs: [int(x) for x in xs], metavar="K",
                                  help="tokens removed (repeatable; default 1, 2 and 3)")
     draws: int = option(5, low=1, help="random removals averaged per text")
-    seed: int = option(0, low=0, help="seed of the random removals")
+    seed: int = option(0, low=0, high=MAX_SEED, help="seed of the random removals")
 
     FLAG_HELP = {"run": "run directory of `qkv train sentiment` (a classification run)",
                  "file": "texts to test, one per line (default: the run's test split)"}

@@ -80,7 +80,7 @@ def test_generation_with_a_seed_is_reproducible_and_stops_at_the_context(pattern
 
 
 @pytest.mark.parametrize("bad, match", [
-    (dict(prompts=["x" * 40]), "prompt 1 is 40 tokens; the model reads at most 31"),
+    (dict(prompts=["x" * 40]), "prompt 1 is 40 tokens; the model reads at most 30"),
     (dict(prompts=["ab"], temperature=0), "temperature must be a positive number"),
     (dict(prompts=["ab"], top_p=1.5), "top_p"),
     (dict(prompts=["ab"], max_new_tokens=0), "max_new_tokens"),
@@ -226,7 +226,7 @@ def test_a_backward_model_learns_the_pattern_leftwards_and_writes_what_comes_bef
     figures = lm.evaluate(split="test")
     assert figures["bpc"] < 1.5, figures
     # its own score equals the summed NLL of the reversed documents, read forwards by the same weights
-    docs = lm.data(None).split("test")[:5]
+    docs = lm.dataset(None).split("test")[:5]
     forward_view = evaluate_lm(_forward(lm.model), lm.tokenizer, [d[::-1] for d in docs], context=32)
     assert evaluate_lm(lm.model, lm.tokenizer, docs, context=32)["bpc"] == pytest.approx(forward_view["bpc"])
     got = lm.predict(["cdeab 17"], greedy=True, max_new_tokens=8)[0]
