@@ -23,6 +23,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
+from ..options import OptionError, ref
 from .files import text_lines
 from .images import BACKGROUND, image_8bit
 
@@ -61,7 +62,7 @@ class _Collector:
     def problem(self, where: str, why: str) -> None:
         message = f"{where}: {why}"
         if self.on_error == "raise":
-            raise ValueError(f"{message} (--on-error skip skips it)")
+            raise OptionError("{message} (" + ref("on_error") + " skip skips it)", "on_error", message=message)
         self.skipped += 1
         if len(self.problems) < 10:
             self.problems.append(message)

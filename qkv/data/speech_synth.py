@@ -30,6 +30,7 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from ..options import OptionError, ref
 from .audio import SAMPLE_RATE, add_noise, load_audio, write_audio
 from .speech import SpeechCorpus, Utterance, normalize_transcript, write_manifest
 
@@ -141,10 +142,10 @@ def sentence_texts(path: str | os.PathLike | None = None, *, min_words: int = 3,
     a seeded order. Default: ``tatoeba-eng-fra.tsv.gz`` in ``../shared/data``."""
     p = Path(path) if path is not None else _default_text()
     if p is None:
-        raise ValueError("no text for the 'sentences' corpus: give a text file, one sentence per line (--text FILE); "
-                         "the default, ../shared/data/tatoeba-eng-fra.tsv.gz, is not there")
+        raise OptionError("no text for the 'sentences' corpus: give a text file, one sentence per line (" + ref("text") +
+                          "); the default, ../shared/data/tatoeba-eng-fra.tsv.gz, is not there", "text")
     if not p.is_file():
-        raise ValueError(f"no such text file: {p} (--text)")
+        raise OptionError("no such text file: {p} (" + ref("text") + ")", "text", p=p)
     opener = gzip.open if p.suffix == ".gz" else open
     try:
         with opener(p, "rt", encoding="utf-8") as f:

@@ -18,6 +18,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..options import OptionError, ref
 from .facts import QAExample
 from .files import binary_lines, text_lines
 
@@ -43,7 +44,8 @@ class _Collector:
 
     def bad(self, message: str) -> None:
         if self.on_error == "raise":
-            raise ValueError(message + " (or skip such questions with --on-error skip)")
+            raise OptionError("{message} (or skip such questions with " + ref("on_error") + " skip)", "on_error",
+                              message=message)
         self.result.skipped += 1
         if len(self.result.problems) < 5:
             self.result.problems.append(message)

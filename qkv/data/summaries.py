@@ -29,6 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..options import OptionError, ref
 from .files import table_rows, text_lines
 from .summary_split import (
     SPLITS,
@@ -86,7 +87,8 @@ class _Rows:
 
     def bad(self, where: str, reason: str, detail: str) -> None:
         if self.on_error == "raise":
-            raise ValueError(f"{where}: {detail} (--on-error skip skips such rows and counts them)")
+            raise OptionError("{where}: {detail} (" + ref("on_error") + " skip skips such rows and counts them)", "on_error",
+                              where=where, detail=detail)
         self.reasons[reason] += 1
 
     def add(self, source, target, where: str, name: str = "") -> None:
@@ -118,8 +120,8 @@ def _format_of(path: Path, fmt: str) -> str:
     known = {".jsonl": "jsonl", ".json": "jsonl", ".ndjson": "jsonl", ".csv": "csv", ".tsv": "tsv", ".tab": "tsv",
              ".story": "stories"}
     if last not in known:
-        raise ValueError(f"{path}: cannot tell the format from the name; give one of jsonl, csv, tsv, stories "
-                         "(--format)")
+        raise OptionError("{path}: cannot tell the format from the name; give one of jsonl, csv, tsv, stories (" +
+                          ref("format") + ")", "format", path=path)
     return known[last]
 
 
@@ -156,9 +158,10 @@ def read_table_summaries(path: str | os.PathLike, *, source: str = "text", targe
             header = [h.strip() for h in record]
             missing = [c for c in (source, target) if c not in header]
             if missing:
-                raise ValueError(f"{path}:{n}: the header has no column {missing[0]!r} (it has "
-                                 f"{', '.join(header) or 'nothing'}); the columns read are chosen by source= and "
-                                 "target= (qkv train summarize: --source-column, --target-column)")
+                raise OptionError("{where}: the header has no column {column!r} (it has {header}); the columns read "
+                                  "are chosen by source= and target= (a summarization run's " + ref("source_column") +
+                                  " and " + ref("target_column") + ")", "source_column", "target_column",
+                                  where=f"{path}:{n}", column=missing[0], header=", ".join(header) or "nothing")
             col = {c: header.index(c) for c in (source, target, *([name] if name and name in header else []))}
             continue
         where = f"{path}:{n}"

@@ -29,6 +29,7 @@ from typing import Literal
 
 import torch
 
+from ..options import OptionError, ref
 from .files import table_rows, text_lines
 
 __all__ = ["TextDataset", "read_movie_reviews", "read_table", "stratified_split", "kfold_splits", "strata",
@@ -84,8 +85,8 @@ class _Rows:
 
     def bad(self, line: int, reason: str, detail: str) -> None:
         if self.on_error == "raise":
-            raise ValueError(f"{self.path}:{line}: {detail} (on_error='skip', or --on-error skip, skips such rows "
-                             "and counts them)")
+            raise OptionError("{where}: {detail} (" + ref("on_error") + " skip skips such rows and counts them)",
+                              "on_error", where=f"{self.path}:{line}", detail=detail)
         self.reasons[reason] += 1
 
     def dataset(self, label_names, regression) -> TextDataset:

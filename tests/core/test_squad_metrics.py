@@ -92,7 +92,7 @@ def test_read_squad_errors(tmp_path):
     good = {"question": "q", "answers": [{"text": "c", "answer_start": 2}]}
     bad = {"question": "q", "answers": [{"text": "z", "answer_start": 0}]}
     path.write_text(json.dumps(_squad([{"context": "abc", "qas": [good, bad]}])), encoding="utf-8")
-    with pytest.raises(ValueError, match=r"qas\[1\]: the answer 'z' is not at character 0 .*--on-error skip"):
+    with pytest.raises(ValueError, match=r"qas\[1\]: the answer 'z' is not at character 0 .*on_error skip"):
         read_squad(path)
     r = read_squad(path, on_error="skip")
     assert len(r.examples) == 1 and r.skipped == 1 and "qas[1]" in r.problems[0]

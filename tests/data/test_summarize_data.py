@@ -124,7 +124,7 @@ def test_cnn_dailymail_stories(tmp_path):
 
 
 def test_format_is_told_by_the_name(tmp_path):
-    with pytest.raises(ValueError, match="cannot tell the format.*--format"):
+    with pytest.raises(ValueError, match=r"cannot tell the format.*\(format\)"):
         read_summaries(_jsonl(tmp_path / "d.txt", GOOD))
     with pytest.raises(FileNotFoundError, match="no such data file"):
         read_summaries(tmp_path / "missing.jsonl")
