@@ -34,8 +34,9 @@ def _kernel():
 def fused_and_record(recorder: Any, module: nn.Module, query: Tensor, key: Tensor, value: Tensor,
                      mask: Tensor | None, scale: float | None, is_causal: bool, heads: list[int]) -> Tensor | None:
     """The attention output ``(B, H, Tq, D)`` of the fused kernel, with the weights of ``heads`` given to
-    ``recorder.add(module, first_row, weights (B, h, rows, Tk), Tq)`` block by block; None when this call is not
-    one the kernel takes (see the module's docstring).
+    ``recorder.add(module, first_row, weights (B, h, rows, Tk'), Tq)`` block by block (``Tk' = Tk`` but for the
+    causal blocks after the first, which stop at their last query's key: the keys after it are 0); None when this
+    call is not one the kernel takes (see the module's docstring).
 
     Args:
         query: ``(B, H, Tq, D)``.  key, value: ``(B, H, Tk, D)`` (heads already repeated for grouped queries).
@@ -67,14 +68,17 @@ def fused_and_record(recorder: Any, module: nn.Module, query: Tensor, key: Tenso
     q, k, lse = query[:, sel], key[:, sel], lse[:, sel]
     for i in range(0, tq, ROWS):
         n = min(ROWS, tq - i)
-        s = torch.matmul(q[:, :, i:i + n], k.transpose(-1, -2)).float().mul_(factor)
+        seen = i + n if is_causal else tk  # a causal block's rows see no key after its last query
+        s = torch.matmul(q[:, :, i:i + n], k[:, :, :seen].transpose(-1, -2)).float().mul_(factor)
         if bias is not None:
             b = bias[..., i:i + n, :] if bias.shape[-2] == tq else bias
             if b.dim() == 4 and b.shape[1] == h and len(heads) < h:
                 b = b[:, heads]
             s = s + b.float()
         if is_causal:
-            s = s.masked_fill_(torch.ones(n, tk, dtype=torch.bool, device=s.device).triu_(i + 1), -math.inf)
+            s = s.masked_fill_(torch.ones(n, seen, dtype=torch.bool, device=s.device).triu_(i + 1), -math.inf)
         w = s.sub_(lse[:, :, i:i + n, None].float()).exp_()
+        if i == 0 and seen < tk:  # the first block sets the record's width: written whole
+            w = nn.functional.pad(w, (0, tk - seen))
         recorder.add(module, i, w, tq)
     return out
