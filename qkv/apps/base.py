@@ -182,7 +182,13 @@ class ApplicationTask(Task):
         return {}
 
     def config(self) -> dict[str, Any]:
-        return {"model": self.spec(), **self.run_config(), "options": dataclasses.asdict(self.options)}
+        from .fingerprint import data_fingerprint
+
+        if not hasattr(self, "_fingerprint"):  # read once: what an evaluation checks (None: generated data)
+            self._fingerprint = data_fingerprint(self.options)
+        fingerprint = self._fingerprint
+        return {"model": self.spec(), **self.run_config(), "options": dataclasses.asdict(self.options),
+                **({"data": fingerprint} if fingerprint else {})}
 
     def build_model(self) -> nn.Module:
         return model_from_spec(self.spec())

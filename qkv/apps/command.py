@@ -30,6 +30,7 @@ from typing import Any
 
 from ..options import option
 from .console import input_files, read_lines, safe, warn, write_json
+from .fingerprint import data_note
 
 __all__ = ["RunArgument", "DeviceOption", "FileOption", "JsonOption", "PlotOption", "LimitOption", "LMFusionOption",
            "check_shared", "check_device", "plot_folder", "plot_file", "load", "read_inputs", "input_paths",
@@ -217,6 +218,9 @@ def evaluation(predictor, data: str | None = None, *, split: str = "test", limit
     does not take is a ``ValueError`` naming it); the examples it skipped are said on stderr, ``report`` prints the
     figures, and they are written to ``json_path``."""
     given = predictor.check_settings({k: v for k, v in settings.items() if v is not None}, "evaluate")
+    changed = data_note(getattr(predictor, "config", {}), predictor.options, data, split)
+    if changed:  # said before the work: another file, or the run's own changed since training
+        warn(safe(changed))
     figures = predictor.evaluate(data, split=split, limit=limit, **given)
     skipped = int(figures.get("skipped") or 0)
     if skipped:
