@@ -302,6 +302,7 @@ def attention_page(records: Sequence[AttentionRecord], *, tokens: Sequence[str] 
             nats): the head grid is coloured by it and the table gets its column.
     """
     lists = _token_lists(tokens)
+    title = shortened_title(str(title))
     shown = page_records(records, rollout=rollout)
     if not shown:
         raise ValueError("no attention to show: the records are empty (did the model run inside "
@@ -340,6 +341,19 @@ def attention_page(records: Sequence[AttentionRecord], *, tokens: Sequence[str] 
             f'<title>{html.escape(title)}</title>\n<style>\n{style}</style></head>\n<body>\n'
             f'<script type="application/json" id="qkv-data">{_script_json(data)}</script>\n'
             f'<script>\n{script}</script>\n</body></html>\n')
+
+
+#: the most characters of a page's title: a long input is shortened there (the page shows all of its tokens)
+TITLE_MAX = 160
+
+
+def shortened_title(title: str, limit: int = TITLE_MAX) -> str:
+    """``title`` on one line, its middle left out (``…``) past ``limit`` characters: its start and end stay."""
+    one = " ".join(title.split())
+    if len(one) <= limit:
+        return one
+    head = (limit - 1) * 2 // 3
+    return f"{one[:head].rstrip()}…{one[len(one) - (limit - 1 - head):].lstrip()}"
 
 
 def save_attention_page(path: str | os.PathLike, records: Sequence[AttentionRecord], **kwargs: Any) -> Path:
