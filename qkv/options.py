@@ -32,18 +32,16 @@ import typing
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-__all__ = ["option", "OptionError", "ref", "check_options", "option_fields", "field_type", "applies_to", "flag_name",
+__all__ = ["option", "OptionError", "NamesOptions", "option_error", "ref", "check_options", "option_fields",
+           "field_type", "applies_to", "flag_name",
            "OptionSpec", "why_not", "not_applying", "default_of", "base_type", "is_set"]
 
 _MISSING = dataclasses.MISSING
 
 
-class OptionError(ValueError):
-    """A bad value or use of options, naming each option as its field: ``OptionError("{max_len} must be >= {min_len}",
-    "max_len", "min_len")``. ``str()`` writes the field names (``max_len``), as the library knows them; the command line
-    writes each as its flag (``--max-len``) through :meth:`render`, without reading the text.
-
-    ``template`` is a :meth:`str.format` string whose fields are the ``options`` (and any ``values`` given)."""
+class NamesOptions:
+    """What makes an exception name options as fields (the base of :class:`OptionError`, and of the exceptions
+    :func:`option_error` makes): ``str()`` writes the field names, :meth:`render` writes each as ``spell`` says."""
 
     def __init__(self, template: str, *options: str, **values: Any):
         self.template, self.options, self.values = template, options, values
@@ -52,6 +50,25 @@ class OptionError(ValueError):
     def render(self, spell: Callable[[str], str] = str) -> str:
         """The message with each option written by ``spell(field name)``."""
         return self.template.format(**self.values, **{o: spell(o) for o in self.options})
+
+
+class OptionError(NamesOptions, ValueError):
+    """A bad value or use of options, naming each option as its field: ``OptionError("{max_len} must be >= {min_len}",
+    "max_len", "min_len")``. ``str()`` writes the field names (``max_len``), as the library knows them; the command line
+    writes each as its flag (``--max-len``) through :meth:`render`, without reading the text.
+
+    ``template`` is a :meth:`str.format` string whose fields are the ``options`` (and any ``values`` given)."""
+
+
+@functools.cache
+def _naming(kind: type[BaseException]) -> type[BaseException]:
+    return type(kind.__name__, (NamesOptions, kind), {"__module__": kind.__module__, "__qualname__": kind.__qualname__})
+
+
+def option_error(kind: type[BaseException], template: str, *options: str, **values: Any) -> BaseException:
+    """An exception of type ``kind`` (``OSError``, ``FileExistsError``...) whose message names options as fields, as
+    an :class:`OptionError`'s does: ``raise option_error(FileNotFoundError, "drop " + ref("resume"), "resume")``."""
+    return (kind if issubclass(kind, NamesOptions) else _naming(kind))(template, *options, **values)
 
 
 def ref(name: str) -> str:

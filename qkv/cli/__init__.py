@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from .. import __version__
 from ..memory import keep_freed_memory
-from ..options import OptionError, option
+from ..options import NamesOptions, option
 from .options import ArgumentParser, add_command, add_options, command_fields, options_from_args
 
 __all__ = ["main", "build_parser", "COMMAND_MODULES", "GlobalOptions"]
@@ -119,7 +119,7 @@ def _one_line(e: BaseException, flags: frozenset[str] | None = None, parser=None
               fields: dict[str, str] | None = None) -> str:
     """``e`` as one line: an :class:`~qkv.options.OptionError` names each option as the command's flag (``fields``:
     field name -> flag) where the command has one, else as the option's name."""
-    if isinstance(e, OptionError) and fields is not None:
+    if isinstance(e, NamesOptions) and fields is not None:
         text = e.render(lambda name: fields.get(name, name)).strip()
     else:
         text = str(e).strip() or type(e).__name__

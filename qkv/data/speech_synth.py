@@ -142,8 +142,8 @@ def sentence_texts(path: str | os.PathLike | None = None, *, min_words: int = 3,
     a seeded order. Default: ``tatoeba-eng-fra.tsv.gz`` in ``../shared/data``."""
     p = Path(path) if path is not None else _default_text()
     if p is None:
-        raise OptionError("no text for the 'sentences' corpus: give a text file, one sentence per line (" + ref("text") +
-                          "); the default, ../shared/data/tatoeba-eng-fra.tsv.gz, is not there", "text")
+        raise OptionError("no text for the 'sentences' corpus: give a text file, one sentence per line (" +
+                          ref("text") + "); the default, ../shared/data/tatoeba-eng-fra.tsv.gz, is not there", "text")
     if not p.is_file():
         raise OptionError("no such text file: {p} (" + ref("text") + ")", "text", p=p)
     opener = gzip.open if p.suffix == ".gz" else open

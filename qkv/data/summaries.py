@@ -87,8 +87,8 @@ class _Rows:
 
     def bad(self, where: str, reason: str, detail: str) -> None:
         if self.on_error == "raise":
-            raise OptionError("{where}: {detail} (" + ref("on_error") + " skip skips such rows and counts them)", "on_error",
-                              where=where, detail=detail)
+            raise OptionError("{where}: {detail} (" + ref("on_error") + " skip skips such rows and counts them)",
+                              "on_error", where=where, detail=detail)
         self.reasons[reason] += 1
 
     def add(self, source, target, where: str, name: str = "") -> None:

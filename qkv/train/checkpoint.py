@@ -35,6 +35,7 @@ import torch
 from safetensors.torch import load_file, save
 from torch import Tensor, nn
 
+from ..options import option_error, ref
 from .fit import weight_differences
 
 __all__ = [
@@ -236,7 +237,7 @@ def write_checkpoint(path: str | Path, *, weights: dict[str, Tensor], task: str,
     ``weights`` is the model's state_dict, ``task``/``config`` name and configure the model, ``save_assets``
     writes tokeniser files into a directory; ``state``/``state_tensors`` (JSON and tensors) make it a full,
     resumable checkpoint. An ``OSError`` (a full disk, a read-only folder) names ``path`` and the option ``flag``
-    that chose it, never a temporary file; the previous checkpoint is kept.
+    that chose it (its field name), never a temporary file; the previous checkpoint is kept.
     """
     path = Path(path)
     try:
@@ -250,8 +251,9 @@ def write_checkpoint(path: str | Path, *, weights: dict[str, Tensor], task: str,
                 _write_bytes(tmp / "state.safetensors", save(state_tensors or {}))
                 _write_json(tmp / "state.json", state)
     except OSError as e:
-        err = OSError(f"cannot write the checkpoint {path}{f' ({flag})' if flag else ''}: {e.strerror or e}"
-                      f"{'; the previous one is kept' if _candidates(path, ()) else ''}")
+        err = option_error(OSError, "cannot write the checkpoint {path}" + (f" ({ref(flag)})" if flag else "") +
+                           ": {why}{kept}", *([flag] if flag else []), path=path, why=e.strerror or e,
+                           kept="; the previous one is kept" if _candidates(path, ()) else "")
         err.errno = e.errno
         raise err from None
     return path

@@ -20,6 +20,8 @@ import sys
 import time
 from pathlib import Path
 
+from ..options import NamesOptions, option_error, ref
+
 __all__ = ["RunLock", "RunInUseError", "LOCK_NAME", "holder_description"]
 
 log = logging.getLogger(__name__)
@@ -38,8 +40,9 @@ except ImportError:
 _MSVCRT_OFFSET = 1 << 30  # lock a byte far past the contents, so that others can still read who holds it
 
 
-class RunInUseError(FileExistsError):
-    """Another live process holds the run directory's lock."""
+class RunInUseError(NamesOptions, FileExistsError):
+    """Another live process holds the run directory's lock (the message names the option that chose the directory
+    as :class:`qkv.options.OptionError` does: ``template``, the options, the values)."""
 
 
 def _try_lock(fd: int) -> bool:
@@ -102,11 +105,11 @@ def _command() -> str:
 
 
 class RunLock:
-    """Hold ``directory``'s run lock: ``with RunLock(out, flag="--out"): ...`` (or :meth:`acquire`/:meth:`release`).
+    """Hold ``directory``'s run lock: ``with RunLock(out, flag="out"): ...`` (or :meth:`acquire`/:meth:`release`).
 
     ``acquire`` creates the directory if needed; ``release`` removes the lock file, and the directory too when this
-    lock created it and nothing else was written there. ``flag`` (the option that named the directory) appears in
-    the error messages.
+    lock created it and nothing else was written there. ``flag`` (the option that named the directory, by its field
+    name) appears in the error messages, which the command line writes with its own flag.
 
     Raises (from ``acquire``):
         RunInUseError: another live process holds the lock (the message names it).
@@ -115,7 +118,7 @@ class RunLock:
 
     _warned = False
 
-    def __init__(self, directory: str | os.PathLike, *, flag: str = "--out"):
+    def __init__(self, directory: str | os.PathLike, *, flag: str = "out"):
         self.directory = Path(directory)
         self.path = self.directory / LOCK_NAME
         self.flag = flag
@@ -123,7 +126,8 @@ class RunLock:
         self._created = False
 
     def _error(self, e: OSError, doing: str) -> OSError:
-        err = OSError(f"cannot {doing} {self.directory} ({self.flag}): {e.strerror or e}")
+        err = option_error(OSError, "cannot {doing} {directory} (" + ref(self.flag) + "): {why}", self.flag,
+                           doing=doing, directory=self.directory, why=e.strerror or e)
         err.errno = e.errno
         return err
 
@@ -133,7 +137,8 @@ class RunLock:
             log.warning("this platform has no file locking: two trainings in one run directory are not prevented")
         for _ in range(20):
             if self.directory.exists() and not self.directory.is_dir():
-                raise NotADirectoryError(f"{self.directory} ({self.flag}) is a file, not a run directory")
+                raise option_error(NotADirectoryError, "{directory} (" + ref(self.flag) + ") is a file, not a run "
+                                   "directory", self.flag, directory=self.directory)
             if not self.directory.exists():
                 try:
                     self.directory.mkdir(parents=True)
@@ -151,8 +156,9 @@ class RunLock:
             if not _try_lock(fd):
                 info = _read_info(fd)
                 os.close(fd)
-                raise RunInUseError(f"{self.directory} ({self.flag}) is in use by another training "
-                                    f"({holder_description(info)}); wait for it to end, or choose another {self.flag}")
+                raise RunInUseError("{directory} (" + ref(self.flag) + ") is in use by another training ({holder}); "
+                                    "wait for it to end, or choose another " + ref(self.flag), self.flag,
+                                    directory=self.directory, holder=holder_description(info))
             try:
                 same = os.path.samestat(os.fstat(fd), os.stat(self.path))
             except FileNotFoundError:
@@ -172,7 +178,8 @@ class RunLock:
                 raise self._error(e, "write into the run directory") from None
             self._fd = fd
             return self
-        raise OSError(f"cannot lock {self.directory} ({self.flag}): its lock file keeps disappearing")
+        raise option_error(OSError, "cannot lock {directory} (" + ref(self.flag) + "): its lock file keeps "
+                           "disappearing", self.flag, directory=self.directory)
 
     def release(self) -> None:
         fd, self._fd = self._fd, None

@@ -12,6 +12,8 @@ from typing import Any
 
 import torch
 
+from ..options import option_error, ref
+
 __all__ = ["MetricsLog", "log_train"]
 
 log = logging.getLogger("qkv.train.trainer")
@@ -21,17 +23,18 @@ class MetricsLog:
     """Appends one JSON object per line to ``metrics.jsonl`` (rank 0 only; ``path=None`` writes nothing).
 
     Every line is one ``write`` call on a file opened for appending, so it reaches the file whole; a write that
-    fails part-way (a full disk) is cut back off, and the error names the file and ``flag``. A torn last line that a
-    killed process left behind is removed, with a warning, when the log is opened.
+    fails part-way (a full disk) is cut back off, and the error names the file and the option ``flag`` (its field
+    name). A torn last line that a killed process left behind is removed, with a warning, when the log is opened.
     """
 
-    def __init__(self, path: Path | None, *, flag: str = "--out"):
+    def __init__(self, path: Path | None, *, flag: str = "out"):
         self.path, self.flag = path, flag
         if path is not None:
             self._repair()
 
     def _error(self, e: OSError, doing: str) -> OSError:
-        err = OSError(f"cannot {doing} {self.path} ({self.flag}): {e.strerror or e}")
+        err = option_error(OSError, "cannot {doing} {path} (" + ref(self.flag) + "): {why}", self.flag, doing=doing,
+                           path=self.path, why=e.strerror or e)
         err.errno = e.errno
         return err
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import torch
 
+from ..options import option_error, ref
 from . import rng
 from .budget import Horizon
 from .checkpoint import (
@@ -42,7 +43,7 @@ def hold_run_directory(out: Path | None, dist) -> Iterator[None]:
     if out is None:
         yield
         return
-    lock, error = RunLock(out, flag="--out"), None
+    lock, error = RunLock(out, flag="out"), None
     if dist.is_main:
         try:
             lock.acquire()
@@ -51,7 +52,7 @@ def hold_run_directory(out: Path | None, dist) -> Iterator[None]:
     if dist.enabled:  # the other ranks must not go on alone
         failed = dist.broadcast(torch.tensor([float(error is not None)], device=dist.device))
         if failed.item() and error is None:
-            error = RunInUseError(f"{out} (--out): rank 0 could not lock the run directory")
+            error = RunInUseError("{out} (" + ref("out") + "): rank 0 could not lock the run directory", "out", out=out)
     if error is not None:
         raise error
     try:
@@ -70,12 +71,12 @@ def find_checkpoint(out: Path | None, resume: bool) -> Checkpoint | None:
         path = resolve_checkpoint(out / "checkpoint", prefer=())
     except FileNotFoundError:
         if resume:
-            raise FileNotFoundError(f"nothing to resume: {out} holds no checkpoint (checkpoint/); "
-                                    "drop --resume to start a new run there") from None
+            raise option_error(FileNotFoundError, "nothing to resume: {out} holds no checkpoint (checkpoint/); drop " +
+                               ref("resume") + " to start a new run there", "resume", out=out) from None
         return None
     if not resume:
-        raise FileExistsError(f"{out} already holds a checkpoint ({path}); pass resume=True (--resume) "
-                              "to continue it, or choose another output directory")
+        raise option_error(FileExistsError, "{out} already holds a checkpoint ({path}); pass " + ref("resume") +
+                           " to continue it, or choose another output directory", "resume", out=out, path=path)
     ckpt = load_checkpoint(path, prefer=())
     if ckpt.state is None:
         raise ValueError(f"{path} has no training state (state.json); it cannot be resumed")
@@ -95,7 +96,7 @@ def load_resumed_weights(ckpt: Checkpoint, config: dict, module: torch.nn.Module
     if differences:
         raise ValueError(f"cannot resume {ckpt.path}: the model differs from the checkpoint's "
                          f"({'; '.join(differences)}); resume with the options the run was started with, or start "
-                         "a new run in another --out")
+                         "a new run in another output directory")
     module.load_state_dict(ckpt.state_dict)
 
 
@@ -122,7 +123,7 @@ def save(trainer, collective: bool = True) -> None:
                  "budget": budget, "torch": torch.__version__, "saved_at": time.time()}
         write_checkpoint(trainer.out / "checkpoint", weights=trainer.module.state_dict(), task=trainer.task.name,
                          config=trainer.task.config(), save_assets=trainer.task.save_assets, state=state,
-                         state_tensors={**opt_tensors, **rng_tensors}, flag="--out")
+                         state_tensors={**opt_tensors, **rng_tensors}, flag="out")
 
 
 def restore(trainer, ckpt: Checkpoint, n: int) -> None:

@@ -24,6 +24,7 @@ import torch
 from torch.nn.parallel import DistributedDataParallel
 from tqdm.auto import tqdm
 
+from ..options import option_error, ref
 from . import distributed, rng
 from .budget import Horizon, TimeBudget
 from .checkpoint import load_checkpoint, write_checkpoint
@@ -35,6 +36,7 @@ from .rundir import find_checkpoint, hold_run_directory, load_resumed_weights, r
 from .schedule import derive_seed, epoch_batches, lr_factor, num_batches
 from .state import TrainResult, TrainState
 from .task import Task
+from .threads import follow_machine, thread_tuner
 
 __all__ = ["train", "Trainer", "TrainState", "TrainResult"]
 
@@ -59,7 +61,7 @@ def train(task: Task, config: TrainConfig, callbacks: Sequence[Callback] = (), *
         ValueError: bad settings, or data that no longer matches the checkpoint being resumed.
         FileExistsError: ``config.out`` holds a checkpoint and ``config.resume`` is false, or another training
             holds ``config.out`` (:class:`~qkv.train.lock.RunInUseError`).
-        OSError: ``config.out`` cannot be written (the message names the path and ``--out``).
+        OSError: ``config.out`` cannot be written (the message names the path and ``out``).
     """
     return Trainer(task, config, callbacks, clock=clock).fit()
 
@@ -79,10 +81,12 @@ class Trainer:
     # --- entry -----------------------------------------------------------------------------------------
     def fit(self) -> TrainResult:
         self.dist = distributed.setup(self.config.device)
+        threads = torch.get_num_threads()  # put back at the end: the tuner or config.threads may change it
         try:
             with terminate_raises(), hold_run_directory(self.out, self.dist):
                 return self._fit()
         finally:
+            torch.set_num_threads(threads)
             self.dist.close()
 
     def _fit(self) -> TrainResult:
@@ -131,7 +135,7 @@ class Trainer:
         if d.is_main and self.out is not None:
             self.out.mkdir(parents=True, exist_ok=True)
         self.metrics = MetricsLog(self.out / "metrics.jsonl" if d.is_main and self.out is not None else None,
-                                  flag="--out")
+                                  flag="out")
         self.metrics.write({"event": "resume" if ckpt is not None else "start", "time": time.time(),
                             "global_step": self.state.global_step, "world_size": d.world_size,
                             "device": str(d.device), "amp": dtype_name(self.amp_dtype),
@@ -149,6 +153,7 @@ class Trainer:
         start = self.clock()
         elapsed0 = st.elapsed
         self._now = lambda: elapsed0 + self.clock() - start  # seconds of training over all invocations
+        self.tuner = thread_tuner(cfg.threads, d.device, d.enabled, elapsed0)  # threads that follow the machine
         self._interval = {"loss": 0.0, "count": 0.0, "stats": {}, "seconds": 0.0}
         self._spent = [0.0, 0, 0.0, 0]  # since the last step: seconds and number of evaluations, of checkpoints
         if self.budget is not None and self.budget.begin(st.global_step, elapsed0):
@@ -174,12 +179,13 @@ class Trainer:
                         for indices in batches[st.step:]:
                             logs = self._step(indices, interrupt=flag.set)
                             st.elapsed = self._now()
+                            threads = follow_machine(self, logs)
                             over_time = self._budget_step(logs)
                             epoch_units += logs["count"]
                             bar.update(1)
                             rate = epoch_units / max(self.clock() - epoch_t0, 1e-9)
                             bar.set_postfix(loss=f"{logs['loss']:.4g}", lr=f"{logs['lr']:.3g}",
-                                            **{f"{self.task.unit}/s": f"{rate:.4g}"}, refresh=False)
+                                            **{f"{self.task.unit}/s": f"{rate:.4g}"}, **threads, refresh=False)
                             if st.global_step % cfg.log_every == 0:
                                 self._log_train(logs)
                             for cb in self.callbacks:
@@ -272,9 +278,10 @@ class Trainer:
         for k, v in stats.items():
             iv["stats"][k] = iv["stats"].get(k, 0.0) + (v.detach().to(torch.float64) if torch.is_tensor(v) else v)
         iv["grad_norm"] = grad_norm
-        iv["seconds"] += self.clock() - t0
+        seconds = self.clock() - t0
+        iv["seconds"] += seconds
         return {"loss": total_loss / total_count, "lr": lr, "count": total_count, "interrupt": n_interrupt > 0,
-                "now": now, "eval_seconds": eval_s, "save_seconds": save_s}
+                "now": now, "seconds": seconds, "eval_seconds": eval_s, "save_seconds": save_s}
 
     def _timed(self, fn: Callable[[], bool], slot: int) -> None:
         """Run an evaluation (``slot`` 0) or a checkpoint (2), adding its seconds for the time budget."""
@@ -295,9 +302,10 @@ class Trainer:
         """Stop before a non-finite loss or gradient reaches the weights: the saved checkpoints stay good."""
         st = self.state
         kept = f"; the last good checkpoint is kept in {self.out / 'checkpoint'}" if self.out is not None else ""
-        raise FloatingPointError(f"the {what} is {value} at step {st.global_step + 1} (epoch {st.epoch + 1}): training "
-                                 f"stopped before it changed the weights{kept} — lower the learning rate (--lr), "
-                                 "check the data for nan/inf, or keep --clip-norm on")
+        raise option_error(FloatingPointError, "the {what} is {value} at step {step} (epoch {epoch}): training stopped "
+                           "before it changed the weights{kept} — lower the learning rate (" + ref("lr") + "), check "
+                           "the data for nan/inf, or keep " + ref("clip_norm") + " on", "lr", "clip_norm", what=what,
+                           value=value, step=st.global_step + 1, epoch=st.epoch + 1, kept=kept)
 
     def _autocast(self):
         if self.amp_dtype is None:
@@ -375,7 +383,7 @@ class Trainer:
         self._best_weights = {k: v.detach().to("cpu", copy=True) for k, v in self.module.state_dict().items()}
         if self.out is not None:
             write_checkpoint(self.out / "best", weights=self.module.state_dict(), task=self.task.name,
-                             config=self.task.config(), save_assets=self.task.save_assets, flag="--out")
+                             config=self.task.config(), save_assets=self.task.save_assets, flag="out")
 
     # --- the end -----------------------------------------------------------------------------------------
     def _finish(self, stopped: str) -> TrainResult:

@@ -78,7 +78,7 @@ def test_two_runs_started_together_one_is_refused_and_a_killed_holder_leaves_no_
         assert holder.poll() is None, "the refused run must exit while the other still trains"
         assert done.returncode == 2, err
         assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
-        assert f"{out} (--out) is in use by another training (pid {holder.pid}" in err and "trainer_toy" in err
+        assert f"{out} (out) is in use by another training (pid {holder.pid}" in err and "trainer_toy" in err
         lock = json.loads((out / LOCK_NAME).read_text())
         assert lock["pid"] == holder.pid
         assert wait_for(lambda: (out / "checkpoint" / "model.safetensors").exists(), timeout=120)
@@ -234,7 +234,7 @@ def fill(disk: Path) -> None:
             f.write(b"\0" * 4096)
 
 
-def assert_names_the_users_path(e: BaseException, path: Path, flag: str = "--out"):
+def assert_names_the_users_path(e: BaseException, path: Path, flag: str = "out"):
     text = str(e)
     assert str(path) in text and f"({flag})" in text and ".tmp-" not in text and "\n" not in text, text
 
@@ -274,7 +274,7 @@ def test_simulated_full_disk_during_a_save(tmp_path, monkeypatch):
 
     monkeypatch.setattr(ck, "_write_bytes", no_space)
     with pytest.raises(OSError) as info:
-        write(tmp_path / "checkpoint", 2, flag="--out")
+        write(tmp_path / "checkpoint", 2, flag="out")
     assert_names_the_users_path(info.value, tmp_path / "checkpoint")
     assert "the previous one is kept" in str(info.value)
     monkeypatch.undo()

@@ -139,7 +139,7 @@ def test_resume_needs_the_flag_and_the_same_data(tmp_path):
 
 
 def test_resume_without_checkpoint_is_an_error(tmp_path):
-    with pytest.raises(FileNotFoundError, match="nothing to resume.*holds no checkpoint.*drop --resume"):
+    with pytest.raises(FileNotFoundError, match="nothing to resume.*holds no checkpoint.*drop resume"):
         train(ToyTask(), cfg(tmp_path / "new", epochs=1, resume=True))
     assert not (tmp_path / "new" / "checkpoint").exists()
 
