@@ -148,6 +148,25 @@ def check_shared(o) -> None:
     """The checks of the shared options of a command's options ``o``, before any work (``ValueError``)."""
     if isinstance(o, DeviceOption):
         check_device(o.device)
+    if isinstance(o, JsonOption) and o.json is not None:
+        check_output_file(o.json, "--json")
+
+
+def check_output_file(path: str, flag: str) -> None:
+    """A ``ValueError`` naming ``flag`` when a file cannot be written at ``path`` (it is a folder, or under a file,
+    or under a folder that cannot be written), before the work whose result it would hold."""
+    p = Path(path)
+    if not path.strip():
+        raise ValueError(f"{flag} is empty: give a file name such as results.json")
+    if path.endswith(("/", os.sep)) or p.is_dir():
+        raise ValueError(f"{flag} {path} is a folder: give a file name such as {p / 'results.json'}")
+    parent = p.parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if parent.exists() and not parent.is_dir():
+        raise ValueError(f"{flag} {path}: {parent} is a file, not a folder")
+    if parent.is_dir() and not os.access(parent, os.W_OK | os.X_OK):
+        raise ValueError(f"{flag} {path}: the folder {parent} cannot be written")
 
 
 def load(run: str, device: str = "auto", name: str | None = None):

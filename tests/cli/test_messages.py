@@ -66,3 +66,22 @@ def test_a_prompt_too_long_gives_the_longest_that_fits(tiny_run):
     assert len(fits.tokens) <= 1
     with pytest.raises(ValueError, match=rf"is {longest + 1} tokens; the model reads at most {longest} before"):
         lm.predict(["a" * (longest + 1)])
+
+
+JSONED = _commands_with("--json")
+
+
+def test_every_json_option_is_found():
+    assert {("predict",), ("evaluate",), ("translate",), ("transcribe",), ("generate",)} <= set(JSONED)
+
+
+@pytest.mark.parametrize("words", JSONED, ids=[" ".join(w) for w in JSONED])
+def test_json_into_a_folder_or_under_a_file_is_refused_before_any_work(words, tmp_path, capsys):
+    """The run named does not exist: the --json error comes first, before anything is read or computed."""
+    afile = tmp_path / "afile"
+    afile.write_text("x", encoding="utf-8")
+    for bad, said in ((tmp_path, "is a folder"), (f"{tmp_path}/", "is a folder"),
+                      (afile / "rows.json", "is a file, not a folder")):
+        code = main([*words, str(tmp_path / "no-run"), "--json", str(bad)])
+        err = capsys.readouterr().err
+        assert code == 2 and f"--json {bad}" in err and said in err and len(err.strip().splitlines()) == 1, err
