@@ -69,7 +69,8 @@ def read_train_options(args, options_cls: type, train_defaults, budget_defaults=
     from .options import given, options_from_args
 
     def config_of(options):
-        return options_from_args(args, TrainConfig, defaults=train_defaults(options), extra={"command": command_line()})
+        return options_from_args(args, TrainConfig, defaults=train_defaults(options), extra={"command": command_line()},
+                                 threads=getattr(args, "threads", None))  # the global --threads fixes the count
 
     if hasattr(args, "device"):  # the one device check of every command, before the trainer's own
         check_device(args.device)

@@ -66,6 +66,10 @@ class TrainConfig:
     device: str = option("auto", help="auto (CUDA if available), cpu, cuda or cuda:N")
     amp: str = option("auto", choices=AMP_MODES, help="mixed precision: auto is bf16/fp16 on CUDA, off on the CPU")
     ddp_find_unused: bool = option(False, cli=False, help="DistributedDataParallel(find_unused_parameters=...)")
+    threads: int | None = option(None, low=1, cli=False,
+                                 help="CPU threads for torch, fixed for the run; None follows the machine on the CPU: "
+                                 "1 or all cores, whichever trains faster now, checked again every few minutes "
+                                 "(unless OMP_NUM_THREADS fixes it; qkv's --threads sets this)")
     # --- reproducibility, output ---------------------------------------------------------------------
     seed: int = option(0, low=0, high=MAX_SEED, help="seed of initialisation, data order and dropout")
     out: str | None = option(None, help="run directory: checkpoint/, best/, metrics.jsonl (default: write nothing)")

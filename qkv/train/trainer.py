@@ -36,6 +36,7 @@ from .rundir import find_checkpoint, hold_run_directory, load_resumed_weights, r
 from .schedule import derive_seed, epoch_batches, lr_factor, num_batches
 from .state import TrainResult, TrainState
 from .task import Task
+from .threads import follow_machine, thread_tuner
 
 __all__ = ["train", "Trainer", "TrainState", "TrainResult"]
 
@@ -80,10 +81,12 @@ class Trainer:
     # --- entry -----------------------------------------------------------------------------------------
     def fit(self) -> TrainResult:
         self.dist = distributed.setup(self.config.device)
+        threads = torch.get_num_threads()  # put back at the end: the tuner or config.threads may change it
         try:
             with terminate_raises(), hold_run_directory(self.out, self.dist):
                 return self._fit()
         finally:
+            torch.set_num_threads(threads)
             self.dist.close()
 
     def _fit(self) -> TrainResult:
@@ -150,6 +153,7 @@ class Trainer:
         start = self.clock()
         elapsed0 = st.elapsed
         self._now = lambda: elapsed0 + self.clock() - start  # seconds of training over all invocations
+        self.tuner = thread_tuner(cfg.threads, d.device, d.enabled, elapsed0)  # threads that follow the machine
         self._interval = {"loss": 0.0, "count": 0.0, "stats": {}, "seconds": 0.0}
         self._spent = [0.0, 0, 0.0, 0]  # since the last step: seconds and number of evaluations, of checkpoints
         if self.budget is not None and self.budget.begin(st.global_step, elapsed0):
@@ -175,12 +179,13 @@ class Trainer:
                         for indices in batches[st.step:]:
                             logs = self._step(indices, interrupt=flag.set)
                             st.elapsed = self._now()
+                            threads = follow_machine(self, logs)
                             over_time = self._budget_step(logs)
                             epoch_units += logs["count"]
                             bar.update(1)
                             rate = epoch_units / max(self.clock() - epoch_t0, 1e-9)
                             bar.set_postfix(loss=f"{logs['loss']:.4g}", lr=f"{logs['lr']:.3g}",
-                                            **{f"{self.task.unit}/s": f"{rate:.4g}"}, refresh=False)
+                                            **{f"{self.task.unit}/s": f"{rate:.4g}"}, **threads, refresh=False)
                             if st.global_step % cfg.log_every == 0:
                                 self._log_train(logs)
                             for cb in self.callbacks:
@@ -273,9 +278,10 @@ class Trainer:
         for k, v in stats.items():
             iv["stats"][k] = iv["stats"].get(k, 0.0) + (v.detach().to(torch.float64) if torch.is_tensor(v) else v)
         iv["grad_norm"] = grad_norm
-        iv["seconds"] += self.clock() - t0
+        seconds = self.clock() - t0
+        iv["seconds"] += seconds
         return {"loss": total_loss / total_count, "lr": lr, "count": total_count, "interrupt": n_interrupt > 0,
-                "now": now, "eval_seconds": eval_s, "save_seconds": save_s}
+                "now": now, "seconds": seconds, "eval_seconds": eval_s, "save_seconds": save_s}
 
     def _timed(self, fn: Callable[[], bool], slot: int) -> None:
         """Run an evaluation (``slot`` 0) or a checkpoint (2), adding its seconds for the time budget."""
