@@ -120,6 +120,10 @@ class LMTask(ApplicationTask, name="lm", unit="tokens", options=LMOptions, load_
             kw = {"vocab_size": self.options.vocab_size} if kind in ("bpe", "unigram") else {}
             self.tokenizer = train_tokenizer(kind, corpus.train, **kw)
         ids, _ = token_stream(self.tokenizer, corpus.train, reverse=self.options.reverse)
+        if self.init is not None:
+            from .coverage import warn_uncovered
+
+            warn_uncovered(self.tokenizer, [ids], corpus.train, self.init["run"])
         self._train = windows(ids, self.options.context)
 
     def _read_init(self) -> None:

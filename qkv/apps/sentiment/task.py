@@ -150,6 +150,11 @@ class SentimentTask(ApplicationTask, name="sentiment", unit="items", options=Sen
         for split, idx in self.splits.items():
             ids = self.tokenizer.encode_batch(data.texts[i] for i in idx)
             self.encoded[split] = [(x[:limit], data.labels[i]) for x, i in zip(ids, idx, strict=True)]
+        if self.init is not None:  # a language model's tokenizer may lack characters of this data
+            from ..lm.coverage import warn_uncovered
+
+            warn_uncovered(self.tokenizer, [x for x, _ in self.encoded["train"]],
+                           [data.texts[i] for i in self.splits["train"]], self.init["run"])
 
     @property
     def max_len(self) -> int:
