@@ -1,6 +1,6 @@
 """Does a checkpoint fit a model? The differences between the model a run was started with and the one a resumed
 run would build, named by the options that make them (:func:`model_differences`), and between weights and a model
-(:func:`weight_differences`): what ``--resume``, :func:`qkv.train.checkpoint.load_model` and the applications'
+(:func:`weight_differences`): what resuming a run, :func:`qkv.train.checkpoint.load_model` and the applications'
 loading say when they refuse."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing import Any
 
 from torch import Tensor, nn
 
-__all__ = ["model_differences", "weight_differences"]
+__all__ = ["model_differences", "model_change", "weight_differences"]
 
 _ABSENT = object()
 
@@ -44,15 +44,38 @@ def _show(v: Any) -> str:
 
 def model_differences(stored: dict[str, Any], given: dict[str, Any]) -> list[str]:
     """How the model that the task config ``given`` builds differs from the one ``stored`` in a checkpoint, named by
-    the options that make the difference: ``["--hidden-dim 64 (stored) vs 32 (given)", ...]`` (empty: the same
+    the options that make the difference: ``["hidden_dim 64 (stored) vs 32 (given)", ...]`` (empty: the same
     model). An option is named when the model entry of its name differs (or, for the model's name, when its value is
     part of the name); a difference that no option of the same name explains is named by its model entry, with the
     options that changed besides."""
+    templates, options, values = model_change(stored, given)
+    return [t.format(**values, **{o: o for o in options}) for t in templates]
+
+
+def model_change(stored: dict[str, Any], given: dict[str, Any]) -> tuple[list[str], list[str], dict[str, str]]:
+    """:func:`model_differences` as templates of a :class:`~qkv.options.OptionError` (each option a ``{field}``, each
+    value shown a ``{_N}``), the options they name and the values: ``(templates, options, values)``."""
+    values: dict[str, str] = {}
+    options: list[str] = []
+
+    def raw(text: str) -> str:
+        values[f"_{len(values)}"] = text
+        return "{" + f"_{len(values) - 1}" + "}"
+
+    def show(v: Any) -> str:
+        return raw(_show(v))
+
+    def opt(k: str) -> str:
+        if not k.isidentifier():
+            return raw(k)
+        options.append(k)
+        return "{" + k + "}"
+
     stored, given = (json.loads(json.dumps(c, default=str)) for c in (stored, given))  # both as written to disk
     a, b = _flat(_model_part(stored)), _flat(_model_part(given))
     keys = sorted(k for k in a.keys() | b.keys() if not _same(a.get(k, _ABSENT), b.get(k, _ABSENT)))
     if not keys:
-        return []
+        return [], options, values
     so, go = stored.get("options") or {}, given.get("options") or {}
     changed = sorted(k for k in so.keys() | go.keys() if not _same(so.get(k, _ABSENT), go.get(k, _ABSENT)))
     leaves = {k.rsplit(".", 1)[-1] for k in keys}
@@ -61,21 +84,20 @@ def model_differences(stored: dict[str, Any], given: dict[str, Any]) -> list[str
     by_name = [k for k in changed if k not in by_leaf and "name" in leaves and
                any(isinstance(v, str) and v and v in names for v in (so.get(k), go.get(k)))]
     named = by_leaf + by_name
-    out = [f"--{k.replace('_', '-')} {_show(so.get(k, _ABSENT))} (stored) vs {_show(go.get(k, _ABSENT))} (given)"
-           for k in named]
+    out = [f"{opt(k)} {show(so.get(k, _ABSENT))} (stored) vs {show(go.get(k, _ABSENT))} (given)" for k in named]
     # another model: its other entries differ as a consequence; else every entry no option of its name explains
     rest = [] if by_name else [k for k in keys if k.rsplit(".", 1)[-1] not in by_leaf]
     if rest:
-        out += [f"the model's {k.removeprefix('config.')} {_show(a.get(k, _ABSENT))} (stored) vs "
-                f"{_show(b.get(k, _ABSENT))} (given)" for k in rest[:4]]
+        out += [f"the model's {raw(k.removeprefix('config.'))} {show(a.get(k, _ABSENT))} (stored) vs "
+                f"{show(b.get(k, _ABSENT))} (given)" for k in rest[:4]]
         if len(rest) > 4:
             out.append(f"{len(rest) - 4} more")
         others = [k for k in changed if k not in named]
         if others:
             out.append("options changed besides: " + ", ".join(
-                f"--{k.replace('_', '-')} {_show(so.get(k, _ABSENT))} -> {_show(go.get(k, _ABSENT))}"
+                f"{opt(k)} {show(so.get(k, _ABSENT))} -> {show(go.get(k, _ABSENT))}"
                 for k in others[:4]) + (f" and {len(others) - 4} more" if len(others) > 4 else ""))
-    return out
+    return out, options, values
 
 
 def weight_differences(state_dict: dict[str, Tensor], model: nn.Module) -> list[str]:

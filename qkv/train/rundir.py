@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch
 
-from ..options import option_error, ref
+from ..options import OptionError, option_error, ref
 from . import rng
 from .budget import Horizon
 from .checkpoint import (
@@ -26,7 +26,7 @@ from .checkpoint import (
     write_checkpoint,
 )
 from .config import RESULT_FIELDS
-from .fit import model_differences, weight_differences
+from .fit import model_change, weight_differences
 from .lock import RunInUseError, RunLock
 from .schedule import derive_seed
 from .state import TrainState
@@ -92,11 +92,14 @@ def load_resumed_weights(ckpt: Checkpoint, config: dict, module: torch.nn.Module
     Every option that shapes the model must be as the run was started: a model spec that differs from the stored
     one, or weights that do not fit, is a ``ValueError`` naming the options and their stored and given values
     (the settings of training, such as the learning rate, may change: :func:`restore` warns)."""
-    differences = model_differences(ckpt.config, config) or weight_differences(ckpt.state_dict, module)
-    if differences:
-        raise ValueError(f"cannot resume {ckpt.path}: the model differs from the checkpoint's "
-                         f"({'; '.join(differences)}); resume with the options the run was started with, or start "
-                         "a new run in another output directory")
+    templates, options, values = model_change(ckpt.config, config)
+    if not templates:
+        values = {f"_{i}": d for i, d in enumerate(weight_differences(ckpt.state_dict, module))}
+        templates = ["{" + k + "}" for k in values]
+    if templates:
+        raise OptionError("cannot resume {path}: the model differs from the checkpoint's (" + "; ".join(templates) +
+                          "); resume with the options the run was started with, or start a new run in another "
+                          "output directory", *dict.fromkeys(options), path=ckpt.path, **values)
     module.load_state_dict(ckpt.state_dict)
 
 

@@ -66,7 +66,7 @@ def test_an_option_named_otherwise_in_the_model_is_listed_with_the_entry_it_chan
     train(Renamed(), cfg(tmp_path, max_steps=2))
     with pytest.raises(ValueError) as info:
         train(Renamed(width=8, note="b"), cfg(tmp_path, resume=True))
-    assert "the model's hidden 16 (stored) vs 8 (given); options changed besides: --note \"a\" -> \"b\", --width 16 " \
+    assert "the model's hidden 16 (stored) vs 8 (given); options changed besides: note \"a\" -> \"b\", width 16 " \
            "-> 8" in str(info.value)
     train(Renamed(note="b"), cfg(tmp_path, max_steps=3, resume=True))  # an option that leaves the model alone
 
@@ -78,9 +78,9 @@ def test_model_differences_name_options_by_their_model_entries():
     old = run("rnn-classifier", {"hidden_dim": 64, "dropout": 0.1}, hidden_dim=64, score=None, data="a.tsv")
     assert model_differences(old, old) == []
     assert model_differences(old, run("rnn-classifier", {"hidden_dim": 32, "dropout": 0.1}, hidden_dim=32, score=None,
-                                      data="b.tsv")) == ["--hidden-dim 64 (stored) vs 32 (given)"]
+                                      data="b.tsv")) == ["hidden_dim 64 (stored) vs 32 (given)"]
     assert model_differences(old, run("transformer-classifier", {"dim": 16, "dropout": 0.1}, hidden_dim=64,
-                                      score="dot", data="a.tsv")) == ['--model "rnn" (stored) vs "transformer" (given)']
+                                      score="dot", data="a.tsv")) == ['model "rnn" (stored) vs "transformer" (given)']
     same = {"model": {"name": "x", "config": {"widths": ((4, 4), (8,)), "eps": float("nan")}}}
     assert model_differences(json.loads(json.dumps(same)), same) == []  # as read back from config.json
     nested = {"model": {"name": "x", "config": {"enc": {"layers": [2, 2]}}}}
