@@ -86,11 +86,17 @@ def _load(run: Path):
     return application(ckpt.task), predictor, ckpt.path
 
 
-def _clear(out: Path, run: Path) -> None:
-    """``out`` ready for an export: not inside the run (its checkpoints stay as they are), and the files of an
-    earlier export there removed (no stale graph is left beside the new ones)."""
-    if out.resolve() == run.resolve() or run.resolve() in out.resolve().parents:
-        raise ExportError(f"--out {out}: inside the run {run}; export to a folder of its own")
+def _clear(out: Path, run: Path, checkpoint: Path) -> None:
+    """``out`` ready for an export: not inside the run (its checkpoints stay as they are: the run's folder when
+    ``run`` names one of its checkpoints), and the files of an earlier export there removed, its manifest first
+    (no stale graph is left beside the new ones, and an export that fails leaves no manifest naming removed files)."""
+    roots = {run.resolve(), checkpoint.resolve()}
+    if checkpoint.resolve().name in ("best", "checkpoint"):
+        roots.add(checkpoint.resolve().parent)
+    target = out.resolve()
+    inside = next((r for r in sorted(roots) if target == r or r in target.parents), None)
+    if inside is not None:
+        raise ExportError(f"--out {out}: inside the run {inside}; export to a folder of its own")
     manifest = out / MANIFEST
     if not manifest.is_file():
         return
@@ -99,7 +105,8 @@ def _clear(out: Path, run: Path) -> None:
         names = [g["file"] for g in old.get("graphs", {}).values()] + list(old.get("assets", []))
     except (ValueError, TypeError, KeyError, AttributeError):
         raise ExportError(f"--out {out}: holds a damaged {MANIFEST}; remove it or export elsewhere") from None
-    for name in names:
+    manifest.unlink()
+    for name in [*names, "config.json"]:
         path = out / Path(str(name)).name
         if path.is_dir():
             shutil.rmtree(path)
@@ -118,7 +125,7 @@ def export_run(run: str | os.PathLike, out: str | os.PathLike, *, with_weights: 
     if app.export is None:
         raise ExportError(f"{run}: {app.name} runs cannot be exported yet (exported: {', '.join(exported())})")
     check_exportable(predictor.model)
-    _clear(out, run)
+    _clear(out, run, checkpoint)
     _writable(out)
     graphs = app.export(predictor)
     manifest: dict[str, Any] = {"application": app.name, "run": str(run), "graphs": {}}
