@@ -31,10 +31,11 @@ from typing import Any
 from ..options import option
 from .console import input_files, read_lines, safe, warn, write_json
 from .fingerprint import data_note
+from .option_groups import LMFusionSettings
 
 __all__ = ["RunArgument", "DeviceOption", "FileOption", "JsonOption", "PlotOption", "LimitOption", "LMFusionOption",
            "check_shared", "check_device", "plot_folder", "plot_file", "load", "read_inputs", "input_paths",
-           "inputs_of", "row_of", "finish", "evaluation"]
+           "inputs_of", "settings_of", "row_of", "finish", "evaluation"]
 
 
 @dataclass
@@ -70,14 +71,9 @@ class LimitOption:
 
 
 @dataclass
-class LMFusionOption:
-    lm: str | None = option(None, metavar="LM_RUN", help="a language-model run (qkv train lm) of the output's tokens, "
-                            "fused into the beam (shallow fusion)")
-    lm_weight: float | None = option(None, low=0, requires=("lm",), help="weight of the language model's "
-                                     "log-probabilities (default 0.3; 0: decoding without it; choose it on valid "
-                                     "data)")
-    length_reward: float = option(0.0, low=0, requires=("lm",), help="added per output token with --lm, against the "
-                                  "early ends a language model favours")
+class LMFusionOption(LMFusionSettings):
+    """``--lm``, ``--lm-weight``, ``--length-reward``: the settings of :class:`~qkv.apps.option_groups.LMFusionSettings`
+    as flags, the run of ``--lm`` loaded by :meth:`fusion`."""
 
     def fusion(self, predictor) -> dict:
         """``predictor``'s ``lm`` (the run of ``--lm`` loaded, or an error naming the flag), ``lm_weight`` and
@@ -206,6 +202,27 @@ def inputs_of(predictor, strings: Sequence[str], **given: Any) -> Any:
     if kind.endswith(" file"):
         input_files(list(strings), kind)
     return predictor.inputs_from_strings(list(strings), **given)
+
+
+def settings_of(o, predictor, method: str = "predict", **more: Any) -> dict[str, Any]:
+    """The settings of ``predictor``'s application (its :attr:`~qkv.apps.predictor.Predictor.settings`) that a
+    command's options ``o`` hold (its dataclass inherits them: the flags and the library's settings are one
+    declaration), with ``more`` (settings a command names otherwise, a language model loaded...) over them, for
+    ``method`` (``"predict"`` or ``"evaluate"``): one left at ``None`` is the method's own default, and one the
+    method does not take is refused unless left at its default (``check_settings``'s one message)."""
+    import dataclasses
+    import inspect
+
+    from ..options import default_of, option_fields
+
+    takes = inspect.signature(getattr(predictor, method)).parameters
+    own = {f.name: f for f in dataclasses.fields(o)}  # a command may give a setting its own default
+    values = {}
+    for f, _ in option_fields(predictor.settings) if predictor.settings is not None else ():
+        if f.name in own and (f.name in takes or getattr(o, f.name) != default_of(own[f.name])):
+            values[f.name] = getattr(o, f.name)
+    values.update(more)
+    return predictor.check_settings({k: v for k, v in values.items() if v is not None}, method)
 
 
 def row_of(predictor, given: str, result: Any) -> dict[str, Any]:

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from ..options import option
 
-__all__ = ["TRANSFORMER", "TransformerOptions"]
+__all__ = ["TRANSFORMER", "TransformerOptions", "LMFusionSettings"]
 
 #: ``applies=`` of the options that only a Transformer model has
 TRANSFORMER = {"model": ("transformer",)}
@@ -27,3 +27,18 @@ class TransformerOptions:
         """``ValueError`` when a Transformer's ``num_heads`` does not divide its ``dim``."""
         if getattr(self, "model", None) == "transformer" and self.dim % self.num_heads:
             raise ValueError(f"num_heads ({self.num_heads}) must divide dim ({self.dim})")
+
+
+@dataclass
+class LMFusionSettings:
+    """A language model fused into a beam (shallow fusion), settings of the generators' ``predict`` and ``evaluate``
+    (translate, summarize, speech): ``lm`` a run directory of ``qkv train lm`` (or a loaded
+    :class:`~qkv.apps.lm.LanguageModel`), ``lm_weight`` and ``length_reward``."""
+
+    lm: str | None = option(None, metavar="LM_RUN", help="a language-model run (qkv train lm) of the output's tokens, "
+                            "fused into the beam (shallow fusion)")
+    lm_weight: float | None = option(None, low=0, requires=("lm",), help="weight of the language model's "
+                                     "log-probabilities (default 0.3; 0: decoding without it; choose it on valid "
+                                     "data)")
+    length_reward: float = option(0.0, low=0, requires=("lm",), help="added per output token with --lm, against the "
+                                  "early ends a language model favours")

@@ -170,7 +170,10 @@ class Predictor(ABC):
     def check_settings(self, given: Mapping[str, Any], method: str = "evaluate") -> dict[str, Any]:
         """``given`` (settings that are not ``None``) checked against the application's :attr:`settings` (their
         types and bounds) and against what ``method`` (``"predict"`` or ``"evaluate"``) takes: one that does not
-        apply is a ``ValueError`` naming it and the settings that do. Returns them as a dict."""
+        apply is a ``ValueError`` naming it and the settings that do. Returns them as a dict.
+
+        What ``method`` takes are its named keyword arguments (its ``**kwargs``, if any, are what it refuses); a
+        setting given as an object already loaded (a language model as ``lm``) or as a path is checked as set."""
         import inspect
 
         from ..options import check_options, option_fields
@@ -178,15 +181,17 @@ class Predictor(ABC):
         takes = inspect.signature(getattr(self, method)).parameters
         known = ([f.name for f, _ in option_fields(self.settings)] if self.settings is not None else
                  [k for k, p in takes.items() if p.kind is p.KEYWORD_ONLY and k not in ("split", "limit")])
-        if not any(p.kind is p.VAR_KEYWORD for p in takes.values()):
-            known = [k for k in known if k in takes]
+        known = [k for k in known if k in takes and takes[k].kind is not takes[k].VAR_KEYWORD]
         refused = [k for k in given if k not in known]
         if refused:
             raise ValueError(f"{', '.join(refused)} {'does' if len(refused) == 1 else 'do'} not apply to "
                              f"{self.task} runs" + (f" (their settings: {', '.join(known)})" if known else
                                                     " (they take no setting)"))
         if self.settings is not None:
-            check_options(self.settings(**given))
+            plain = (str, int, float, bool, tuple, type(None))
+            check_options(self.settings(**{k: os.fspath(v) if isinstance(v, os.PathLike) else
+                                           v if isinstance(v, plain) else type(v).__name__
+                                           for k, v in given.items()}))
         return dict(given)
 
     def check_input(self, kind: str, value: Any, where: str) -> None:
@@ -216,9 +221,10 @@ class Predictor(ABC):
 
     def inputs_from_strings(self, strings: Sequence[str], **given: Any) -> list[Any]:
         """The inputs of :meth:`predict` that ``strings`` (command-line arguments, lines of a file) stand for: by
-        default each one a text (an empty one is a ``ValueError`` naming it). Settings (``given``) an application
-        does not take are a ``ValueError``."""
-        refuse_settings(given, self.task)
+        default each one a text (an empty one is a ``ValueError`` naming it). Settings given beside them (``given``)
+        are checked as :meth:`predict` takes them (:meth:`check_settings`): one that does not apply is refused
+        before any input is read."""
+        self.check_settings(given, "predict")
         return text_inputs(strings)
 
     @abstractmethod

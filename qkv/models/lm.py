@@ -168,7 +168,10 @@ def sample_next(logits: Tensor, *, temperature: float = 1.0, top_k: int | None =
         raise ValueError(f"top_k must be >= 1, got {top_k}")
     if top_p is not None and not 0 < top_p <= 1:
         raise ValueError(f"top_p must be in (0, 1], got {top_p}")
-    scores = logits.float() / temperature
+    # in float64, from the best logit down: a tiny temperature (1e-45, 1e-300) sends the others to -inf and keeps the
+    # best at 0, the limit greedy decoding is (ties shared), where logits / temperature overflowed to inf - inf = NaN
+    scores = logits.double()
+    scores = (scores - scores.amax(-1, keepdim=True)) / temperature
     if top_k is not None and top_k < scores.shape[-1]:
         kth = scores.topk(top_k, dim=-1).values[:, -1:]
         scores = scores.masked_fill(scores < kth, -math.inf)

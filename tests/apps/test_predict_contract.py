@@ -82,7 +82,7 @@ def test_bad_strings_are_errors_that_name_the_input(name, tiny_run, tmp_path):
         predictor.inputs_from_strings([good[0], "  "])
     with pytest.raises(ValueError, match="no input"):
         predictor.inputs_from_strings([])
-    with pytest.raises(ValueError, match="no frobnicate setting"):
+    with pytest.raises(ValueError, match="frobnicate does not apply to"):
         predictor.inputs_from_strings(good, frobnicate=3)
     if predictor.input_kind.endswith("file"):
         missing = str(tmp_path / "missing.xyz")

@@ -20,23 +20,20 @@ from ..command import (
     finish,
     input_paths,
     plot_folder,
+    settings_of,
 )
 from ..console import safe, unique_names
+from .options import CaptionSettings
 from .predictor import Captioner
 
 
 @dataclass
-class CaptionCommand(JsonOption, LimitOption, PlotOption, DeviceOption, FileOption, RunArgument):
+class CaptionCommand(CaptionSettings, JsonOption, LimitOption, PlotOption, DeviceOption, FileOption, RunArgument):
     images: list[str] = option(default_factory=list, positional=True, nargs="*", metavar="IMAGE",
                                help="image files (PNG, JPEG...); give them before the options")
     index: list[int] | None = option(None, repeat=True, parse=lambda xs: [int(x) for x in xs], metavar="N",
                                      help="an image of the run's test split, e.g. a generated scene (repeatable)")
     split: str = option("test", choices=("valid", "test"), help="the split of --index and --evaluate")
-    beam: int = option(3, low=1, high=100, help="beam size (1 = greedy)")
-    max_len: int = option(40, low=1, help="longest caption, in words")
-    hard_test: str | None = option(None, choices=("expectation", "argmax"),
-                                   help="hard attention: the expected context or the most likely location "
-                                        "(default: as trained)")
     evaluate: bool = option(False, help="caption the whole split and print BLEU-1..4, exact match and grounding")
     data: str | None = option(None, requires=("evaluate",),
                               help="--evaluate on another captions file (default: the run's data)")
@@ -47,6 +44,7 @@ class CaptionCommand(JsonOption, LimitOption, PlotOption, DeviceOption, FileOpti
     FLAG_HELP = {"plot": "a folder: a picture per image, the image and, for every word, its attention map "
                          "upsampled and overlaid",
                  "limit": "--evaluate at most this many images",
+                 "beam": "beam size (1 = greedy)",
                  "json": "write the captions as JSON rows, or with --evaluate the figures (NaN written null)",
                  "file": "a file of image file names, one per line"}
     FLAG_ALIASES = {"limit": ("--max-images",)}
@@ -78,8 +76,8 @@ def caption(o: CaptionCommand) -> int:
     if o.hard_test and not hasattr(captioner.model, "test_attention"):
         raise ValueError("--hard-test applies to hard attention runs only")
     if o.evaluate:
-        evaluation(captioner, o.data, split=o.split, limit=o.limit, beam=o.beam, max_len=o.max_len,
-                   hard_test=o.hard_test, on_error=o.on_error, json_path=o.json, report=lambda m: _table(o, m))
+        evaluation(captioner, o.data, split=o.split, limit=o.limit, json_path=o.json, report=lambda m: _table(o, m),
+                   **settings_of(o, captioner, "evaluate"))
         return 0
     pictures = [captioner.read(path) for path in files]
     names = [Path(path).stem for path in files]
@@ -92,7 +90,7 @@ def caption(o: CaptionCommand) -> int:
         names += [f"{o.split}{n}" for n in o.index]
         refs += index_refs
         boxes += [list(zip(scenes[n].items, scenes[n].boxes, strict=True)) if scenes else None for n in o.index]
-    results = captioner.predict(torch.stack(pictures), beam=o.beam, max_len=o.max_len, hard_test=o.hard_test)
+    results = captioner.predict(torch.stack(pictures), **settings_of(o, captioner))
     for name, r, ref in zip(unique_names(names), results, refs, strict=True):
         print(f"{safe(name)}\t{safe(r.text)}")
         if ref is not None:

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from ...options import check_options, option
 from ..option_groups import TRANSFORMER, TransformerOptions
 
-__all__ = ["CaptionOptions", "train_defaults", "MODELS", "ATTENDING"]
+__all__ = ["CaptionOptions", "CaptionSettings", "train_defaults", "MODELS", "ATTENDING"]
 
 MODELS = ("soft", "hard", "fixed", "transformer")
 _RNN = {"model": ("soft", "hard", "fixed")}
@@ -151,6 +151,19 @@ class CaptionOptions(TransformerOptions):
     @property
     def score_name(self) -> str:
         return self.score or ("scaled_dot" if self.model == "transformer" else "additive")
+
+
+@dataclass
+class CaptionSettings:
+    """The settings of a captioning run's ``predict`` and ``evaluate`` (:class:`~qkv.apps.caption.Captioner`)."""
+
+    beam: int = option(3, low=1, high=100, help="beam size (1 = greedy; evaluate's default: 1)")
+    max_len: int = option(40, low=1, help="longest caption, in words")
+    hard_test: str | None = option(None, choices=("expectation", "argmax"),
+                                   help="hard attention: the expected context or the most likely location "
+                                        "(default: as trained)")
+    on_error: str | None = option(None, choices=("raise", "skip"), help="evaluate on another data file: bad captions (naming missing or unreadable images) "
+                                  "stop with file:line, or are skipped and counted (default: raise)")
 
 
 def train_defaults(options: CaptionOptions):

@@ -13,11 +13,11 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ..base import PageInput, Predictor, ViewInput, file_inputs, jsonable, refuse_settings, upgrade_options
+from ..base import Accepts, PageInput, Predictor, ViewInput, file_inputs, jsonable, upgrade_options
 from ..stopped import stopped_note
 from .data import CaptionData
 from .decode import Caption, caption_images, evaluate_captions
-from .options import ATTENDING, CaptionOptions
+from .options import ATTENDING, CaptionOptions, CaptionSettings
 from .task import CaptionTask, load_data
 
 __all__ = ["Captioner", "Caption"]
@@ -44,6 +44,9 @@ class Captioner(Predictor):
     task_class = CaptionTask
     view_inputs = ("image", "index")
     input_kind = "image file"
+    settings = CaptionSettings
+    #: an image file of any size is resized and centre-cropped to the trained size (a tensor must have it)
+    accepts = Accepts(min_image=1)
 
     def __init__(self, model: nn.Module, options: CaptionOptions, config: dict[str, Any], *, tokenizer):
         options = _as_built(options, config["model"]["config"])
@@ -64,7 +67,7 @@ class Captioner(Predictor):
     def inputs_from_strings(self, strings: Sequence[str], **given: Any) -> Tensor:
         """Each string an image file, read at the trained size (:meth:`read`): the ``(N, C, S, S)`` batch that
         :meth:`predict` takes."""
-        refuse_settings(given, self.task)
+        self.check_settings(given, "predict")
         return torch.stack([self.read(p) for p in file_inputs(strings, "image")])
 
     def result_row(self, result: Caption) -> dict[str, Any]:
@@ -103,6 +106,7 @@ class Captioner(Predictor):
         ``hard_test`` (hard attention only): ``"expectation"`` or ``"argmax"`` instead of the trained setting, for
         this call only.
         """
+        self.check_settings({"beam": beam, "max_len": max_len, "hard_test": hard_test}, "predict")
         if images.dim() == 3 and self.channels == 1:
             images = images[:, None]
         if images.dim() != 4 or tuple(images.shape[1:]) != (self.channels, self.image_size, self.image_size):
@@ -137,8 +141,7 @@ class Captioner(Predictor):
                  max_len: int = 40, hard_test: str | None = None, on_error: str = "raise") -> dict[str, float]:
         """:func:`caption_metrics` of ``split`` (of the run's data, or of another captions file ``data``), at most
         ``limit`` images: BLEU-1..4, exact match, and on scenes grounding and the figures by number of items."""
-        if beam < 1 or max_len < 1:
-            raise ValueError(f"beam and max_len must be >= 1, got {beam} and {max_len}")
+        self.check_settings({"beam": beam, "max_len": max_len, "hard_test": hard_test, "on_error": on_error})
         with self._hard_test(hard_test):
             return evaluate_captions(self.model, self.tokenizer, self.data(data, on_error), split, limit=limit,
                                      beam=beam, max_len=max_len)

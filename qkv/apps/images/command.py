@@ -11,11 +11,12 @@ import torch
 from ...options import option
 from ..command import DeviceOption, FileOption, JsonOption, RunArgument, finish, input_paths, plot_folder
 from ..console import safe, unique_names
+from .options import ImageSettings
 from .predictor import ImageClassifier
 
 
 @dataclass
-class ShowAttentionCommand(JsonOption, DeviceOption, FileOption, RunArgument):
+class ShowAttentionCommand(ImageSettings, JsonOption, DeviceOption, FileOption, RunArgument):
     images: list[str] = option(default_factory=list, positional=True, nargs="*", metavar="IMAGE",
                                help="image files (PNG, JPEG...), converted to grey; give them before the options")
     index: list[int] | None = option(None, repeat=True, parse=lambda xs: [int(x) for x in xs], metavar="N",
@@ -23,7 +24,6 @@ class ShowAttentionCommand(JsonOption, DeviceOption, FileOption, RunArgument):
     out: str = option("attention", help="folder for the PNGs")
     query_pixel: str | None = option(None, metavar="Y,X",
                                      help="non-local: the query pixel, in input pixels (default: the centre)")
-    invert: bool = option(False, help="invert image files (dark objects on a light background)")
     data_root: str | None = option(None, requires=("index",), help="IDX folder for --index, if not the one trained "
                                    "on")
 

@@ -9,7 +9,7 @@ from typing import Any
 from ...data.images import IMAGE_DATASETS
 from ...options import check_options, option
 
-__all__ = ["ImageOptions", "train_defaults", "parse_attn_args", "ARCHS", "AUGMENTATIONS"]
+__all__ = ["ImageOptions", "ImageSettings", "train_defaults", "parse_attn_args", "ARCHS", "AUGMENTATIONS"]
 
 ARCHS = ("small-cnn", "resnet18", "resnet34", "resnet50", "resnet101")
 AUGMENTATIONS = ("auto", "none", "flip", "shift", "shift-flip")
@@ -90,6 +90,14 @@ class ImageOptions:
         if self.augment != "auto":
             return self.augment
         return {"fashion-mnist": "flip", "mnist": "shift", "digits": "none"}[self.data]
+
+
+@dataclass
+class ImageSettings:
+    """The settings of an image run's ``predict`` (:class:`~qkv.apps.images.ImageClassifier`); ``evaluate`` takes
+    none."""
+
+    invert: bool = option(False, help="invert image files (dark objects on a light background)")
 
 
 def train_defaults(options: ImageOptions):

@@ -14,9 +14,9 @@ import torch
 from torch import Tensor, nn
 
 from ...data.images import IMAGE_DATASETS, ImageData, normalize
-from ..base import PageInput, Predictor, ViewInput, file_inputs, jsonable, refuse_settings, upgrade_options
+from ..base import Accepts, PageInput, Predictor, ViewInput, file_inputs, jsonable, upgrade_options
 from .maps import AttentionView, attention_view
-from .options import ImageOptions
+from .options import ImageOptions, ImageSettings
 from .task import ImageTask, load_data, predict_logits
 
 __all__ = ["ImagePrediction", "ImageClassifier"]
@@ -38,6 +38,9 @@ class ImageClassifier(Predictor):
     task_class = ImageTask
     view_inputs = ("image", "index")
     input_kind = "image file"
+    settings = ImageSettings
+    #: an image file of any size is resized to the trained size (a tensor must have it)
+    accepts = Accepts(min_image=1)
 
     def __init__(self, model: nn.Module, options: ImageOptions, config: Mapping[str, Any]):
         super().__init__(model, options, config)
@@ -109,6 +112,7 @@ class ImageClassifier(Predictor):
         """Class probabilities of a batch of images: a tensor ``(N, H, W)`` (uint8, or float in [0, 1]) or a list
         of image files (read grey at the trained size; ``invert`` for dark objects on a light background) and
         ``(H, W)`` tensors."""
+        self.check_settings({"invert": invert}, "predict")
         probs = predict_logits(self.model, self._inputs(self._pictures(images, invert)),
                                self.options.eval_batch).softmax(-1)
         out = []
@@ -120,7 +124,7 @@ class ImageClassifier(Predictor):
 
     def inputs_from_strings(self, strings: Sequence[str], **given: Any) -> list[str]:
         """Each string an image file (read by :meth:`predict`, which takes ``invert``)."""
-        refuse_settings(given, self.task)
+        self.check_settings(given, "predict")
         return file_inputs(strings, "image")
 
     def result_row(self, result: ImagePrediction) -> dict[str, Any]:
@@ -141,8 +145,7 @@ class ImageClassifier(Predictor):
         """Accuracy and (unsmoothed) loss on the first ``limit`` images of ``split`` (``valid`` or ``test``) of the
         run's data, or of ``data`` (see :meth:`options_for`: another IDX folder or a data set name), as the
         trainer evaluated them (the run's ``tta`` included); ``examples``: how many images."""
-        if settings:
-            raise ValueError(f"image runs take no {', '.join(sorted(settings))} setting")
+        self.check_settings(settings)
         if split not in ("valid", "test"):
             raise ValueError(f"no split {split!r}; one of valid, test")
         d = self.data(data)

@@ -6,8 +6,9 @@ from dataclasses import dataclass
 
 from ...models.lm import LM_POSITIONS
 from ...options import check_options, option
+from ...train.rng import MAX_SEED
 
-__all__ = ["LMOptions", "train_defaults", "budget_defaults", "ARCHITECTURE"]
+__all__ = ["LMOptions", "LMSettings", "train_defaults", "budget_defaults", "ARCHITECTURE"]
 
 #: the options that a run going on from another (``init``) takes from it: its tokenizer and its model's shape
 ARCHITECTURE = ("tokenizer", "vocab_size", "context", "dim", "num_heads", "kv_heads", "num_layers", "ffn_dim",
@@ -57,6 +58,25 @@ class LMOptions:
             raise ValueError(f"num_heads ({self.num_heads}) must divide dim ({self.dim})")
         if self.kv_heads is not None and self.num_heads % self.kv_heads:
             raise ValueError(f"kv_heads ({self.kv_heads}) must divide num_heads ({self.num_heads})")
+
+
+@dataclass
+class LMSettings:
+    """The settings of a language model's ``predict`` (generation) and ``evaluate`` (bits per character)
+    (:class:`~qkv.apps.lm.LanguageModel`)."""
+
+    max_new_tokens: int = option(200, low=1, help="the most tokens written after each prompt")
+    temperature: float = option(1.0, low=0, low_open=True, applies={"greedy": (False,)},
+                                help="sampling: divide the logits by this (below 1: safer, above: more varied)")
+    top_k: int | None = option(None, low=1, applies={"greedy": (False,)},
+                               help="sampling: only the k most likely tokens")
+    top_p: float | None = option(None, low=0, low_open=True, high=1, applies={"greedy": (False,)},
+                                 help="sampling: only the most likely tokens whose probability reaches p (nucleus)")
+    greedy: bool = option(False, help="the most likely token at each step instead of sampling")
+    seed: int | None = option(0, low=0, high=MAX_SEED, help="sampling: the same seed writes the same text (None: a "
+                              "fresh draw)")
+    max_tokens: int | None = option(None, low=1, help="evaluate: at most this many tokens (default: the run's "
+                                    "eval_tokens)")
 
 
 def train_defaults(options: LMOptions):

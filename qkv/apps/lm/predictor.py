@@ -10,6 +10,7 @@ from typing import Any
 import torch
 
 from ..base import PageInput, Predictor, ViewInput, jsonable, need_text
+from .options import LMSettings
 from .task import LMTask, evaluate_lm
 
 logger = logging.getLogger(__name__)
@@ -41,6 +42,7 @@ class LanguageModel(Predictor):
     """A trained language model: ``LanguageModel.load("runs/lm").predict(["The cat"], seed=0)[0].text``."""
 
     task_class = LMTask
+    settings = LMSettings
 
     @property
     def context(self) -> int | None:
@@ -76,8 +78,8 @@ class LanguageModel(Predictor):
         long as the context is a ``ValueError``."""
         from ...models.lm import sample_next
 
-        if max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+        self.check_settings({"max_new_tokens": max_new_tokens, "temperature": temperature, "top_k": top_k,
+                             "top_p": top_p, "greedy": greedy, "seed": seed}, "predict")
         generator = None if seed is None else torch.Generator(device=self.device).manual_seed(seed)
         results = []
         for n, text in enumerate(prompts, 1):
@@ -116,6 +118,7 @@ class LanguageModel(Predictor):
         """``loss``, ``perplexity`` and ``bpc`` (bits per character) on ``split`` of the run's documents or of
         ``data`` (another text file), its first ``limit`` documents, at most ``max_tokens`` tokens (default: the
         run's ``eval_tokens``)."""
+        self.check_settings({"max_tokens": max_tokens})
         if split not in ("valid", "test"):
             raise ValueError(f"no split {split!r}; one of valid, test")
         return evaluate_lm(self.model, self.tokenizer, self.dataset(data).split(split)[:limit],

@@ -10,11 +10,12 @@ from pathlib import Path
 from ...options import option
 from ..command import DeviceOption, JsonOption, RunArgument, evaluation, finish
 from ..console import safe, use_color, write_json
+from .options import QASettings
 from .predictor import Reader
 
 
 @dataclass
-class AnswerCommand(JsonOption, DeviceOption, RunArgument):
+class AnswerCommand(QASettings, JsonOption, DeviceOption, RunArgument):
     context: str | None = option(None, help="the passage to read")
     question: str | None = option(None, help="the question about it")
     html: str | None = option(None, metavar="HTML", help="write a page with the context shaded by the question's "

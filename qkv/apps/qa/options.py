@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from ...options import check_options, option
 from ..option_groups import TransformerOptions
 
-__all__ = ["QAOptions", "train_defaults", "MODELS"]
+__all__ = ["QAOptions", "QASettings", "train_defaults", "MODELS"]
 
 MODELS = ("reader", "bidaf", "transformer")
 _RNN = {"model": ("reader", "bidaf")}
@@ -80,6 +80,15 @@ class QAOptions(TransformerOptions):
     @property
     def layers(self) -> int:
         return self.num_layers or (3 if self.model == "transformer" else 1)
+
+
+@dataclass
+class QASettings:
+    """The settings of a question-answering run's ``evaluate`` (:class:`~qkv.apps.qa.Reader`); ``predict`` takes
+    none."""
+
+    on_error: str | None = option(None, choices=("raise", "skip"), help="evaluate on another data file: bad answers (not spans of their context) "
+                                  "stop with file:line, or are skipped and counted (default: raise)")
 
 
 def train_defaults(options: QAOptions):

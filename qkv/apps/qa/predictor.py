@@ -11,6 +11,7 @@ from typing import Any
 from ..base import PageInput, Predictor, ViewInput, jsonable, need_text, text_inputs
 from .decode import Answer, predict_examples, question_cut_note
 from .encode import Encoded, encode_example, token_offsets, windows
+from .options import QASettings
 from .task import QATask, chars_of, encode_examples, evaluate_reader
 
 logger = logging.getLogger(__name__)
@@ -24,6 +25,7 @@ class Reader(Predictor):
     task_class = QATask
     view_inputs = ("text", "question")
     input_kind = "context<TAB>question"
+    settings = QASettings
 
     def _answers(self, encoded: list[Encoded], contexts: list[str], questions: list[str] | None = None,
                  batch_size: int = 128) -> list[Answer]:
@@ -61,8 +63,7 @@ class Reader(Predictor):
         """``(context, question)`` pairs: each string ``context<TAB>question`` (split at its last tab), or, with
         ``question``, each string a context asked that question. A string without a tab (and no ``question``)
         is a ``ValueError`` naming it."""
-        if given:
-            raise ValueError(f"qa inputs take no {', '.join(sorted(given))} setting")
+        self.check_settings(given, "predict")
         texts = text_inputs(strings)
         if question is not None:
             if not question.strip():
@@ -106,8 +107,7 @@ class Reader(Predictor):
         """
         from ...data.squad import read_qa_file
 
-        if settings:
-            raise ValueError(f"question-answering runs take no {', '.join(sorted(settings))} setting")
+        self.check_settings({"on_error": on_error, **settings})
         if data and data != "facts":
             if split != "test":
                 raise ValueError(f"a data file is evaluated whole: split {split!r} is for the run's own data")

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from ...options import check_options, option
 
-__all__ = ["SegmentOptions", "train_defaults", "MODELS"]
+__all__ = ["SegmentOptions", "SegmentSettings", "train_defaults", "MODELS"]
 
 MODELS = ("bisenet", "fcn")
 _SCENES = {"data": ("scenes",)}
@@ -89,6 +89,12 @@ class SegmentOptions:
         off = [n for n, on in (("noarm", self.arm), ("noffm", self.ffm or self.context_only),
                                ("context", not self.context_only)) if not on]
         return "-".join(["bisenet", *off])
+
+
+@dataclass
+class SegmentSettings:
+    """The settings of a segmentation run's ``predict`` and ``evaluate``: none (each image is read at its own
+    size)."""
 
 
 def train_defaults(options: SegmentOptions):

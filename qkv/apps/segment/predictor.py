@@ -15,8 +15,8 @@ import torch
 from torch import Tensor, nn
 
 from ...data.segmentation import SegmentationData
-from ..base import PageInput, Predictor, ViewInput, file_inputs, jsonable, refuse_settings, upgrade_options
-from .options import SegmentOptions
+from ..base import Accepts, PageInput, Predictor, ViewInput, file_inputs, jsonable, upgrade_options
+from .options import SegmentOptions, SegmentSettings
 from .task import SegmentTask, load_data, normalize, score
 
 __all__ = ["Segmentation", "Segmenter"]
@@ -46,9 +46,13 @@ class Segmenter(Predictor):
     task_class = SegmentTask
     view_inputs = ("image", "index")
     input_kind = "image file"
+    settings = SegmentSettings
+    #: a circularly padded model's (scenes): see :func:`smallest_side`; a run's own is set when it is loaded
+    accepts = Accepts(min_image=3)
 
     def __init__(self, model: nn.Module, options: SegmentOptions, config: Mapping[str, Any]):
         super().__init__(model, options, config)
+        self.accepts = Accepts(min_image=smallest_side(model))
         self.mean, self.std = list(config["mean"]), list(config["std"])
         self.class_names = list(config["class_names"])
         self.ignore_index = int(config["ignore_index"])
@@ -68,6 +72,7 @@ class Segmenter(Predictor):
                 a = np.array(image_8bit(im, grey=self.channels == 1, name=str(path)))
         except Exception as e:  # any decoder error means the same to the user
             raise ValueError(f"cannot read image {str(path)!r}: {e}") from None
+        self.check_input("image", a.shape[:2], str(path))
         x = torch.from_numpy(a)
         return x[None] if x.dim() == 2 else x.permute(2, 0, 1).contiguous()
 
@@ -79,6 +84,7 @@ class Segmenter(Predictor):
             x = x[None]
         if x.dim() != 3 or x.shape[0] != self.channels or min(x.shape[-2:]) < 1:
             raise ValueError(f"image {i + 1} must be ({self.channels}, H, W) for this model, got {tuple(x.shape)}")
+        self.check_input("image", tuple(x.shape[-2:]), f"image {i + 1}")
         if x.dtype != torch.uint8:  # floats in [0, 1]
             x = (x.float().clamp(0, 1) * 255).round().to(torch.uint8)
         return x
@@ -104,7 +110,7 @@ class Segmenter(Predictor):
 
     def inputs_from_strings(self, strings: Sequence[str], **given: Any) -> list[str]:
         """Each string an image file (read at its own size by :meth:`predict`)."""
-        refuse_settings(given, self.task)
+        self.check_settings(given, "predict")
         return file_inputs(strings, "image")
 
     def result_row(self, result: Segmentation) -> dict[str, Any]:
@@ -142,8 +148,7 @@ class Segmenter(Predictor):
         """mIoU, pixel accuracy, per-class IoU (``iou/NAME``) and loss on the first ``limit`` images of ``split``
         (``valid`` or ``test``) of the run's data or of ``data`` (``scenes`` or a folder); ``examples``: how many;
         ``miou_held_out`` on scenes."""
-        if settings:
-            raise ValueError(f"segmentation runs take no {', '.join(sorted(settings))} setting")
+        self.check_settings(settings)
         if split not in ("valid", "test"):
             raise ValueError(f"no split {split!r}; one of valid, test")
         part = self.data(data).splits[split].head(limit)
@@ -172,3 +177,13 @@ class Segmenter(Predictor):
         shares = ", ".join(f"{n} {v:.0%}" for n, v in sorted(seg.shares().items(), key=lambda kv: -kv[1])[:4])
         notes = [f"{self.options.variant}: {', '.join(seg.attention) or 'no'} channel attention"]
         return PageInput(records, None, x.float().mean(0) / 255, title=f"segmented: {shares}", notes=notes)
+
+
+def smallest_side(model: nn.Module) -> int:
+    """The smallest image side ``model`` reads: circular padding (scenes) wraps around at most once, so an image
+    must be at least as wide as the widest circular padding, the stem's (3 pixels of its 7x7 convolution, on the
+    image itself); the 3x3 convolutions' 1 pixel fits any later map, which has at least one. Zero padding reads an
+    image of a pixel."""
+    pads = [p for m in model.modules() if isinstance(m, nn.Conv2d) and m.padding_mode == "circular"
+            for p in m.padding]
+    return max([1, *pads])

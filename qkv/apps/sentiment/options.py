@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from ...options import check_options, option
 
-__all__ = ["SentimentOptions", "train_defaults", "MODELS"]
+__all__ = ["SentimentOptions", "SentimentSettings", "train_defaults", "MODELS"]
 
 MODELS = ("bigru", "bilstm", "transformer", "bigram", "lm")
 _RNN = {"model": ("bigru", "bilstm")}
@@ -113,6 +113,11 @@ class SentimentOptions:
                              "transformer only)")
         if self.model in ("bigru", "bilstm") and self.hidden_dim % 2:
             raise ValueError(f"hidden_dim ({self.hidden_dim}) must be even: it is split between two directions")
+
+
+@dataclass
+class SentimentSettings:
+    """The settings of a sentiment run's ``predict`` and ``evaluate``: none (a classifier reads a text one way)."""
 
 
 def train_defaults(options: SentimentOptions):

@@ -14,7 +14,7 @@ from torch import nn
 
 from ...data.text_classification import collate_texts
 from ..base import PageInput, Predictor, ViewInput, jsonable, need_text
-from .options import SentimentOptions
+from .options import SentimentOptions, SentimentSettings
 from .task import SentimentTask, evaluate_classifier
 
 logger = logging.getLogger(__name__)
@@ -46,6 +46,7 @@ class SentimentClassifier(Predictor):
     """A trained sentiment run: ``SentimentClassifier.load(run_dir).predict(["text", ...])``."""
 
     task_class = SentimentTask
+    settings = SentimentSettings
 
     def __init__(self, model: nn.Module, options: SentimentOptions, config: dict[str, Any] | None = None, *,
                  tokenizer):
@@ -124,8 +125,7 @@ class SentimentClassifier(Predictor):
                  **settings: Any) -> dict[str, float]:
         """Accuracy and loss (or MSE and sign accuracy for a regression run) on ``split`` of the run's data, or of
         ``data`` (another file of the same format, split as the run's was)."""
-        if settings:
-            raise ValueError(f"sentiment runs take no {', '.join(sorted(settings))} setting")
+        self.check_settings(settings)
         if split not in ("valid", "test"):
             raise ValueError(f"no split {split!r}; one of valid, test")
         task = SentimentTask(self.options_for(data), self.data(data))

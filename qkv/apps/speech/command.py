@@ -20,29 +20,18 @@ from ..command import (
     finish,
     input_paths,
     plot_folder,
+    settings_of,
 )
 from ..console import safe, unique_names
+from .options import SpeechSettings
 from .predictor import Transcriber
 
 
 @dataclass
-class TranscribeCommand(LMFusionOption, JsonOption, LimitOption, PlotOption, DeviceOption, FileOption, RunArgument):
+class TranscribeCommand(SpeechSettings, LMFusionOption, JsonOption, LimitOption, PlotOption, DeviceOption,
+                        FileOption, RunArgument):
     audio: list[str] = option(default_factory=list, positional=True, nargs="*", metavar="AUDIO",
                               help="audio files (WAV, FLAC, OGG; any rate, any channels)")
-    beam: int = option(1, low=1, high=100, help="beam size (1 = greedy)")
-    ctc_weight: float | None = option(None, low=0, high=0.99, help="hybrid runs: weight of the CTC prefix scores "
-                                      "in joint decoding (default: the trained weight; 0: attention alone)")
-    max_len: int = option(300, low=1, help="longest transcript, in characters")
-    max_rate: float | None = option(None, low=0, low_open=True, help="at most this many characters per second of "
-                                    "audio, +5 (default: the run's, 40)")
-    window: tuple[int, ...] | None = option(None, low=0, metavar="LEFT,RIGHT", help="las runs: attend only to "
-                                            "these listener frames around the previous attention's median (default: "
-                                            "the run's, 8,32 for location-aware runs without CTC; '' for none)")
-    eos_threshold: float | None = option(None, low=0, high=1, help="end only where p(<eos>) >= this x the best "
-                                         "other character's (default: the run's, 0 = off)")
-    length_penalty: float | None = option(None, low=0, excludes={"beam": (1,)},
-                                          help="beam > 1: Wu et al.'s length normalisation alpha, ranking the final "
-                                               "beam (default: the run's, 0 = off)")
     evaluate: str | None = option(None, metavar="MANIFEST_OR_SPLIT", help="print WER and CER on a split of the "
                                   "run's data (test, long, valid) or on a manifest or LibriSpeech folder")
     on_error: str = option("raise", choices=("raise", "skip"), requires=("evaluate",),
@@ -60,10 +49,8 @@ class TranscribeCommand(LMFusionOption, JsonOption, LimitOption, PlotOption, Dev
     FLAG_ALIASES = {"limit": ("--max-utterances",)}
 
 
-def _settings(o: TranscribeCommand, transcriber) -> dict:
-    return {"beam": o.beam, "max_len": o.max_len, "ctc_weight": o.ctc_weight, "window": o.window,
-            "max_rate": o.max_rate, "eos_threshold": o.eos_threshold, "length_penalty": o.length_penalty,
-            **o.fusion(transcriber)}
+def _settings(o: TranscribeCommand, transcriber, method: str = "predict") -> dict:
+    return settings_of(o, transcriber, method, **o.fusion(transcriber))
 
 
 def _evaluate(transcriber, o: TranscribeCommand) -> None:
@@ -78,7 +65,7 @@ def _evaluate(transcriber, o: TranscribeCommand) -> None:
         print(f"WER {m['wer']:.2f}%\nCER {m['cer']:.2f}%")
 
     evaluation(transcriber, target if is_path else None, split="test" if is_path else target, limit=o.limit,
-               name=target, on_error=o.on_error, json_path=o.json, report=table, **_settings(o, transcriber))
+               name=target, json_path=o.json, report=table, **_settings(o, transcriber, "evaluate"))
 
 
 def transcribe(o: TranscribeCommand) -> int:

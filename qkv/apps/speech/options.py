@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...options import check_options, option
-from ..option_groups import TRANSFORMER, TransformerOptions
+from ..option_groups import TRANSFORMER, LMFusionSettings, TransformerOptions
 
-__all__ = ["SpeechOptions", "train_defaults", "MODELS", "GENERATED"]
+__all__ = ["SpeechOptions", "SpeechSettings", "train_defaults", "MODELS", "GENERATED"]
 
 MODELS = ("las", "ctc", "transformer")
 GENERATED = ("digits", "sentences")
@@ -124,6 +124,30 @@ class SpeechOptions(TransformerOptions):
     @property
     def generated(self) -> bool:
         return self.data in GENERATED
+
+
+@dataclass
+class SpeechSettings(LMFusionSettings):
+    """The settings of a speech run's ``predict`` and ``evaluate`` (:class:`~qkv.apps.speech.Transcriber`); those
+    left at ``None`` are the run's own (:func:`~qkv.apps.speech.task.decoding_options`); and a language model
+    fused into the beam (:class:`~qkv.apps.option_groups.LMFusionSettings`)."""
+
+    beam: int = option(1, low=1, high=100, help="beam size (1 = greedy)")
+    max_len: int = option(300, low=1, help="longest transcript, in characters")
+    ctc_weight: float | None = option(None, low=0, high=0.99, help="hybrid runs: weight of the CTC prefix scores "
+                                      "in joint decoding (default: the trained weight; 0: attention alone)")
+    window: tuple[int, ...] | None = option(None, low=0, metavar="LEFT,RIGHT", help="las runs: attend only to "
+                                            "these listener frames around the previous attention's median (default: "
+                                            "the run's, 8,32 for location-aware runs without CTC; '' for none)")
+    max_rate: float | None = option(None, low=0, low_open=True, help="at most this many characters per second of "
+                                    "audio, +5 (default: the run's, 40)")
+    eos_threshold: float | None = option(None, low=0, high=1, help="end only where p(<eos>) >= this x the best "
+                                         "other character's (default: the run's, 0 = off)")
+    length_penalty: float | None = option(None, low=0, excludes={"beam": (1,)},
+                                          help="beam > 1: Wu et al.'s length normalisation alpha, ranking the final "
+                                               "beam (default: the run's, 0 = off)")
+    on_error: str | None = option(None, choices=("raise", "skip"), help="evaluate on another data file: bad audio files or manifest rows "
+                                  "stop with file:line, or are skipped and counted (default: raise)")
 
 
 def train_defaults(options: SpeechOptions):

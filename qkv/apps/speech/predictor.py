@@ -11,9 +11,10 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ..base import PageInput, Predictor, ViewInput, file_inputs, jsonable, refuse_settings
+from ..base import PageInput, Predictor, ViewInput, file_inputs, jsonable
 from ..stopped import stopped_note
 from .decode import Transcript, transcribe_batch, utterance_features
+from .options import SpeechSettings
 from .task import SpeechTask, decoding_options, evaluate_transcripts, read_features
 
 __all__ = ["Transcriber", "Transcript"]
@@ -27,6 +28,7 @@ class Transcriber(Predictor):
     task_class = SpeechTask
     view_inputs = ("text", "index")
     input_kind = "audio file"
+    settings = SpeechSettings
 
     @property
     def has_ctc(self) -> bool:
@@ -42,36 +44,41 @@ class Transcriber(Predictor):
         return utterance_features(wave.float(), self.options.n_mels)
 
     def predict(self, inputs: list[str | os.PathLike | Tensor], *, beam: int = 1, max_len: int = 300,
-                ctc_weight: float | None = None, **limits) -> list[Transcript]:
+                ctc_weight: float | None = None, window: tuple[int, ...] | None = None, max_rate: float | None = None,
+                eos_threshold: float | None = None, length_penalty: float | None = None, lm: Any = None,
+                lm_weight: float | None = None, length_reward: float = 0.0) -> list[Transcript]:
         """Transcripts of audio files or 16 kHz waves. ``ctc_weight``: joint CTC/attention decoding's weight (default:
-        the trained one for a hybrid, none otherwise); ``limits``: ``window``, ``max_rate``, ``eos_threshold``,
+        the trained one for a hybrid, none otherwise); the limits ``window``, ``max_rate``, ``eos_threshold``,
         ``length_penalty`` (:func:`~qkv.apps.speech.decode.transcribe_batch`; default: the run's options), and a
         language model fused into the beam: ``lm`` (a run directory of ``qkv train lm`` or its loaded
         :class:`~qkv.apps.lm.LanguageModel`), ``lm_weight``, ``length_reward``. An empty input, or a bad file, is
         a ``ValueError``."""
+        limits = {"window": None if window is None else tuple(window), "max_rate": max_rate,
+                  "eos_threshold": eos_threshold, "length_penalty": length_penalty, "lm": lm,
+                  "lm_weight": lm_weight, "length_reward": length_reward}
+        self.check_settings({"beam": beam, "max_len": max_len, "ctc_weight": ctc_weight, **_given(limits)}, "predict")
         if not inputs:
             raise ValueError("no audio to transcribe")
-        if beam < 1 or max_len < 1:
-            raise ValueError(f"beam and max_len must be >= 1, got {beam} and {max_len}")
         features = [self.features(a) for a in inputs]
-        results = self.transcribe(features, beam=beam, max_len=max_len, ctc_weight=ctc_weight, **limits)
+        results = self.transcribe(features, beam=beam, max_len=max_len, ctc_weight=ctc_weight, **_given(limits))
         for r, a in zip(results, inputs, strict=True):
             r.source = str(a) if not isinstance(a, Tensor) else ""
         return results
 
     def inputs_from_strings(self, strings: list[str], **given: Any) -> list[str]:
         """Each string an audio file (WAV, FLAC...: read by :meth:`predict`)."""
-        refuse_settings(given, self.task)
+        self.check_settings(given, "predict")
         return file_inputs(strings, "audio")
 
-    def _check_limits(self, limits: dict[str, Any]) -> None:
-        """Refuse unknown decoding options; a language model given by its run directory is loaded."""
-        unknown = set(limits) - {"window", "max_rate", "eos_threshold", "length_penalty", "lm", "lm_weight",
-                                 "length_reward"}
-        if unknown:
-            raise TypeError(f"unknown decoding options: {', '.join(sorted(unknown))}")
-        if "lm" in limits:
+    def _limits(self, limits: dict[str, Any]) -> dict[str, Any]:
+        """The decoding limits and language model of :meth:`predict` (``window`` as a tuple), checked as its settings
+        (:meth:`check_settings`); a language model given by its run directory is loaded."""
+        if limits.get("window") is not None:
+            limits = {**limits, "window": tuple(limits["window"])}
+        limits = self.check_settings(_given(limits), "predict")
+        if limits.get("lm") is not None:
             limits["lm"] = self.language_model(limits["lm"])
+        return limits
 
     def note(self, result: Transcript, settings) -> str | None:
         return stopped_note(result.stopped, len(result.tokens), "transcript", "characters")
@@ -87,9 +94,9 @@ class Transcriber(Predictor):
         """:meth:`predict` on features already read (each ``(F, n_mels)``)."""
         if ctc_weight is None:
             ctc_weight = self.options.ctc_weight if self.has_ctc and hasattr(self.model, "decode_step") else 0.0
-        self._check_limits(limits)
         return transcribe_batch(self.model, self.tokenizer, [f.to(self.device) for f in features], beam=beam,
-                                max_len=max_len, ctc_weight=ctc_weight, **decoding_options(self.options, **limits))
+                                max_len=max_len, ctc_weight=ctc_weight,
+                                **decoding_options(self.options, **self._limits(limits)))
 
     def utterances(self, data: str | None = None, split: str = "test", on_error: str = "raise"):
         """The utterances of ``split`` of the run's data, or every utterance of another manifest or LibriSpeech
@@ -114,11 +121,18 @@ class Transcriber(Predictor):
 
     def evaluate(self, data: str | None = None, *, split: str = "test", limit: int | None = None, beam: int = 1,
                  max_len: int = 300, ctc_weight: float | None = None, on_error: str = "raise",
-                 **limits) -> dict[str, float]:
+                 window: tuple[int, ...] | None = None, max_rate: float | None = None,
+                 eos_threshold: float | None = None, length_penalty: float | None = None, lm: Any = None,
+                 lm_weight: float | None = None, length_reward: float = 0.0) -> dict[str, float]:
         """WER and CER (%, ``jiwer``), exact match and the count on ``split`` of the run's data (``test``: held-out
         voices and texts; ``long``: longer than training) or on another manifest or LibriSpeech folder ``data``;
-        ``on_error="skip"``: unreadable files are skipped and counted (``skipped``); ``limits`` as in
-        :meth:`predict`."""
+        ``on_error="skip"``: unreadable files are skipped and counted (``skipped``); the limits and language model
+        as in :meth:`predict`."""
+        limits = {"window": None if window is None else tuple(window), "max_rate": max_rate,
+                  "eos_threshold": eos_threshold, "length_penalty": length_penalty, "lm": lm,
+                  "lm_weight": lm_weight, "length_reward": length_reward}
+        self.check_settings({"beam": beam, "max_len": max_len, "ctc_weight": ctc_weight, "on_error": on_error,
+                             **_given(limits)})
         utterances, rows_skipped = self._utterances(data, split, on_error)
         utterances = utterances[:limit]
         feats, kept, bad = read_features(utterances, self.options.n_mels, on_error)
@@ -127,9 +141,9 @@ class Transcriber(Predictor):
             raise ValueError(f"no utterance could be read ({bad} skipped)")
         if ctc_weight is None:
             ctc_weight = self.options.ctc_weight if self.has_ctc and hasattr(self.model, "decode_step") else 0.0
-        self._check_limits(limits)
         figures = evaluate_transcripts(self.model, self.tokenizer, feats, [utterances[i].text for i in kept],
-                                       self.options, beam=beam, max_len=max_len, ctc_weight=ctc_weight, **limits)
+                                       self.options, beam=beam, max_len=max_len, ctc_weight=ctc_weight,
+                                       **self._limits(limits))
         if bad:
             figures["skipped"] = float(bad)
         return figures
@@ -162,6 +176,11 @@ class Transcriber(Predictor):
                  else f"{self.options.model} speech model", "greedy decoding; source positions are listener frames"]
         notes += [n for n in [self.note(result, {})] if n]
         return PageInput(records, tokens, title=f"{Path(str(audio)).name} \u2192 {result.text}", notes=notes)
+
+
+def _given(settings: dict[str, Any]) -> dict[str, Any]:
+    """``settings`` without those left at ``None`` (the run's own)."""
+    return {k: v for k, v in settings.items() if v is not None}
 
 
 def _frames(model: nn.Module, frames: int) -> int:

@@ -18,23 +18,18 @@ from ..command import (
     evaluation,
     finish,
     read_inputs,
+    settings_of,
 )
 from ..console import safe
+from .options import SummarizeSettings
 from .predictor import Summarizer
 
 
 @dataclass
-class SummarizeCommand(LMFusionOption, JsonOption, LimitOption, DeviceOption, FileOption, RunArgument):
+class SummarizeCommand(SummarizeSettings, LMFusionOption, JsonOption, LimitOption, DeviceOption, FileOption,
+                       RunArgument):
     text: list[str] = option(default_factory=list, positional=True, nargs="*", help="texts to summarise")
     output: str | None = option(None, help="write the summaries here, one per line")
-    beam: int = option(4, low=1, high=100, help="beam size (1 = greedy)")
-    max_len: int | None = option(None, low=1, help="longest summary, in words (default: the run's)")
-    min_len: int = option(0, low=0, help="shortest summary, in words")
-    length_penalty: float = option(0.0, low=0, excludes={"beam": (1,)},
-                                   help="beam > 1: Wu et al.'s alpha, ranks longer summaries higher")
-    coverage_penalty: float = option(0.0, low=0, excludes={"beam": (1,)},
-                                     help="beam > 1: Wu et al.'s beta, ranks summaries that cover the source higher")
-    no_repeat_ngram: int = option(3, low=0, help="forbid repeating any n-gram of this size (0: off)")
     html: str | None = option(None, metavar="HTML", help="write a page: each output word coloured by p_gen with "
                                                          "its attention over the source, and the final coverage")
     evaluate: str | None = option(None, metavar="DATA", help="instead: ROUGE, repeated trigrams and copied words "
@@ -44,6 +39,8 @@ class SummarizeCommand(LMFusionOption, JsonOption, LimitOption, DeviceOption, Fi
                                   help="with --evaluate FILE: bad rows: stop, or skip and count them")
 
     FLAG_HELP = {"limit": "with --evaluate: at most this many examples",
+                 "min_len": "shortest summary, in words",
+                 "baselines": "with --evaluate: the ROUGE of the lead sentence and of the first 8 words too",
                  "json": "write the summaries as JSON rows, or with --evaluate the figures (NaN written null)",
                  "file": "a file of texts to summarise, one per line (a blank line is an error)",
                  "lm": "a language-model run (qkv train lm) of the summaries' tokens, fused into the beam (shallow "
@@ -51,10 +48,8 @@ class SummarizeCommand(LMFusionOption, JsonOption, LimitOption, DeviceOption, Fi
     FLAG_ALIASES = {"limit": ("--limit",)}
 
 
-def _settings(o: SummarizeCommand, summarizer) -> dict:
-    return {"beam": o.beam, "max_len": o.max_len, "length_penalty": o.length_penalty,
-            "coverage_penalty": o.coverage_penalty, "no_repeat_ngram_size": o.no_repeat_ngram,
-            **o.fusion(summarizer)}
+def _settings(o: SummarizeCommand, summarizer, method: str = "predict") -> dict:
+    return settings_of(o, summarizer, method, **o.fusion(summarizer))
 
 
 def _evaluate(o: SummarizeCommand) -> int:
@@ -70,14 +65,14 @@ def _evaluate(o: SummarizeCommand) -> int:
         print("|---|---|---|---|---|---|---|")
         print(f"| {summarizer.options.model} | {m['rouge1']:.2f} | {m['rouge2']:.2f} | {m['rougeL']:.2f} | "
               f"{100 * m['repeated_trigrams']:.2f}% | {100 * m['copied']:.1f}% | {100 * m['copied_oov']:.1f}% |")
-        for name, label in (("lead", "lead sentence"), ("first8", "first 8 words")):
+        for name, label in (("lead", "lead sentence"), ("first8", "first 8 words")) if o.baselines else ():
             print(f"| {label} | {m[f'{name}_rouge1']:.2f} | {m[f'{name}_rouge2']:.2f} | {m[f'{name}_rougeL']:.2f} "
                   "| | | |")
         if "exact_match" in m:
             print(f"exact match {100 * m['exact_match']:.2f}%, F1 {100 * m['f1']:.2f}%")
 
-    evaluation(summarizer, None if own else o.evaluate, split=o.split, limit=o.limit, on_error=o.on_error,
-               json_path=o.json, report=table, **_settings(o, summarizer))
+    evaluation(summarizer, None if own else o.evaluate, split=o.split, limit=o.limit, json_path=o.json,
+               report=table, **_settings(o, summarizer, "evaluate"))
     return 0
 
 
@@ -87,7 +82,8 @@ def summarize(o: SummarizeCommand) -> int:
     html_path = page_path(o.html, option="--html") if o.html else None  # settled first: printed == written
     texts = read_inputs(o.text, o.file, "texts to summarise")
     summarizer = Summarizer.load(o.run, o.device)
-    results = summarizer.predict(texts, min_len=o.min_len, **_settings(o, summarizer))
+    settings = _settings(o, summarizer)
+    results = summarizer.predict(texts, **settings)
     if o.output:
         written = write_atomic(o.output, "\n".join(r.text for r in results) + "\n", option="--output")
         print(f"wrote {len(results)} summaries to {written}")
@@ -101,5 +97,5 @@ def summarize(o: SummarizeCommand) -> int:
                           caption=r.text + (f" [{note}]" if (note := summarizer.note(r, {})) else ""))
                  for r in results]
         print(f"wrote {save_copy_page(html_path, items, title=f'Summaries by {Path(o.run).name}')}")
-    finish(summarizer, texts, results, o.json)
+    finish(summarizer, texts, results, o.json, **settings)
     return 0

@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...options import check_options, option
-from ..option_groups import TRANSFORMER, TransformerOptions
+from ..option_groups import TRANSFORMER, LMFusionSettings, TransformerOptions
 
-__all__ = ["SummarizeOptions", "train_defaults", "MODELS", "DEBIAN_FILE"]
+__all__ = ["SummarizeOptions", "SummarizeSettings", "train_defaults", "MODELS", "DEBIAN_FILE"]
 
 MODELS = ("pointer", "seq2seq", "transformer")
 #: where ``--data debian`` reads the package descriptions unless ``--debian-file`` says otherwise
@@ -122,6 +122,25 @@ class SummarizeOptions(TransformerOptions):
     @property
     def generated(self) -> bool:
         return self.data in _GENERATED
+
+
+@dataclass
+class SummarizeSettings(LMFusionSettings):
+    """The settings of a summarisation run's ``predict`` and ``evaluate`` (:class:`~qkv.apps.summarize.Summarizer`),
+    and a language model fused into the beam (:class:`~qkv.apps.option_groups.LMFusionSettings`)."""
+
+    beam: int = option(4, low=1, high=100, help="beam size (1 = greedy)")
+    max_len: int | None = option(None, low=1, help="longest summary, in words (default: the run's max_decode_len)")
+    min_len: int = option(0, low=0, help="predict: shortest summary, in words")
+    length_penalty: float = option(0.0, low=0, excludes={"beam": (1,)},
+                                   help="beam > 1: Wu et al.'s alpha, ranks longer summaries higher")
+    coverage_penalty: float = option(0.0, low=0, excludes={"beam": (1,)},
+                                     help="beam > 1: Wu et al.'s beta, ranks summaries that cover the source higher")
+    no_repeat_ngram_size: int = option(3, low=0, flag="--no-repeat-ngram",
+                                       help="forbid repeating any n-gram of this size (0: off)")
+    baselines: bool = option(True, help="evaluate: the ROUGE of the lead sentence and of the first 8 words too")
+    on_error: str | None = option(None, choices=("raise", "skip"), help="evaluate on another data file: bad rows "
+                                  "stop with file:line, or are skipped and counted (default: raise)")
 
 
 def train_defaults(options: SummarizeOptions):

@@ -10,6 +10,7 @@ from typing import Any
 from ..base import PageInput, Predictor, ViewInput, jsonable, need_text
 from ..stopped import stopped_note
 from .decode import Summary, first_words, lead, summarize_batch, summary_metrics
+from .options import SummarizeSettings
 from .task import SummarizeTask, evaluate_summaries
 
 __all__ = ["Summarizer", "Summary"]
@@ -21,6 +22,7 @@ class Summarizer(Predictor):
     """A trained summarisation run: ``Summarizer.load("runs/debian").predict([text])[0].text``."""
 
     task_class = SummarizeTask
+    settings = SummarizeSettings
 
     def predict(self, texts: list[str], *, beam: int = 4, max_len: int | None = None, min_len: int = 0,
                 length_penalty: float = 0.0, coverage_penalty: float = 0.0, no_repeat_ngram_size: int = 3,
@@ -30,6 +32,9 @@ class Summarizer(Predictor):
         ``length_penalty`` and ``coverage_penalty`` rank the final beam, ``no_repeat_ngram_size`` forbids
         repeating an n-gram (trigrams by default: on the Debian test split it took pointer + coverage's repeated
         trigrams from 4.7% to 0 at the same ROUGE; 0 switches it off). An empty text is a ``ValueError``."""
+        self.check_settings({"beam": beam, "max_len": max_len, "min_len": min_len, "length_penalty": length_penalty,
+                             "coverage_penalty": coverage_penalty, "no_repeat_ngram_size": no_repeat_ngram_size,
+                             "lm": lm, "lm_weight": lm_weight, "length_reward": length_reward}, "predict")
         if isinstance(texts, str):
             raise ValueError("predict takes a list of texts: predict([text])")
         if not texts:
@@ -37,22 +42,19 @@ class Summarizer(Predictor):
         for i, t in enumerate(texts):
             if not isinstance(t, str) or not t.strip():
                 raise ValueError(f"text {i + 1} is empty: nothing to summarise")
-        max_len = self._check(beam, max_len, min_len, length_penalty, coverage_penalty, no_repeat_ngram_size)
+        max_len = self._max_len(max_len, min_len)
         return summarize_batch(self.model, self.tokenizer, list(texts), beam=beam, max_len=max_len, min_len=min_len,
                                batch_size=batch_size, length_penalty=length_penalty,
                                coverage_penalty=coverage_penalty, no_repeat_ngram_size=no_repeat_ngram_size,
                                max_source=self.options.max_source, lm=self.language_model(lm), lm_weight=lm_weight,
                                length_reward=length_reward)
 
-    def _check(self, beam: int, max_len: int | None, min_len: int, length_penalty: float, coverage_penalty: float,
-               no_repeat_ngram_size: int) -> int:
-        """``max_len`` (the run's ``max_decode_len`` for ``None``), once the decoding settings are checked."""
+    def _max_len(self, max_len: int | None, min_len: int) -> int:
+        """``max_len`` (the run's ``max_decode_len`` for ``None``), at least ``min_len`` (the settings' own bounds are
+        checked by :meth:`check_settings`)."""
         max_len = max_len or self.options.max_decode_len
-        if beam < 1 or max_len < 1 or min_len < 0 or min_len > max_len:
-            raise ValueError(f"need beam >= 1, max_len >= 1 and 0 <= min_len <= max_len, got {beam}, {max_len} and "
-                             f"{min_len}")
-        if length_penalty < 0 or coverage_penalty < 0 or no_repeat_ngram_size < 0:
-            raise ValueError("length_penalty, coverage_penalty and no_repeat_ngram_size must be >= 0")
+        if min_len > max_len:
+            raise ValueError(f"min_len must be <= max_len, got {min_len} and {max_len}")
         return max_len
 
     def note(self, result: Summary, settings) -> str | None:
@@ -105,11 +107,15 @@ class Summarizer(Predictor):
         ``limit`` examples of ``split`` (or of the file ``data``), and with ``baselines`` the ROUGE of the lead
         sentence (``lead_rouge1``...) and of the first 8 words (``first8_rouge1``...) of the same sources. ``lm``,
         ``lm_weight``, ``length_reward``: a language model fused into the beam, as in :meth:`predict`."""
+        self.check_settings({"beam": beam, "max_len": max_len, "length_penalty": length_penalty,
+                             "coverage_penalty": coverage_penalty, "no_repeat_ngram_size": no_repeat_ngram_size,
+                             "baselines": baselines, "on_error": on_error, "lm": lm, "lm_weight": lm_weight,
+                             "length_reward": length_reward})
         examples = self.examples(data, split, on_error)[:limit]
         if not examples:
             raise ValueError(f"{data or self.options.data}: no example to evaluate")
         sources, refs = [e.source for e in examples], [e.target for e in examples]
-        max_len = self._check(beam, max_len, 0, length_penalty, coverage_penalty, no_repeat_ngram_size)
+        max_len = self._max_len(max_len, 0)
         figures, _ = evaluate_summaries(self.model, self.tokenizer, examples, self.options, beam=beam,
                                         max_len=max_len, length_penalty=length_penalty,
                                         coverage_penalty=coverage_penalty, no_repeat_ngram_size=no_repeat_ngram_size,

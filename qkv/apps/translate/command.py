@@ -16,19 +16,21 @@ from ..command import (
     finish,
     plot_file,
     read_inputs,
+    settings_of,
 )
 from ..console import numbered_paths, safe
+from .options import TranslateSettings
 from .predictor import Translator
 
 
 @dataclass
-class TranslateCommand(LMFusionOption, JsonOption, PlotOption, DeviceOption, FileOption, RunArgument):
+class TranslateCommand(TranslateSettings, LMFusionOption, JsonOption, PlotOption, DeviceOption, FileOption,
+                       RunArgument):
     text: list[str] = option(default_factory=list, positional=True, nargs="*", help="sentences to translate")
     output: str | None = option(None, help="write the translations here, one per line")
-    beam: int = option(5, low=1, high=100, help="beam size (1 = greedy)")
-    max_len: int = option(100, low=1, help="longest translation, in tokens")
 
-    FLAG_HELP = {"plot": "alignment heatmap PNG/SVG (numbered per sentence when several)",
+    FLAG_HELP = {"max_len": "longest translation, in tokens (default: 100)",
+                 "plot": "alignment heatmap PNG/SVG (numbered per sentence when several)",
                  "file": "a file of sentences, one per line (a blank line is an error: outputs line up with lines)",
                  "lm": "a language-model run (qkv train lm) of the target language, its tokens the translator's "
                        "target tokenizer's kind, fused into the beam (shallow fusion)"}
@@ -40,7 +42,8 @@ def translate(o: TranslateCommand) -> int:
     plot = plot_file(o.plot) if o.plot else None  # settled first: printed == written
     texts = read_inputs(o.text, o.file, "sentences to translate")
     translator = Translator.load(o.run, o.device)
-    results = translator.predict(texts, beam=o.beam, max_len=o.max_len, **o.fusion(translator))
+    settings = settings_of(o, translator, **o.fusion(translator))
+    results = translator.predict(texts, **settings)
     if o.output:
         written = write_atomic(o.output, "\n".join(r.text for r in results) + "\n", option="--output")
         print(f"wrote {len(results)} translations to {written}")
@@ -51,5 +54,5 @@ def translate(o: TranslateCommand) -> int:
         for r, path in zip(results, numbered_paths(str(plot), len(results)), strict=True):
             alignment(r.attention, r.source_tokens, r.tokens, path=path, title=f"{r.source} -> {r.text}")
             print(f"wrote {path}")
-    finish(translator, texts, results, o.json, max_len=o.max_len)
+    finish(translator, texts, results, o.json, **settings)
     return 0

@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...options import check_options, option
-from ..option_groups import TRANSFORMER, TransformerOptions
+from ..option_groups import TRANSFORMER, LMFusionSettings, TransformerOptions
 
-__all__ = ["TranslateOptions", "train_defaults", "budget_defaults", "MODELS", "RNN_MODELS"]
+__all__ = ["TranslateOptions", "TranslateSettings", "train_defaults", "budget_defaults", "MODELS", "RNN_MODELS"]
 
 MODELS = ("fixed", "bahdanau", "luong", "transformer")
 RNN_MODELS = ("fixed", "bahdanau", "luong")
@@ -69,6 +69,19 @@ class TranslateOptions(TransformerOptions):
         if self.tokenizer != "auto":
             return self.tokenizer
         return "char" if self.data == "dates" else "bpe"
+
+
+@dataclass
+class TranslateSettings(LMFusionSettings):
+    """The settings of a translation run's ``predict`` and ``evaluate`` (:class:`~qkv.apps.translate.Translator`),
+    and a language model fused into the beam (:class:`~qkv.apps.option_groups.LMFusionSettings`)."""
+
+    beam: int = option(5, low=1, high=100, help="beam size (1 = greedy)")
+    max_len: int | None = option(None, low=1, help="longest translation, in tokens (default: 100; evaluate: the "
+                                 "run's max_decode_len)")
+    length_penalty: float = option(0.6, low=0, help="the beam's length normalisation alpha (GNMT's)")
+    buckets: str | None = option("0,10,20,30,40,60", help="evaluate: edges of the source-length buckets")
+    length_unit: str = option("tokens", choices=("tokens", "words"), help="evaluate: unit of the source lengths")
 
 
 def train_defaults(options: TranslateOptions):

@@ -10,6 +10,7 @@ import torch
 from ..base import PageInput, Predictor, ViewInput, jsonable, need_text
 from ..stopped import stopped_note
 from .decode import Translation, source_ids, translate_batch
+from .options import TranslateSettings
 from .task import TranslateTask, evaluate_translations
 
 __all__ = ["Translator", "Translation", "parse_buckets"]
@@ -19,6 +20,7 @@ class Translator(Predictor):
     """A trained translation run, ready to translate: ``Translator.load("runs/dates").predict(["7 mars 2019"])``."""
 
     task_class = TranslateTask
+    settings = TranslateSettings
 
     def predict(self, texts: list[str], *, beam: int = 5, max_len: int = 100, batch_size: int = 64,
                 length_penalty: float = 0.6, lm: Any = None, lm_weight: float | None = None,
@@ -28,11 +30,11 @@ class Translator(Predictor):
         ``lm``: a language model of the target language (a ``qkv train lm`` run directory, or loaded) fused into
         the beam with weight ``lm_weight`` (default 0.3) and ``length_reward`` per token; its tokens must be the
         target tokenizer's kind (:mod:`qkv.models.fusion`)."""
+        self.check_settings({"beam": beam, "max_len": max_len, "length_penalty": length_penalty, "lm": lm,
+                             "lm_weight": lm_weight, "length_reward": length_reward}, "predict")
         for i, t in enumerate(texts):
             if not isinstance(t, str) or not t.strip():
                 raise ValueError(f"text {i + 1} is empty: nothing to translate")
-        if beam < 1 or max_len < 1:
-            raise ValueError(f"beam and max_len must be >= 1, got {beam} and {max_len}")
         return translate_batch(self.model, self.src_tokenizer, self.tgt_tokenizer, list(texts), beam=beam,
                                max_len=max_len, batch_size=batch_size, length_penalty=length_penalty,
                                lm=self.language_model(lm), lm_weight=lm_weight, length_reward=length_reward)
@@ -56,12 +58,11 @@ class Translator(Predictor):
         longest translation in tokens, by default the run's ``max_decode_len`` (what its evaluations during
         training used, so that greedy decoding gives the trainer's figures). ``lm``, ``lm_weight``,
         ``length_reward``: a language model fused into the beam, as in :meth:`predict`."""
+        self.check_settings({k: v for k, v in {"beam": beam, "max_len": max_len, "buckets": buckets,
+                                               "length_unit": length_unit, "lm": lm, "lm_weight": lm_weight,
+                                               "length_reward": length_reward}.items() if v is not None})
         if split not in ("valid", "test"):
             raise ValueError(f"no split {split!r}; one of valid, test")
-        if length_unit not in ("tokens", "words"):
-            raise ValueError(f"length_unit must be tokens or words, got {length_unit!r}")
-        if beam < 1:
-            raise ValueError(f"beam must be >= 1, got {beam}")
         return evaluate_translations(self.model, self.src_tokenizer, self.tgt_tokenizer,
                                      self.data(data).references(split)[:limit], beam=beam,
                                      max_len=self.options.max_decode_len if max_len is None else max_len,

@@ -575,7 +575,7 @@ def test_evaluate_is_accuracy_and_loss_of_predict(trained):
     assert valid["examples"] == len(clf.data().splits["valid"][1]) == 144
     with pytest.raises(ValueError, match="no split 'train'"):
         clf.evaluate(split="train")
-    with pytest.raises(ValueError, match="take no beam setting"):
+    with pytest.raises(ValueError, match="beam does not apply to images runs"):
         clf.evaluate(beam=2)
 
 

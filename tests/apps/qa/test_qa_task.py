@@ -278,7 +278,7 @@ def test_evaluate_is_the_squad_metrics_of_predict(trained, split):
     assert got == pytest.approx({**want, "attention_mass": sum(mass) / len(mass)}) and got["questions"] == 40
     with pytest.raises(ValueError, match="no split 'train'; one of valid, test, test_phrasings"):
         reader.evaluate(split="train")
-    with pytest.raises(ValueError, match="take no beam setting"):
+    with pytest.raises(ValueError, match="beam does not apply to qa runs"):
         reader.evaluate(beam=3)
     with pytest.raises(ValueError, match="on_error is for a data file"):
         reader.evaluate(on_error="skip")
