@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 import torch
 
-__all__ = ["layout", "copies", "start", "wait"]
+__all__ = ["layout", "copies", "start", "wait", "compiling"]
 
 
 def layout(args: tuple, kwargs: dict, options: dict) -> tuple:
@@ -36,20 +36,27 @@ def layout(args: tuple, kwargs: dict, options: dict) -> tuple:
 
 
 def copies(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
-    """The arguments with every tensor a copy of the same strides, offsets and sharing (storages copied once)."""
+    """The arguments with every tensor a copy of the same strides, offsets and sharing: the same tensor twice is one
+    copy; tensors of one dtype that share a storage are views (``as_strided``) of one copy of it, as a compiler sees
+    views of one base (a tensor made by ``set_`` on a shared storage failed to compile with dynamic shapes)."""
     made: dict[int, torch.Tensor] = {}
+    bases: dict[tuple, torch.Tensor] = {}
 
     def copy(t):
         if not isinstance(t, torch.Tensor):
             return t
+        if id(t) in made:
+            return made[id(t)]
         storage = t.untyped_storage()
-        base = made.get(storage.data_ptr())
+        key = (storage.data_ptr(), t.dtype)
+        base = bases.get(key)
         if base is None:
-            whole = torch.empty(0, dtype=torch.uint8, device=t.device).set_(storage)
-            base = made[storage.data_ptr()] = whole.clone()
-        c = torch.empty(0, dtype=t.dtype, device=t.device).set_(base.untyped_storage(), t.storage_offset(),
-                                                                 t.shape, t.stride())
-        return c.requires_grad_(t.requires_grad) if t.requires_grad else c
+            n = storage.nbytes() // t.element_size()
+            whole = torch.empty(0, dtype=t.dtype, device=t.device).set_(storage, 0, (n,), (1,))
+            base = bases[key] = whole.clone()
+        c = base.as_strided(t.shape, t.stride(), t.storage_offset())
+        made[id(t)] = c = c.requires_grad_(t.requires_grad) if t.requires_grad else c
+        return c
 
     with torch.no_grad():
         return tuple(copy(a) for a in args), {k: copy(v) for k, v in kwargs.items()}
@@ -58,6 +65,23 @@ def copies(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
 _queue: list = []
 _worker: list = [None]
 _idle = threading.Condition()
+_busy: list = [False]  # whether the background thread runs a job (a compilation) now
+
+
+def compiling() -> bool:
+    """``torch.compiler.is_compiling()`` as this thread sees it: whether this code is traced by ``torch.compile`` or
+    ``torch.export``. Torch's flag is one for the process, set for the whole of a compilation: while the background
+    thread compiles, the calls of other threads would read it as theirs (and take the paths meant for a trace)."""
+    return torch.compiler.is_compiling() and _here()
+
+
+@torch.compiler.assume_constant_result  # (run when traced, not traced into: a constant of the trace)
+def _here() -> bool:
+    if not _busy[0] or torch.compiler.is_exporting():
+        return True
+    from torch._guards import TracingContext
+
+    return TracingContext.try_get() is not None  # (per thread: set in the thread that traces)
 
 
 def _loop() -> None:
@@ -66,7 +90,11 @@ def _loop() -> None:
             while not _queue:
                 _idle.wait()
             job = _queue[0]
-        job()
+        _busy[0] = True
+        try:
+            job()
+        finally:
+            _busy[0] = False
         with _idle:
             _queue.pop(0)
             _idle.notify_all()

@@ -48,6 +48,7 @@ from pathlib import Path
 
 import torch
 
+from .background import compiling
 from .background import copies as _copies
 from .background import layout as _layout
 from .background import start as _start
@@ -262,7 +263,7 @@ class Kernel:
         inside :meth:`eager`, which times it and starts the compilation once that pays."""
         if not available(device):
             return False
-        if torch.compiler.is_compiling():
+        if compiling():
             return True  # the caller's compilation covers the plain function
         count = self._count(signature)
         if mode() == "1":
@@ -272,6 +273,12 @@ class Kernel:
             self._report(count, None)
             return False
         return count.compiled
+
+    def may_compile(self, signature: Hashable) -> bool:
+        """Whether this kernel is, or may become, compiled for ``signature`` (compiled kernels are on and no
+        compilation for it failed)."""
+        count = self.counts.get(signature)
+        return _broken is None and mode() != "0" and (count is None or not count.failed)
 
     def ready(self, signature: Hashable, args: tuple, kwargs: dict | None = None) -> bool:
         """Whether the compiled kernel runs these arguments without compiling again (``QKV_COMPILE=1``: always)."""
@@ -286,7 +293,7 @@ class Kernel:
         :meth:`use` once the GPU has passed them: no synchronisation); in ``auto``, once the rule says it pays, start
         compiling in the background on ``example()``, ``(args, kwargs)`` of one call of the kernel."""
         count = self._count(signature)
-        if count.compiled or torch.compiler.is_compiling() or mode() != "auto" or not available(device):
+        if count.compiled or compiling() or mode() != "auto" or not available(device):
             yield
             return
         if torch.device(device).type == "cuda":
@@ -317,7 +324,7 @@ class Kernel:
         once, to ``on_fail(error)`` (by default compiled kernels are turned off, :func:`failed`), and the eager code
         runs."""
         eager = self.fn if eager is None else eager
-        if torch.compiler.is_compiling():
+        if compiling():
             return self.fn(*args, **kwargs)
         device = next((a.device for a in args if isinstance(a, torch.Tensor)), torch.device("cpu"))
         if not self.use(signature, device):
@@ -350,7 +357,7 @@ class Kernel:
     def __call__(self, signature: Hashable, *args, **kwargs):
         """Run the compiled kernel (compiled now if it is not: timed, logged and recorded); inside a caller's
         compilation, the plain function."""
-        if torch.compiler.is_compiling():
+        if compiling():
             return self.fn(*args, **kwargs)
         count = self._count(signature)
         layout = _layout(args, kwargs, self.options)
@@ -424,7 +431,7 @@ def _compile(fn: Callable, **options) -> Callable:
 def failed(error: BaseException, what: str) -> None:
     """Turn compiled kernels off after ``error`` (logged once, naming ``what`` falls back)."""
     global _broken
-    if torch.compiler.is_compiling():
+    if compiling():
         raise error
     first = str(error).strip().splitlines()[0] if str(error).strip() else ""
     _broken = f"{type(error).__name__}: {first}"

@@ -37,6 +37,7 @@ import torch
 from torch import Tensor
 
 from . import compiled
+from .background import compiling
 from .mods import MaskMod, ScoreMod, and_masks, causal, is_builtin, offset, uses
 from .normalize import softmax
 from .paths.chunked import chunked
@@ -206,7 +207,7 @@ class ModCall:
         on the CPU, not traced."""
         # (not traced by torch.compile or torch.export: the blocks are a Python loop over sizes that would be pinned)
         return (self.pair is not None and self.normalizer is softmax and self.query.device.type == "cpu"
-                and self.tq > 0 and self.tk > 0 and not torch.compiler.is_compiling())
+                and self.tq > 0 and self.tk > 0 and not compiling())
 
 
 def attention_with_mods(query: Tensor, key: Tensor, value: Tensor, **kw):
@@ -236,22 +237,25 @@ def run_reference(m: ModCall):
     example = lambda: _flex_args(m.pair, m.v4, m.b, m.h, m.tq, m.tk, m.smod, m.mmod, m.padding, m.sc,  # noqa: E731
                                  m.query, m.key, m.scale, (m.score_mod, m.mask_mod, m.q_offset, m.is_causal))
     with FLEX.eager(m.signature, m.query.device, example):
-        return _run_reference(m)
+        # (the block kernel is not compiled meanwhile: FlexAttention takes the call once it is, and one compilation
+        # at a time on the background thread gets it there sooner)
+        return _run_reference(m, standby=FLEX.may_compile(m.signature))
 
 
-def _run_reference(m: ModCall):
+def _run_reference(m: ModCall, standby: bool = False):
     return _reference(m.query, m.key, m.value, m.sc, m.pair, m.smod, m.mmod, m.score_mod, m.mask_mod, m.allowed,
                       m.bias, m.normalizer, m.dropout, m.scale, m.key_prepared, m.return_weights, m.tq, m.tk, m.ndim,
-                      m.v4)
+                      m.v4, standby)
 
 
 def _reference(query, key, value, sc, pair, smod, mmod, score_mod, mask_mod, allowed, bias, normalizer, dropout,
-               scale, key_prepared, return_weights, tq, tk, ndim, v4):
+               scale, key_prepared, return_weights, tq, tk, ndim, v4, standby=False):
     """Explicit scores, the modifiers on broadcast indices, masked normalisation, weighted sum: on the CPU for the
-    dot family with softmax a block of query rows at a time (:mod:`qkv.paths.chunked`), else whole."""
+    dot family with softmax a block of query rows at a time (:mod:`qkv.paths.chunked`), else whole. ``standby``:
+    another kernel is being compiled for this call, the blocks run their eager code (not compiled)."""
     # (not traced by torch.compile or torch.export: the blocks are a Python loop over sizes that would be pinned)
     if (pair is not None and normalizer is softmax and query.device.type == "cpu" and tq > 0 and tk > 0
-            and not torch.compiler.is_compiling()):
+            and not compiling()):
         score_fn = None if smod is None else (
             lambda s, b, h, q, k: _call_score_mod(score_mod, smod, s, b, h, q, k))
         mask_fn = None if mmod is None else (
@@ -265,7 +269,8 @@ def _reference(query, key, value, sc, pair, smod, mmod, score_mod, mask_mod, all
             _check_mods(score_mod, smod, mask_mod, mmod, b, h, tq, tk, query)
         result = chunked(q4, _as_4d(pair[1]), v4, sc.factor(query, key, scale), score_fn, mask_fn,
                          None if allowed is None else _as_4d(allowed), None if bias is None else _as_4d(bias),
-                         dropout, return_weights, query.dtype, grad, mods=(smod, mmod) if traceable else None,
+                         dropout, return_weights, query.dtype, grad,
+                         mods=(smod, mmod) if traceable and not standby else None,
                          key=(_code(score_mod), _code(mask_mod), smod is not score_mod, mmod is not mask_mod),
                          on_fail=lambda e: _fused_failed(e, score_mod, mask_mod),
                          mask_axes=None if mmod is None else uses(mmod))
@@ -381,7 +386,7 @@ def _fused_failed(error: BaseException, score_mod, mask_mod) -> None:
     """A failure of the fused path: the user's modifier's if there is one (it runs on the reference path from now
     on, said once), else the compiler's (compiled kernels off, said once)."""
     users = _user_mods(score_mod, mask_mod)
-    if not users or torch.compiler.is_compiling():
+    if not users or compiling():
         compiled.failed(error, "attention with score_mod/mask_mod")
         return
     first = str(error).strip().splitlines()[0] if str(error).strip() else ""

@@ -45,6 +45,7 @@ from torch import Tensor
 from torch.fx.experimental.symbolic_shapes import statically_known_true
 
 from . import hooks
+from .background import compiling
 from .flex import ModCall
 from .masks import broadcast_batch, prepare_mask
 from .normalize import get_normalizer, softmax
@@ -218,7 +219,7 @@ def _describe(query: Tensor, key: Tensor, value: Tensor, *, score: ScoreLike = "
     keys_within = not isinstance(within, Tensor) and statically_known_true(within)
     pair = sc.dot_form(query, key, key_prepared=key_prepared) if fast and mods is None else None
     return Call(query, key, value, sc, mask, allowed, bias, normalizer, dropout, scale, is_causal, return_weights,
-                key_prepared, impl, mods, pair, fast, use_sdpa, keys_within, torch.compiler.is_compiling())
+                key_prepared, impl, mods, pair, fast, use_sdpa, keys_within, compiling())
 
 
 # --------------------------------------------------------------------------------------------- checks

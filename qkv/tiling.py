@@ -29,6 +29,7 @@ from torch.autograd.function import once_differentiable
 from torch.utils.checkpoint import checkpoint
 
 from . import compiled
+from .background import compiling
 
 __all__ = ["DEFAULT_MAX_ELEMENTS", "GPU_MAX_ELEMENTS", "FUSED_MIN_ELEMENTS", "ACTIVATIONS", "max_elements_for",
            "tile_sizes", "tiles", "tiled_scores", "FUSED", "kernel_for"]
@@ -73,7 +74,7 @@ def _factored(act: str, qp: Tensor, kp: Tensor) -> tuple[Tensor, Tensor, bool] |
     is even and the values within :data:`PAIRED_LIMIT` (tanh), so :func:`_paired_kernel` may add two units per
     division (and :class:`_PairedTraining` differentiate it)."""
     if (act not in ("Tanh", "Sigmoid") or qp.device.type != "cpu" or qp.dtype not in (torch.float32, torch.float64)
-            or torch.compiler.is_compiling()):
+            or compiling()):
         return None
     with torch.no_grad():
         bound = max(_absmax(qp), _absmax(kp))
@@ -225,7 +226,7 @@ def _fusable(form: FusedForm | None, qp: Tensor, elements: int) -> bool:
     """Whether the fused kernel may run: on the CPU (on a GPU, inductor's reduction over the hidden units ran 4x
     slower than the eager tiles, which are memory-bound there: see BENCHMARKS.md), or inside a caller's
     compilation, for tiles large enough."""
-    device_ok = qp.device.type == "cpu" or torch.compiler.is_compiling()
+    device_ok = qp.device.type == "cpu" or compiling()
     return (form is not None and device_ok and elements >= FUSED_MIN_ELEMENTS and qp.dtype != torch.float16
             and compiled.available(qp.device))
 
@@ -238,7 +239,7 @@ def kernel_for(qp: Tensor, kp: Tensor, form: FusedForm | None, max_elements: int
     lead = math.prod(torch.broadcast_shapes(qp.shape[:-2], kp.shape[:-2]))
     max_elements = max_elements_for(qp.device, max_elements)
     cq, ck = tile_sizes(tq, tk, lead, hidden, max_elements)
-    if whole and (torch.compiler.is_compiling() or (((cq >= tq and ck >= tk) or tq == 0 or tk == 0) and (
+    if whole and (compiling() or (((cq >= tq and ck >= tk) or tq == 0 or tk == 0) and (
             lead * tq * tk * hidden < FUSED_MIN_ELEMENTS or form is None))):
         return None, None
     if not _fusable(form, qp, lead * min(cq, tq) * min(ck, tk) * hidden):
@@ -333,7 +334,7 @@ def _tile(pair: Callable[[Tensor], Tensor], qp: Tensor, kp: Tensor) -> Tensor:
 def tiled_scores(qp: Tensor, kp: Tensor, pair: Callable[[Tensor], Tensor], form: FusedForm | None,
                  max_elements: int | None, name: str = "pairwise score") -> Tensor:
     """The raw scores ``(..., Tq, Tk)``: one eager tile when it fits and is too small to fuse, else tile by tile."""
-    if torch.compiler.is_compiling():  # traced by torch.compile or torch.export: one tile (its sizes are symbolic)
+    if compiling():  # traced by torch.compile or torch.export: one tile (its sizes are symbolic)
         return _tile(pair, qp, kp)
     tq, tk, hidden = qp.shape[-2], kp.shape[-2], qp.shape[-1]
     lead = math.prod(torch.broadcast_shapes(qp.shape[:-2], kp.shape[:-2]))

@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from ..background import compiling
 from ..normalize import softmax
 from ..scores import Score
 
@@ -58,7 +59,7 @@ def masked_normalize(scores: Tensor, allowed: Tensor | None, bias: Tensor | None
         return _apply(normalizer, scores, inplace)
     rows = allowed.any(dim=-1, keepdim=True)
     # on CPU, knowing that every row has a key saves a pass below; on GPUs the check would cost a sync
-    every_row = scores.device.type == "cpu" and not torch.compiler.is_compiling() and bool(rows.all())
+    every_row = scores.device.type == "cpu" and not compiling() and bool(rows.all())
     keep = allowed if every_row else allowed & rows
     fill = torch.finfo(scores.dtype).min
     if inplace and scores.shape == torch.broadcast_shapes(scores.shape, keep.shape):
@@ -82,7 +83,7 @@ def _apply(normalizer, scores: Tensor, inplace: bool) -> Tensor:
     Writing the weights over the scores saves allocating (and, on CPU, page-faulting in) a second
     ``(..., Tq, Tk)`` tensor: at B=8, H=8, T=1024 that is 256 MiB and a third of the weights path's time.
     """
-    if normalizer is softmax and inplace and not _tracked(scores) and not torch.compiler.is_compiling():
+    if normalizer is softmax and inplace and not _tracked(scores) and not compiling():
         return torch.softmax(scores, dim=-1, out=scores)
     return normalizer(scores)
 
@@ -143,7 +144,7 @@ def zero_unseen_keys(allowed: Tensor, key: Tensor, value: Tensor, query_dim: int
     """
     if not _zero_unseen[0]:
         return key, value
-    traced = torch.compiler.is_compiling()  # torch.compile, torch.export: always zero, never branch on values
+    traced = compiling()  # torch.compile, torch.export: always zero, never branch on values
     if allowed.device.type == "cpu":
         used = allowed if allowed.shape[-2] == 1 else allowed.any(dim=-2, keepdim=True)  # some query sees the key
         if not traced and bool(used.all()):
@@ -168,7 +169,7 @@ def zero_of(t: Tensor) -> Tensor | float:
     """Zero for ``torch.where`` beside ``t``: a Python number on a CPU or when traced; on a GPU a 0-dim zero of its
     device and dtype made once (a Python number there becomes a 0-dim tensor filled by a kernel of its own on every
     call, and a 0-dim CPU tensor is copied to the GPU on every call, and waited for)."""
-    if t.device.type == "cpu" or torch.compiler.is_compiling():
+    if t.device.type == "cpu" or compiling():
         return 0.0
     found = _zeros.get((t.device, t.dtype))
     if found is None:
@@ -187,7 +188,7 @@ def _unseen(allowed: Tensor) -> Tensor:
 def derived(allowed: Tensor, name: str, make) -> Tensor:
     """``make(allowed)``, kept while ``allowed`` lives unchanged: the layers of a model share one mask, and on a GPU
     each small kernel launched costs more CPU time than its work (not kept inside a compilation)."""
-    if torch.compiler.is_compiling() or allowed.requires_grad:
+    if compiling() or allowed.requires_grad:
         return make(allowed)
     key = id(allowed)
     entry = _derived.get(key)

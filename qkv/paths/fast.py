@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from ..background import compiling
 from .common import derived, zero_of, zeroing_unseen_keys
 
 __all__ = ["sdpa", "sdpa_causal"]
@@ -32,7 +33,7 @@ def sdpa(q: Tensor, k: Tensor, v: Tensor, allowed: Tensor | None, bias: Tensor |
     attn_mask = safe if bias is None else bias.masked_fill(~safe, float("-inf"))
     out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout, scale=scale)
     if out.device.type == "cpu":  # (traced by torch.compile or torch.export: no branch on the values)
-        return out if not torch.compiler.is_compiling() and bool(rows.all()) else torch.where(rows, out, 0.0)
+        return out if not compiling() and bool(rows.all()) else torch.where(rows, out, 0.0)
     if bias is None and _values_zeroed(allowed, v):
         return out  # every key of a fully masked row was zeroed: its output (the mean of zero values) is zero
     return torch.where(rows, out, zero_of(out))  # (on GPUs, checking the rows would cost a sync)

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import qkv
-from qkv import compiled, mods
+from qkv import background, compiled, mods
 from qkv.paths.table import PATHS
 from qkv.scores import Additive
 
@@ -153,6 +153,57 @@ def test_a_failed_background_compilation_leaves_eager_and_is_said_once(fresh, mo
     assert all(torch.equal(o, 2 * x) for o in outs)
     said = [r.getMessage() for r in caplog.records if "compiled kernels are off" in r.getMessage()]
     assert len(said) == 1 and "C++ compiler" in said[0]
+
+
+def test_calls_made_while_the_background_compiles_take_their_own_paths(gen, monkeypatch):
+    """Torch's is-compiling flag is one for the process: while the background thread compiles, a call of another
+    thread is still an eager call (the additive score in tiles, the modifiers a block at a time), not a trace."""
+    monkeypatch.setattr(torch.compiler, "_is_compiling_flag", True)  # as the background thread's compilation sets it
+    monkeypatch.setattr(background, "_busy", [True])
+    q, k, v = (torch.randn(2, 2, 64, 8, generator=gen) for _ in range(3))
+    with torch.no_grad(), qkv.trace_paths() as taken:
+        qkv.attention(q, k, v, score=Additive(8, 8, 6))
+        qkv.attention(q, k, v, score_mod=mods.alibi(2), return_weights=True)
+    assert taken == ["tiled", "mod_blocks"]
+    assert not background.compiling()
+    monkeypatch.setattr(background, "_busy", [False])
+    assert background.compiling()  # (no compilation of qkv's under way: the flag is this thread's)
+    assert torch.compile(lambda x: x + background.compiling(), fullgraph=True)(torch.zeros(1)).item() == 1
+
+
+def test_the_copies_a_compilation_runs_on_share_as_the_arguments_do():
+    """The same tensor twice is one copy; views of one storage are views of one copy (as a compiler sees them)."""
+    buf = torch.arange(24.0)
+    s = buf[:12].view(1, 3, 4)
+    other = buf[4:].view(4, 5)
+    (a, b, c, d), kw = background.copies((s, s, other, 3), {"w": buf})
+    assert a is b and d == 3
+    assert torch.equal(a, s) and torch.equal(c, other) and torch.equal(kw["w"], buf)
+    assert a.stride() == s.stride() and c.storage_offset() == other.storage_offset()
+    assert a.untyped_storage().data_ptr() == c.untyped_storage().data_ptr() == kw["w"].untyped_storage().data_ptr()
+    assert a.untyped_storage().data_ptr() != buf.untyped_storage().data_ptr()
+    a.zero_()
+    assert kw["w"][:12].eq(0).all() and buf[:12].ne(0).any()
+
+
+def test_the_block_kernel_compiles_on_the_copies(gen, monkeypatch):
+    """The modifier block kernel's scores and destination are one tensor: its copies compile with dynamic shapes."""
+    seen = []
+    real = compiled._compile
+
+    def counting(fn, **options):
+        seen.append(options)
+        return real(fn, **options)
+
+    monkeypatch.setattr(compiled, "_compile", counting)
+    from qkv.paths.chunked import BLOCK
+
+    s = torch.randn(1, 2, 8, 16, generator=gen)
+    args = (s, torch.tensor([0, 0, 0, 0]), None, None, None, None, s)
+    (cs, *rest), _ = background.copies(args, {})
+    lse = compiled._compile(BLOCK.fn, **BLOCK.options)(cs, *rest)
+    assert seen == [{"dynamic": True}] and rest[-1] is cs
+    assert torch.allclose(cs, torch.softmax(s, -1)) and torch.allclose(lse, torch.logsumexp(s, -1, keepdim=True))
 
 
 def test_a_bogus_qkv_compile_is_an_error_at_import():
