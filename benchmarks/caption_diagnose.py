@@ -30,7 +30,7 @@ def main() -> None:
     args = p.parse_args()
     torch.set_num_threads(args.threads)
     captioner = Captioner.load(args.run)
-    data = captioner.data()
+    data = captioner.dataset()
     if data.splits["test"].scenes is None:
         raise SystemExit(f"{args.run} was not trained on scenes")
     part, words = data.splits["test"], data.item_words

@@ -24,7 +24,7 @@ def offsets(run: str, images: int) -> tuple[torch.Tensor, torch.Tensor]:
     from qkv.metrics import box_mass
 
     captioner = Captioner.load(run)
-    data = captioner.data()
+    data = captioner.dataset()
     part = data.splits["test"].head(images)
     if part.scenes is None:
         raise SystemExit(f"{run}: not a scenes run (no item boxes to measure against)")

@@ -107,9 +107,9 @@ def decoders(gen) -> dict:
     from qkv.apps.summarize.export import graphs as summarize_graphs
     from qkv.apps.summarize.options import SummarizeOptions
     from qkv.apps.summarize.task import model_spec as summary_spec
+    from qkv.apps.translate.export import graphs as translate_graphs
     from qkv.apps.translate.options import TranslateOptions
     from qkv.apps.translate.task import model_spec as translate_spec
-    from qkv.apps.translate.export import graphs as translate_graphs
 
     def built(spec):
         return create(spec["name"], **spec["config"]).eval()

@@ -81,7 +81,7 @@ def bench(lang: str, model: str, minutes: float, quick: bool, seed: int, tokeniz
 def score_run(reader: Reader, **row) -> list[dict]:
     """A row per language ``reader`` was trained on, each scored on its run's test splits and the hand-written
     questions (``row``: what else the rows say)."""
-    corpus = reader.data()
+    corpus = reader.dataset()
     rows = []
     for scored in (("en", "zh") if reader.options.lang == "both" else (reader.options.lang,)):
         chars = scored == "zh"

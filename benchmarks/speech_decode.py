@@ -64,7 +64,7 @@ def main() -> None:
     splits = args.splits.split(",")
     data = {}
     for s in splits:
-        utts = t.data().split(s)[: args.max_test]
+        utts = t.dataset().split(s)[: args.max_test]
         feats, kept, _ = read_features(utts, t.options.n_mels)
         data[s] = (feats, [utts[i].text for i in kept], [utts[i].speaker for i in kept])
     kind = f"{t.options.model} ({t.options.score})" if t.options.model == "las" else t.options.model

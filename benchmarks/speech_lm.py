@@ -96,7 +96,7 @@ def fuse(args) -> None:
     lm = LanguageModel.load(args.lm, "cpu")
     data = {}
     for split in ("valid", "test", "long"):
-        utts = t.data().split(split)[: args.max_utterances]
+        utts = t.dataset().split(split)[: args.max_utterances]
         feats, kept, _ = read_features(utts, t.options.n_mels)
         data[split] = (feats, [utts[i].text for i in kept], [utts[i].speaker for i in kept])
     weights = [float(w) for w in args.weights.split(",")]

@@ -90,7 +90,7 @@ class ToyPredictor(Predictor):
 
     def evaluate(self, data=None, *, split="test", limit=None, threshold=0.5):
         self.check_settings({"threshold": threshold})
-        return accuracy(self.model, self.tokenizer, self.data(data)[split][:limit], threshold)
+        return accuracy(self.model, self.tokenizer, self.dataset(data)[split][:limit], threshold)
 
     def view(self, given):
         with capture_attention(self.model) as records:

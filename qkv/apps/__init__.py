@@ -143,9 +143,9 @@ def application(name: str) -> Application:
 
 def application_of(run: str | os.PathLike) -> Application:
     """The application whose run (or checkpoint) ``run`` is, read from its ``config.json`` alone."""
-    from .run import run_task
+    from .run import run_application
 
-    task = run_task(run)
+    task = run_application(run)
     if task not in catalogue():
         raise ValueError(f"{run} is a {task!r} run; qkv knows {', '.join(catalogue())}")
     return application(task)

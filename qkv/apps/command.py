@@ -260,7 +260,7 @@ def evaluation(predictor, data: str | None = None, *, split: str = "test", limit
     figures = predictor.evaluate(data, split=split, limit=limit, **given)
     skipped = int(figures.get("skipped") or 0)
     if skipped:
-        warn(f"{safe(name or data or predictor.task)}: {skipped} bad example(s) skipped and not scored")
+        warn(f"{safe(name or data or predictor.application)}: {skipped} bad example(s) skipped and not scored")
     if report is not None:
         report(figures)
     if json_path:

@@ -16,6 +16,7 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
+from ..options import OptionError, ref
 from ..viz.page import PageInput
 from .run import load_run, upgrade_options
 
@@ -90,6 +91,8 @@ class Predictor(ABC):
     #: the application's trainer task, whose name, options, ``load_data`` and assets the predictor shares
     task_class: ClassVar[type]
     #: the application's name (``Application.name``, the checkpoint's ``task``): ``task_class.name``
+    application: ClassVar[str]
+    #: the same name, as older releases called it (kept for one release)
     task: ClassVar[str]
     #: what one command-line string is to :meth:`inputs_from_strings`: ``"text"``, ``"image file"``...
     input_kind: ClassVar[str] = "text"
@@ -108,7 +111,7 @@ class Predictor(ABC):
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         if "task_class" in cls.__dict__:
-            cls.task = cls.task_class.name
+            cls.application = cls.task = cls.task_class.name
 
     def __init__(self, model: nn.Module, options: Any, config: Mapping[str, Any] | None = None, **assets: Any):
         wanted = set(self.task_class.assets)
@@ -139,14 +142,17 @@ class Predictor(ABC):
         return upgrade_options(type(self.options), {**dataclasses.asdict(self.options), "data": data})
 
     def read_data(self, data: str | None) -> Any:
-        """The data :meth:`data` keeps: ``load_data`` of :meth:`options_for` ``data``."""
+        """The data :meth:`dataset` keeps: ``load_data`` of :meth:`options_for` ``data``."""
         return self.task_class.load_data(self.options_for(data))
 
-    def data(self, data: str | None = None) -> Any:
+    def dataset(self, data: str | None = None) -> Any:
         """The run's data (or ``data``, another source of the same format), read once (:meth:`read_data`)."""
         if data not in self._data:
             self._data[data] = self.read_data(data)
         return self._data[data]
+
+    #: :meth:`dataset`, as older releases called it (kept for one release)
+    data = dataset
 
     @abstractmethod
     def predict(self, inputs: Sequence[Any]) -> list[Any]:
@@ -179,13 +185,15 @@ class Predictor(ABC):
         from ..options import check_options, option_fields
 
         takes = inspect.signature(getattr(self, method)).parameters
+        if self.settings is None and any(p.kind is p.VAR_KEYWORD for p in takes.values()):
+            return dict(given)  # no declaration: the method checks what it takes
         known = ([f.name for f, _ in option_fields(self.settings)] if self.settings is not None else
                  [k for k, p in takes.items() if p.kind is p.KEYWORD_ONLY and k not in ("split", "limit")])
         known = [k for k in known if k in takes and takes[k].kind is not takes[k].VAR_KEYWORD]
         refused = [k for k in given if k not in known]
         if refused:
             raise ValueError(f"{', '.join(refused)} {'does' if len(refused) == 1 else 'do'} not apply to "
-                             f"{self.task} runs" + (f" (their settings: {', '.join(known)})" if known else
+                             f"{self.application} runs" + (f" (their settings: {', '.join(known)})" if known else
                                                     " (they take no setting)"))
         if self.settings is not None:
             plain = (str, int, float, bool, tuple, type(None))
@@ -200,24 +208,27 @@ class Predictor(ABC):
         application :attr:`accepts`."""
         a = self.accepts
         if kind == "image" and a.min_image is not None and min(value) < a.min_image:
-            raise ValueError(f"{where}: an image of {value[0]}x{value[1]} pixels; {self.task} runs take images of at "
-                             f"least {a.min_image}x{a.min_image}")
+            raise ValueError(f"{where}: an image of {value[0]}x{value[1]} pixels; {self.application} runs take images "
+                             f"of at least {a.min_image}x{a.min_image}")
         if kind == "text" and a.max_text is not None and len(value) > a.max_text:
-            raise ValueError(f"{where}: a text of {len(value)} characters; {self.task} runs take at most "
+            raise ValueError(f"{where}: a text of {len(value)} characters; {self.application} runs take at most "
                              f"{a.max_text}")
         if kind == "audio" and a.min_audio is not None and value < a.min_audio:
-            raise ValueError(f"{where}: {value:.3f} s of audio; {self.task} runs take at least {a.min_audio:g} s")
+            raise ValueError(f"{where}: {value:.3f} s of audio; {self.application} runs take at least "
+                             f"{a.min_audio:g} s")
         if kind == "audio" and a.max_audio is not None and value > a.max_audio:
-            raise ValueError(f"{where}: {value:.1f} s of audio; {self.task} runs take at most {a.max_audio:g} s")
+            raise ValueError(f"{where}: {value:.1f} s of audio; {self.application} runs take at most "
+                             f"{a.max_audio:g} s")
 
     def check_view_input(self, given: ViewInput) -> None:
         """A ``ValueError`` naming the parts of ``given`` that :meth:`view` would not look at (:attr:`view_inputs`):
         a question to a translator, an image to a text model... is refused, never ignored."""
-        names = {"text": "a text", "image": "--image", "index": "--index", "question": "--question"}
+        names = {"text": "a text", "image": ref("image"), "index": ref("index"), "question": ref("question")}
         unused = [names[f] for f in names if getattr(given, f) is not None and f not in self.view_inputs]
         if unused:
             takes = " or ".join(names[f] for f in self.view_inputs)
-            raise ValueError(f"a {self.task} run does not look at {' or '.join(unused)} (it takes {takes})")
+            raise OptionError("a {application} run does not look at " + " or ".join(unused) + " (it takes " + takes +
+                              ")", "image", "index", "question", application=self.application)
 
     def inputs_from_strings(self, strings: Sequence[str], **given: Any) -> list[Any]:
         """The inputs of :meth:`predict` that ``strings`` (command-line arguments, lines of a file) stand for: by
@@ -246,7 +257,7 @@ class Predictor(ABC):
 
         app = application_of(lm)
         if app.name != "lm":
-            raise ValueError(f"{lm} is a {app.name} run, not a language model (qkv train lm)")
+            raise ValueError(f"{lm} is a {app.name} run, not a language model (a run of the lm application)")
         return app.predictor.load(lm, self.device)
 
 

@@ -1,5 +1,5 @@
 """Reading a run back, written once for every application: :func:`load_run` (the weights read once, any checkpoint
-format version: the application's ``upgrade``), :func:`run_task` (the application a run is, from its
+format version: the application's ``upgrade``), :func:`run_application` (the application a run is, from its
 ``config.json`` alone), :func:`model_from_spec` and :func:`upgrade_options`.
 
 A run's ``config.json`` (format version 2) holds ``{"model": {"name", "config"}, "options": {...}, ...}``:
@@ -24,10 +24,10 @@ from ..options import default_of, option_fields, why_not
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["LoadedRun", "load_run", "run_task", "model_from_spec", "upgrade_options"]
+__all__ = ["LoadedRun", "load_run", "run_application", "model_from_spec", "upgrade_options"]
 
 
-def run_task(path: str | os.PathLike) -> str:
+def run_application(path: str | os.PathLike) -> str:
     """The application (the checkpoint's ``task``) of a run or checkpoint directory, read from its ``config.json``
     only (the weights are not opened). ``FileNotFoundError`` naming what was looked for; ``ValueError`` naming a
     damaged file."""

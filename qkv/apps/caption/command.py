@@ -85,7 +85,7 @@ def caption(o: CaptionCommand) -> int:
     boxes: list[list | None] = [None] * len(pictures)
     if o.index:
         images, index_refs = captioner.test_images(o.index, o.split)
-        scenes = captioner.data().splits[o.split].scenes
+        scenes = captioner.dataset().splits[o.split].scenes
         pictures += list(torch.unbind(images))
         names += [f"{o.split}{n}" for n in o.index]
         refs += index_refs

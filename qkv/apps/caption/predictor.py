@@ -13,6 +13,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from ...options import OptionError, ref
 from ..base import Accepts, PageInput, Predictor, ViewInput, file_inputs, jsonable, upgrade_options
 from ..stopped import stopped_note
 from .data import CaptionData
@@ -83,20 +84,20 @@ class Captioner(Predictor):
         return upgrade_options(CaptionOptions, {**dataclasses.asdict(self.options), "data": data,
                                                 "on_error": on_error})
 
-    def data(self, data: str | None = None, on_error: str = "raise") -> CaptionData:
+    def dataset(self, data: str | None = None, on_error: str = "raise") -> CaptionData:
         """The run's data (generated or read again, once), or another captions file ``data`` (read each time, with
         ``on_error``)."""
         if data is not None:
             return load_data(self.options_for(data, on_error))
-        return super().data()
+        return super().dataset()
 
     def test_images(self, index: list[int], split: str = "test") -> tuple[Tensor, list[list[str]]]:
         """Images ``(N, C, S, S)`` uint8 of ``split`` by index, and their references."""
-        part = self.data().splits[split]
+        part = self.dataset().splits[split]
         for n in index:
             if not 0 <= n < len(part):
-                raise ValueError(f"--index {n} is out of range: the {split} split has {len(part)} images "
-                                 f"(0 to {len(part) - 1})")
+                raise OptionError(ref("index") + " {n} is out of range: the {split} split has {size} images (0 to "
+                                  "{last})", "index", n=n, split=split, size=len(part), last=len(part) - 1)
         return part.batch(index), [part.references[n] for n in index]
 
     def predict(self, images: Tensor, *, beam: int = 3, max_len: int = 40, hard_test: str | None = None,
@@ -114,8 +115,6 @@ class Captioner(Predictor):
                              f"{tuple(images.shape)}")
         if len(images) == 0:
             raise ValueError("no images to caption")
-        if beam < 1 or max_len < 1:
-            raise ValueError(f"beam and max_len must be >= 1, got {beam} and {max_len}")
         with self._hard_test(hard_test):
             return caption_images(self.model, self.tokenizer, images, beam=beam, max_len=max_len,
                                   batch_size=batch_size)
@@ -127,7 +126,7 @@ class Captioner(Predictor):
             yield
             return
         if not hasattr(self.model, "test_attention"):
-            raise ValueError("hard_test applies to hard attention models only (--hard-test)")
+            raise OptionError(ref("hard_test") + " applies to hard attention models only", "hard_test")
         if hard_test not in ("expectation", "argmax"):
             raise ValueError(f"hard_test must be 'expectation' or 'argmax', got {hard_test!r}")
         before = self.model.test_attention
@@ -143,7 +142,7 @@ class Captioner(Predictor):
         ``limit`` images: BLEU-1..4, exact match, and on scenes grounding and the figures by number of items."""
         self.check_settings({"beam": beam, "max_len": max_len, "hard_test": hard_test, "on_error": on_error})
         with self._hard_test(hard_test):
-            return evaluate_captions(self.model, self.tokenizer, self.data(data, on_error), split, limit=limit,
+            return evaluate_captions(self.model, self.tokenizer, self.dataset(data, on_error), split, limit=limit,
                                      beam=beam, max_len=max_len)
 
     def view(self, given: ViewInput) -> PageInput:
@@ -155,7 +154,8 @@ class Captioner(Predictor):
         if given.index is not None:
             image = self.test_images([given.index])[0][0]
         if image is None:
-            raise ValueError("a captioning run needs --image FILE or --index N (an image of its test split)")
+            raise OptionError("a captioning run needs " + ref("image") + " (a file) or " + ref("index") +
+                              " (an image of its test split)", "image", "index")
         x = self.read(image) if isinstance(image, (str, os.PathLike)) else image
         with torch.no_grad(), capture_attention(self.model) as records:
             (caption,) = self.predict(x[None], beam=1)

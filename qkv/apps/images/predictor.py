@@ -14,6 +14,7 @@ import torch
 from torch import Tensor, nn
 
 from ...data.images import IMAGE_DATASETS, ImageData, normalize
+from ...options import OptionError, ref
 from ..base import Accepts, PageInput, Predictor, ViewInput, file_inputs, jsonable, upgrade_options
 from .maps import AttentionView, attention_view
 from .options import ImageOptions, ImageSettings
@@ -83,7 +84,7 @@ class ImageClassifier(Predictor):
 
     def test_images(self, data_root: str | None = None) -> tuple[Tensor, Tensor]:
         """The test split the run was evaluated on (``(N, H, W)`` uint8, labels), optionally from another folder."""
-        return self.data(data_root).splits["test"]
+        return self.dataset(data_root).splits["test"]
 
     def _pictures(self, images: Tensor | Sequence[Any], invert: bool) -> Tensor:
         if not isinstance(images, Tensor):
@@ -148,7 +149,7 @@ class ImageClassifier(Predictor):
         self.check_settings(settings)
         if split not in ("valid", "test"):
             raise ValueError(f"no split {split!r}; one of valid, test")
-        d = self.data(data)
+        d = self.dataset(data)
         images, labels = d.splits[split]
         task = ImageTask(self.options_for(data), ImageData({**d.splits, split: (images[:limit], labels[:limit])},
                                                            d.class_names))
@@ -165,10 +166,12 @@ class ImageClassifier(Predictor):
         if given.index is not None:
             test = self.test_images()[0]
             if not 0 <= given.index < len(test):
-                raise ValueError(f"--index {given.index} is out of range: the test split has {len(test)} images")
+                raise OptionError(ref("index") + " {n} is out of range: the test split has {size} images", "index",
+                                  n=given.index, size=len(test))
             image = test[given.index].float() / 255
         if image is None:
-            raise ValueError("an images run needs --image FILE or --index N (an image of its test split)")
+            raise OptionError("an images run needs " + ref("image") + " (a file) or " + ref("index") +
+                              " (an image of its test split)", "image", "index")
         x = self.read(image) if isinstance(image, str | os.PathLike) else image
         with capture_attention(self.model) as records:
             (pred,) = self.predict([x])

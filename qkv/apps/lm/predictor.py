@@ -9,6 +9,7 @@ from typing import Any
 
 import torch
 
+from ...options import OptionError, ref
 from ..base import PageInput, Predictor, ViewInput, jsonable, need_text
 from .options import LMSettings
 from .task import LMTask, evaluate_lm
@@ -132,7 +133,8 @@ class LanguageModel(Predictor):
         """This run with what :meth:`view` shows set: with ``generate``, up to that many tokens generated from the
         text (``strategy`` ``greedy`` or ``sample`` with ``seed``), every step's attention recorded."""
         if strategy not in ("greedy", "sample"):
-            raise ValueError(f"--strategy {strategy}: a language-model run generates greedy or sample (no beams)")
+            raise OptionError(ref("strategy") + " {strategy}: a language-model run generates greedy or sample (no "
+                              "beams)", "strategy", strategy=strategy)
         self._viewing = {"generate": generate, "strategy": strategy, "seed": seed}
         return self
 

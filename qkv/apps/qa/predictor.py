@@ -8,6 +8,7 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
+from ...options import OptionError, ref
 from ..base import PageInput, Predictor, ViewInput, jsonable, need_text, text_inputs
 from .decode import Answer, predict_examples, question_cut_note
 from .encode import Encoded, encode_example, token_offsets, windows
@@ -122,7 +123,7 @@ class Reader(Predictor):
             raise ValueError(f"data facts: this run was trained on {self.options.data}, not on facts")
         if on_error is not None:
             raise ValueError("on_error is for a data file: the run's own data was read as in training")
-        corpus = self.data()
+        corpus = self.dataset()
         if split not in corpus.splits or split == "train":
             raise ValueError(f"no split {split!r}; one of {', '.join(s for s in corpus.splits if s != 'train')}")
         return self.score(corpus.split(split)[:limit], chars=chars_of(corpus.language))
@@ -135,7 +136,8 @@ class Reader(Predictor):
         context = need_text(given.text, "question-answering")
         question = given.question
         if not question or not question.strip():
-            raise ValueError("a question-answering run needs --question TEXT as well as the context")
+            raise OptionError("a question-answering run needs " + ref("question") + " as well as the context",
+                              "question")
         with capture_attention(self.model) as records:
             (answer,) = self.predict([(context, question)], batch_size=1 << 30)  # one batch: a row per window
         if answer.windows > 1:  # the window the answer came from (its row of the batch; all are max_context long)

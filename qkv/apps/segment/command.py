@@ -73,7 +73,7 @@ def segment(o: SegmentCommand) -> int:
     for n in o.index or []:
         pictures.append(segmenter.test_image(n))
         names.append(f"test{n}")
-        truths.append(segmenter.data().splits["test"].labels[n])
+        truths.append(segmenter.dataset().splits["test"].labels[n])
     results = segmenter.predict(pictures)
     for name, picture, truth, r in zip(unique_names(names), pictures, truths, results, strict=True):
         shares = ", ".join(f"{safe(c)} {v:.1%}" for c, v in sorted(r.shares().items(), key=lambda kv: -kv[1]))

@@ -15,6 +15,7 @@ import torch
 from torch import Tensor, nn
 
 from ...data.segmentation import SegmentationData
+from ...options import OptionError, ref
 from ..base import Accepts, PageInput, Predictor, ViewInput, file_inputs, jsonable, upgrade_options
 from .options import SegmentOptions, SegmentSettings
 from .task import SegmentTask, load_data, normalize, score
@@ -151,16 +152,17 @@ class Segmenter(Predictor):
         self.check_settings(settings)
         if split not in ("valid", "test"):
             raise ValueError(f"no split {split!r}; one of valid, test")
-        part = self.data(data).splits[split].head(limit)
+        part = self.dataset(data).splits[split].head(limit)
         metrics = score(self.model, part, mean=self.mean, std=self.std, class_names=self.class_names,
                         ignore_index=self.ignore_index, batch_size=self.options.eval_batch)
         return {**metrics, "examples": float(len(part))}
 
     def test_image(self, index: int) -> Tensor:
         """Image ``index`` of the run's test split, ``(C, H, W)`` uint8."""
-        test = self.data().splits["test"]
+        test = self.dataset().splits["test"]
         if not 0 <= index < len(test):
-            raise ValueError(f"--index {index} is out of range: the test split has {len(test)} images")
+            raise OptionError(ref("index") + " {n} is out of range: the test split has {size} images", "index",
+                              n=index, size=len(test))
         return test.images[index]
 
     def view(self, given: ViewInput) -> PageInput:
@@ -170,7 +172,8 @@ class Segmenter(Predictor):
 
         image = self.test_image(given.index) if given.index is not None else given.image
         if image is None:
-            raise ValueError("a segment run needs --image FILE or --index N (an image of its test split)")
+            raise OptionError("a segment run needs " + ref("image") + " (a file) or " + ref("index") +
+                              " (an image of its test split)", "image", "index")
         x = self._picture(image, 0)
         with capture_attention(self.model) as records:
             (seg,) = self.predict([x])

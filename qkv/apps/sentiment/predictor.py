@@ -128,7 +128,7 @@ class SentimentClassifier(Predictor):
         self.check_settings(settings)
         if split not in ("valid", "test"):
             raise ValueError(f"no split {split!r}; one of valid, test")
-        task = SentimentTask(self.options_for(data), self.data(data))
+        task = SentimentTask(self.options_for(data), self.dataset(data))
         task.tokenizer, task.init = self.tokenizer, self._init
         task.setup()
         examples = task.encoded[split][:limit]

@@ -56,9 +56,9 @@ def _settings(o: TranscribeCommand, transcriber, method: str = "predict") -> dic
 def _evaluate(transcriber, o: TranscribeCommand) -> None:
     target = o.evaluate
     is_path = Path(target).exists()
-    if not is_path and target not in transcriber.data().splits:
+    if not is_path and target not in transcriber.dataset().splits:
         raise ValueError(f"--evaluate {target}: no such manifest or folder, and not a split of the run's data "
-                         f"({', '.join(transcriber.data().splits)})")
+                         f"({', '.join(transcriber.dataset().splits)})")
     def table(m: dict[str, float]) -> None:
         print(f"{safe(target)}: {int(m['utterances'])} utterances, beam {o.beam}"
               + (f", {int(m['skipped'])} skipped" if m.get("skipped") else ""))

@@ -11,6 +11,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from ...options import OptionError, ref
 from ..base import PageInput, Predictor, ViewInput, file_inputs, jsonable
 from ..stopped import stopped_note
 from .decode import Transcript, transcribe_batch, utterance_features
@@ -108,7 +109,7 @@ class Transcriber(Predictor):
         from ...data.speech import read_librispeech, read_manifest
 
         if data is None:
-            return self.data().split(split), 0
+            return self.dataset().split(split), 0
         path = Path(data)
         if path.is_dir() or path.is_file():
             utterances, skipped = (read_librispeech if path.is_dir() else read_manifest)(path, on_error=on_error)
@@ -116,7 +117,7 @@ class Transcriber(Predictor):
                 logger.warning("%s: skipped %s", path, ", ".join(f"{n} ({why})" for why, n in skipped.items()))
             return utterances, sum(skipped.values())
         if data in ("digits", "sentences"):
-            return self.data(data).split(split), 0
+            return self.dataset(data).split(split), 0
         raise ValueError(f"no such manifest or folder: {data}")
 
     def evaluate(self, data: str | None = None, *, split: str = "test", limit: int | None = None, beam: int = 1,
@@ -153,17 +154,19 @@ class Transcriber(Predictor):
         in the test split), greedily: the decoding itself is recorded."""
         from ...capture import capture_attention
 
-        audio = getattr(given, "audio", None) or given.text
+        audio = given.text  # an audio file's path
         if given.index is not None:
-            part = self.data().split("test")
+            part = self.dataset().split("test")
             if not 0 <= given.index < len(part):
-                raise ValueError(f"--index {given.index} is out of range: the test split has {len(part)} utterances")
+                raise OptionError(ref("index") + " {n} is out of range: the test split has {size} utterances",
+                                  "index", n=given.index, size=len(part))
             audio = part[given.index].audio
         if not audio:
-            raise ValueError("a speech run needs an audio file (qkv view RUN AUDIO) or --index N")
+            raise OptionError("a speech run needs an audio file (the text) or " + ref("index") +
+                              " (an utterance of its test split)", "index")
         if not hasattr(self.model, "decode_step"):
-            raise ValueError("a CTC run has no attention to show; its alignment is drawn by qkv transcribe RUN AUDIO "
-                             "--plot DIR")
+            raise ValueError("a CTC run has no attention to show; its alignment is drawn by the transcriber's plot "
+                             "(Transcriber.plot, or transcribing with a plot folder)")
         features = self.features(audio)
         with torch.no_grad(), capture_attention(self.model) as records:
             (result,) = self.transcribe([features], beam=1, ctc_weight=0.0)

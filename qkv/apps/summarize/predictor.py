@@ -78,7 +78,7 @@ class Summarizer(Predictor):
         if own:
             if on_error is not None:
                 raise ValueError("on_error is for another data file: the run's own data is read as in training")
-            corpus = self.data()
+            corpus = self.dataset()
             if split == "train" or split not in corpus.splits:
                 raise ValueError(f"no split {split!r}; one of {', '.join(s for s in corpus.splits if s != 'train')}")
             return corpus.split(split)

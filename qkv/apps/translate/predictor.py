@@ -7,6 +7,7 @@ from typing import Any
 
 import torch
 
+from ...options import OptionError, ref
 from ..base import PageInput, Predictor, ViewInput, jsonable, need_text
 from ..stopped import stopped_note
 from .decode import Translation, source_ids, translate_batch
@@ -64,7 +65,7 @@ class Translator(Predictor):
         if split not in ("valid", "test"):
             raise ValueError(f"no split {split!r}; one of valid, test")
         return evaluate_translations(self.model, self.src_tokenizer, self.tgt_tokenizer,
-                                     self.data(data).references(split)[:limit], beam=beam,
+                                     self.dataset(data).references(split)[:limit], beam=beam,
                                      max_len=self.options.max_decode_len if max_len is None else max_len,
                                      buckets=parse_buckets(buckets) if buckets else (), length_unit=length_unit,
                                      lm=self.language_model(lm), lm_weight=lm_weight, length_reward=length_reward)
@@ -100,5 +101,6 @@ def parse_buckets(text: str) -> tuple[tuple[int, int], ...]:
     except ValueError:
         edges = []
     if len(edges) < 2 or edges != sorted(set(edges)) or edges[0] < 0:
-        raise ValueError(f"buckets need increasing edges like 0,10,20,30 (--buckets), got {text!r}")
+        raise OptionError(ref("buckets") + " need increasing edges like 0,10,20,30, got {text!r}", "buckets",
+                          text=text)
     return tuple((lo if i == 0 else lo + 1, hi) for i, (lo, hi) in enumerate(zip(edges[:-1], edges[1:], strict=True)))

@@ -572,7 +572,7 @@ def test_evaluate_is_accuracy_and_loss_of_predict(trained):
     assert got["accuracy"] == pytest.approx(accuracy, abs=1.01 / 50)  # a near tie may break the other way
     assert got["loss"] == pytest.approx(loss, rel=1e-4)
     valid = clf.evaluate(split="valid")
-    assert valid["examples"] == len(clf.data().splits["valid"][1]) == 144
+    assert valid["examples"] == len(clf.dataset().splits["valid"][1]) == 144
     with pytest.raises(ValueError, match="no split 'train'"):
         clf.evaluate(split="train")
     with pytest.raises(ValueError, match="beam does not apply to images runs"):
@@ -583,7 +583,7 @@ def test_evaluate_on_another_idx_folder(trained, tmp_path):
     clf = ImageClassifier.load(trained / "se")
     root = write_idx_folder(tmp_path / "idx", {"train": 30, "t10k": 20}, side=16)
     got = clf.evaluate(str(root))
-    images, labels = clf.data(str(root)).splits["test"]
+    images, labels = clf.dataset(str(root)).splits["test"]
     assert got["examples"] == 20 and torch.equal(labels, load_image_splits("mnist", root=str(root)).splits["test"][1])
     hits = sum(p.label == clf.class_names[int(y)] for p, y in zip(clf.predict(images), labels, strict=True))
     assert got["accuracy"] == pytest.approx(hits / 20, abs=1.01 / 20)
@@ -603,9 +603,9 @@ def test_view_records_the_prediction(trained, digit_png):
     from_file = clf.view(ViewInput(image=str(digit_png)))
     torch.testing.assert_close(from_file.image, clf.read(digit_png))
     assert [r.name for r in from_file.records] == [r.name for r in page.records]
-    with pytest.raises(ValueError, match="needs --image FILE or --index N"):
+    with pytest.raises(ValueError, match=r"needs image \(a file\) or index"):
         clf.view(ViewInput(text="a digit"))
-    with pytest.raises(ValueError, match="--index 999 is out of range: the test split has 359 images"):
+    with pytest.raises(ValueError, match="index 999 is out of range: the test split has 359 images"):
         clf.view(ViewInput(index=999))
 
 

@@ -156,7 +156,7 @@ def test_squad_file_and_chinese_characters(tmp_path):
     reader = Reader.load(out)
     (a,) = reader.predict([("王明于1901年提出。", "谁提出的?")])
     assert a.answer and a.answer in "王明于1901年提出。"
-    assert reader.evaluate()["questions"] == len(reader.data().split("test"))  # its own file, split as trained
+    assert reader.evaluate()["questions"] == len(reader.dataset().split("test"))  # its own file, split as trained
     with pytest.raises(ValueError, match="trained on .*zh.json, not on facts"):
         reader.evaluate("facts")
 
@@ -312,7 +312,7 @@ def test_view_records_the_answer(trained):
     assert page.title == f"{q} \u2192 {a.answer}"
     cross = [r for r in page.records if r.kind == "cross"]
     assert cross and cross[-1].weights.shape[-1] == len(a.tokens)
-    with pytest.raises(ValueError, match="needs --question"):
+    with pytest.raises(ValueError, match="needs question"):
         reader.view(ViewInput(text=CONTEXT))
     with pytest.raises(ValueError, match="needs a text"):
         reader.view(ViewInput(question=q))
