@@ -255,9 +255,9 @@ def evaluation(predictor, data: str | None = None, *, split: str = "test", limit
     figures, and they are written to ``json_path``."""
     given = predictor.check_settings({k: v for k, v in settings.items() if v is not None}, "evaluate")
     changed = data_note(getattr(predictor, "config", {}), predictor.options, data, split)
-    if changed:  # said before the work: another file, or the run's own changed since training
-        warn(safe(changed))
     figures = predictor.evaluate(data, split=split, limit=limit, **given)
+    if changed:  # said with the figures (an error reading the data stays one line): another file, or changed data
+        warn(safe(changed))
     skipped = int(figures.get("skipped") or 0)
     if skipped:
         warn(f"{safe(name or data or predictor.application)}: {skipped} bad example(s) skipped and not scored")
