@@ -4,7 +4,7 @@ On a quiet machine all cores make a step fastest; next to another busy process (
 second training), ``n`` torch threads on ``n`` cores wait at every parallel region for the core that is taken, and
 one thread is then many times faster than all of them (on 2 cores, 2 threads beside one busy process were measured
 several times slower than 1). No setting chosen at the start is right for a whole run on a laptop that does other
-things, so the tuner measures: after ``start_after`` seconds of training it times a few slots of steps with each
+things, so the tuner measures: after the first steps it times a few slots of steps with each
 candidate (1 thread and the count torch started with), interleaved (A B B A A B, so that a change of load during the
 trial favours neither), compares their median seconds per unit of work (the loss's count: tokens, images), and keeps
 the faster one when it is faster by more than ``margin``. It checks again every ``recheck_every`` seconds, and
@@ -44,7 +44,8 @@ class ThreadTuner:
     Args:
         most: the larger candidate (the count torch uses at the start: its default is the number of cores).
         now: the time of the start, in the seconds that :meth:`record` is given (the trainer's training seconds).
-        start_after: seconds of steps before the first trial (warm-up: first steps are slow for other reasons).
+        start_after: seconds of steps before the first trial ...
+        skip: ... and steps (warm-up: the first steps are slow for other reasons).
         recheck_every: seconds between trials.
         slot_seconds: a trial slot ends after the first step that brings its time to at least this.
         slots: slots per candidate in a trial.
@@ -54,7 +55,7 @@ class ThreadTuner:
         set_threads, get_threads: torch's, or fakes in tests.
     """
 
-    def __init__(self, most: int, *, now: float = 0.0, start_after: float = 10.0,
+    def __init__(self, most: int, *, now: float = 0.0, start_after: float = 0.0, skip: int = 2,
                  recheck_every: float = 120.0, slot_seconds: float = 0.5, slots: int = 3, margin: float = 0.1,
                  slower: float = 1.5, min_gap: float = 30.0,
                  set_threads: Callable[[int], None] = torch.set_num_threads,
@@ -67,6 +68,7 @@ class ThreadTuner:
         self._set, self._get = set_threads, get_threads
         self.threads = get_threads()  # the count now in force
         self.next_check = now + start_after
+        self._skip = skip
         self.last_check: float | None = None
         self.baseline: float | None = None  # seconds per unit of the winner of the last trial
         self._recent: list[float] = []  # seconds per unit of the steps since the last trial (for the early check)
@@ -91,6 +93,9 @@ class ThreadTuner:
         if not self.active:
             return None
         units = units if units > 0 else 1.0
+        if self._skip > 0:
+            self._skip -= 1
+            return None
         if self._order:
             return self._trial_step(seconds, units, now)
         self._recent = (self._recent + [seconds / units])[-8:]

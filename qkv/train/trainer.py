@@ -197,7 +197,8 @@ class Trainer:
                                 self._timed(self._periodic_eval, 0)
                             if over_time:
                                 return "time"
-                            if self.budget is not None:  # the end's time must be known (early, and again)
+                            if self.budget is not None and not (self.tuner and self.tuner.trying):  # the end's
+                                # time must be known (early, and again); not while the threads are being timed
                                 evaluate, save_now = self.budget.timing_due()
                                 if evaluate and not self._spent[1]:
                                     self._timed(self._periodic_eval, 0)
@@ -281,7 +282,7 @@ class Trainer:
         seconds = self.clock() - t0
         iv["seconds"] += seconds
         return {"loss": total_loss / total_count, "lr": lr, "count": total_count, "interrupt": n_interrupt > 0,
-                "now": now, "seconds": seconds, "eval_seconds": eval_s, "save_seconds": save_s}
+                "now": now, "seconds": seconds, "stats": stats, "eval_seconds": eval_s, "save_seconds": save_s}
 
     def _timed(self, fn: Callable[[], bool], slot: int) -> None:
         """Run an evaluation (``slot`` 0) or a checkpoint (2), adding its seconds for the time budget."""

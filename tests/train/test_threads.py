@@ -22,6 +22,7 @@ class FakeMachine:
         return self.threads
 
     def tuner(self, **kw):
+        kw.setdefault("start_after", 10.0)
         return ThreadTuner(2, now=self.now, set_threads=self.set, get_threads=self.get, **kw)
 
     def run(self, tuner, seconds, units=10):
@@ -83,6 +84,16 @@ def test_a_trial_interleaves_the_counts_and_ends_on_the_winner():
     m.run(t, 30.0)
     assert m.calls == [1, 2, 1]  # slots A B B A A B from 2 threads: 2, 1, 1, 2, 2, 1; then the winner, 1
     assert not t.trying and t.threads == 1
+
+
+def test_by_default_the_first_trial_starts_after_two_steps():
+    m = FakeMachine(speed={1: 0.02, 2: 0.10})
+    t = ThreadTuner(2, set_threads=m.set, get_threads=m.get)
+    t.record(1.0, 10, 1.0)
+    t.record(1.0, 10, 2.0)
+    assert not t.trying
+    t.record(1.0, 10, 3.0)
+    assert t.trying
 
 
 def test_one_core_has_nothing_to_choose():
