@@ -97,7 +97,7 @@ def load_caption_data(data: str, *, images: str | None = None, on_error: str = "
     if not all(parts.values()):
         raise ValueError(f"{data}: {n} images with captions make {len(parts['train'])} train, "
                          f"{len(parts['valid'])} valid and {len(parts['test'])} test images; every split needs one "
-                         "(more images, or larger --valid/--test shares)")
+                         "(more images, or larger valid/test shares)")
     splits = {name: CaptionSplit([cf.images[i] for i in idx], [cf.captions[i] for i in idx], None, image_size, grey)
               for name, idx in parts.items()}
     return CaptionData(splits, image_size, 1 if grey else 3, [])

@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ...data.text_classification import collate_texts
+from ...options import OptionError, ref
 from ..base import ApplicationTask
 from .options import SentimentOptions
 
@@ -33,7 +34,7 @@ def load_data(options: SentimentOptions):
     from ...data.text_classification import read_movie_reviews, read_table
 
     if not options.data:
-        raise ValueError("no data file: give data (--data PATH)")
+        raise OptionError("no data file: give " + ref("data") + " (a file)", "data")
     if not Path(options.data).is_file():
         raise FileNotFoundError(f"no such data file: {options.data} (data)")
     if options.text_col is None:

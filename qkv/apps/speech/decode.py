@@ -12,6 +12,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
+from ...options import OptionError, ref
+
 __all__ = ["Transcript", "utterance_features", "transcribe_batch", "limited_step", "eos_threshold_step",
            "speech_metrics", "pad_features"]
 
@@ -93,14 +95,16 @@ def transcribe_batch(model: nn.Module, tokenizer, features: Sequence[Tensor], *,
     attending = hasattr(model, "decode_step")
     weight = float(ctc_weight or 0.0)
     if weight and getattr(model, "ctc_head", None) is None:
-        raise ValueError("ctc_weight needs a model with a CTC head (trained with --ctc-weight > 0)")
+        raise OptionError(ref("ctc_weight") + " needs a model with a CTC head (trained with " + ref("ctc_weight") +
+                          " > 0)", "ctc_weight")
     if attending and not 0 <= weight < 1:
         raise ValueError(f"ctc_weight must be in [0, 1) for an attention model, got {weight}")
     window = tuple(window or ())
     if window and (len(window) != 2 or min(window) < 0):
         raise ValueError(f"window must be two frame counts (left, right) >= 0, got {window}")
     if window and not hasattr(model, "attend"):
-        raise ValueError("window applies to Listen, Attend and Spell (--model las) only")
+        raise OptionError(ref("window") + " applies to Listen, Attend and Spell (" + ref("model") + " las) only",
+                          "window", "model")
     if max_rate is not None and max_rate <= 0:
         raise ValueError(f"max_rate must be > 0 characters a second, got {max_rate}")
     if not 0 <= eos_threshold <= 1:

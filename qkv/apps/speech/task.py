@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ...options import OptionError, ref
 from ..base import ApplicationTask
 from .decode import pad_features, speech_metrics, transcribe_batch, utterance_features
 from .options import SpeechOptions
@@ -47,8 +48,8 @@ def load_data(options: SpeechOptions):
         elif path.is_file():
             utterances, skipped = read_manifest(path, on_error=o.on_error)
         else:
-            raise ValueError(f"no such manifest or folder: {o.data} (--data: digits, sentences, a manifest or a "
-                             "LibriSpeech folder)")
+            raise OptionError("no such manifest or folder: {path} (" + ref("data") + ": digits, sentences, a manifest "
+                              "or a LibriSpeech folder)", "data", path=o.data)
         if skipped:
             logger.warning("%s: skipped %s", o.data, ", ".join(f"{n} ({why})" for why, n in skipped.items()))
         corpus = SpeechCorpus(split_utterances(utterances, valid=o.valid, test=o.test, seed=o.data_seed), skipped)

@@ -9,6 +9,7 @@ from typing import Any
 
 from torch import nn
 
+from ...options import option_error, ref
 from ..base import ApplicationTask
 from .decode import collate, encode_example, summarize_batch, summary_metrics
 from .options import SummarizeOptions
@@ -27,7 +28,8 @@ def load_data(options: SummarizeOptions):
         return facts_corpus(o.lang, n_train=o.n_train, n_eval=o.n_eval, seed=o.data_seed)
     if o.data == "debian":
         if not Path(o.debian_file).is_file():
-            raise FileNotFoundError(f"no Debian descriptions at {o.debian_file} (--debian-file)")
+            raise option_error(FileNotFoundError, "no Debian descriptions at {path} (" + ref("debian_file") + ")",
+                               "debian_file", path=o.debian_file)
         corpus = debian_corpus(o.debian_file, on_error=o.on_error, seed=o.data_seed, max_examples=o.max_examples)
     else:
         corpus = read_summaries(o.data, source=o.source_column, target=o.target_column, fmt=o.format,
