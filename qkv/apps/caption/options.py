@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ...options import check_options, option
+from ...options import OptionError, check_options, option, ref
 from ..option_groups import TRANSFORMER, TransformerOptions
 
 __all__ = ["CaptionOptions", "CaptionSettings", "train_defaults", "MODELS", "ATTENDING"]
@@ -138,13 +138,14 @@ class CaptionOptions(TransformerOptions):
             if self.glimpse_features is None:
                 self.glimpse_features = "grid"
             elif self.glimpse_features != "grid" and not self.glimpse:
-                raise ValueError(f"glimpse_features {self.glimpse_features!r} needs the glimpse (--glimpse): it "
-                                 "is what the glimpse reads")
+                raise OptionError(ref("glimpse_features") + " {value!r} needs the glimpse (" + ref("glimpse") +
+                                  "): it is what the glimpse reads", "glimpse_features", "glimpse",
+                                  value=self.glimpse_features)
             if self.naming is None:
                 self.naming = 1.0 if self.glimpse and self.model == "soft" else 0.0  # measured on soft
             if self.naming and not self.glimpse:
-                raise ValueError("naming needs the glimpse (--glimpse): the item words are read again through its "
-                                 "window")
+                raise OptionError(ref("naming") + " needs the glimpse (" + ref("glimpse") + "): the item words are "
+                                  "read again through its window", "naming", "glimpse")
         if self.model == "soft" and self.doubly_stochastic is None:
             self.doubly_stochastic = 0.0 if scenes else 0.1
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ...options import check_options, option
+from ...options import OptionError, check_options, option, ref
 
 __all__ = ["SentimentOptions", "SentimentSettings", "train_defaults", "MODELS"]
 
@@ -91,7 +91,8 @@ class SentimentOptions:
         if self.init and self.model != "lm":
             raise ValueError(f"init goes with model lm (a language model's body), not model {self.model}")
         if self.model == "lm" and not self.init:
-            raise ValueError("model lm starts from a language model: give init (--init RUN, a qkv train lm run)")
+            raise OptionError(ref("model") + " lm starts from a language model: give " + ref("init") +
+                              " (a run of the lm application)", "model", "init")
         if (self.text_col is None) != (self.label_col is None):
             raise ValueError("give both text_col and label_col (or neither, for the movie-review format)")
         if self.text_col is None and (self.delimiter is not None or not self.header or self.labels is not None):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ...options import check_options, option
+from ...options import OptionError, check_options, option, ref
 from ..option_groups import TRANSFORMER, LMFusionSettings, TransformerOptions
 
 __all__ = ["SpeechOptions", "SpeechSettings", "train_defaults", "MODELS", "GENERATED"]
@@ -110,7 +110,8 @@ class SpeechOptions(TransformerOptions):
             self.n_long = sizes[3] if self.n_long is None else self.n_long
         check_options(self)
         if self.model == "las" and self.score == "content" and (self.filters, self.kernel_size) != (10, 31):
-            raise ValueError("filters and kernel_size apply to the location-aware score only (--score location)")
+            raise OptionError(ref("filters") + " and " + ref("kernel_size") + " apply to the location-aware score "
+                              "only (" + ref("score") + " location)", "filters", "kernel_size", "score")
         if self.model == "las" and self.kernel_size % 2 == 0:
             raise ValueError(f"kernel_size must be odd, got {self.kernel_size}")
         if self.window and len(self.window) != 2:
