@@ -163,8 +163,9 @@ class CaptionSettings:
     hard_test: str | None = option(None, choices=("expectation", "argmax"),
                                    help="hard attention: the expected context or the most likely location "
                                         "(default: as trained)")
-    on_error: str | None = option(None, choices=("raise", "skip"), help="evaluate on another data file: bad captions (naming missing or unreadable images) "
-                                  "stop with file:line, or are skipped and counted (default: raise)")
+    on_error: str | None = option(None, choices=("raise", "skip"),
+                                  help="evaluate on another data file: bad captions (naming missing or unreadable "
+                                       "images) stop with file:line, or are skipped and counted (default: raise)")
 
 
 def train_defaults(options: CaptionOptions):

@@ -87,8 +87,9 @@ class QASettings:
     """The settings of a question-answering run's ``evaluate`` (:class:`~qkv.apps.qa.Reader`); ``predict`` takes
     none."""
 
-    on_error: str | None = option(None, choices=("raise", "skip"), help="evaluate on another data file: bad answers (not spans of their context) "
-                                  "stop with file:line, or are skipped and counted (default: raise)")
+    on_error: str | None = option(None, choices=("raise", "skip"),
+                                  help="evaluate on another data file: bad answers (not spans of their context) stop "
+                                       "with file:line, or are skipped and counted (default: raise)")
 
 
 def train_defaults(options: QAOptions):

@@ -147,8 +147,9 @@ class SpeechSettings(LMFusionSettings):
     length_penalty: float | None = option(None, low=0, excludes={"beam": (1,)},
                                           help="beam > 1: Wu et al.'s length normalisation alpha, ranking the final "
                                                "beam (default: the run's, 0 = off)")
-    on_error: str | None = option(None, choices=("raise", "skip"), help="evaluate on another data file: bad audio files or manifest rows "
-                                  "stop with file:line, or are skipped and counted (default: raise)")
+    on_error: str | None = option(None, choices=("raise", "skip"),
+                                  help="evaluate on another data file: bad audio files or manifest rows stop "
+                                       "with file:line, or are skipped and counted (default: raise)")
 
 
 def train_defaults(options: SpeechOptions):
