@@ -7,22 +7,22 @@ folder one training wrote (its ``best/`` and ``checkpoint/``); the *task* is the
 
 The registry below is what the command line walks. :func:`catalogue` lists the applications and their commands
 without importing any of them (``qkv --help`` stays fast): qkv's own are the packages of this folder, each
-declaring ``ABOUT`` (its help and its commands' help, literals read from the source); :func:`register_application`
-adds one defined elsewhere, and :func:`load_plugins` imports those the environment names (``QKV_APPS``, or a
-package's ``qkv.applications`` entry points) for the command line. :func:`application` imports one when it is
-used; :func:`load_predictor` reads a run of any application, its configuration and weights read once.
+declaring its help and its commands' help in ``about.json`` (data, read without importing the package);
+:func:`register_application` adds one defined elsewhere, and :func:`load_plugins` imports those the environment
+names (``QKV_APPS``, or a package's ``qkv.applications`` entry points) for the command line. :func:`application`
+imports one when it is used; :func:`load_predictor` reads a run of any application, its configuration and weights
+read once.
 """
 
 from __future__ import annotations
 
-import ast
 import dataclasses
 import functools
 import importlib
 import os
 from pathlib import Path
 
-from .base import Application, ApplicationTask, Command, Predictor, ViewInput
+from .base import Application, ApplicationTask, Command, Predictor, ViewInput, about_of
 
 __all__ = ["About", "catalogue", "application", "application_of", "load_predictor", "register_application",
            "unregister_application", "load_plugins", "Application", "ApplicationTask", "Command", "Predictor",
@@ -43,15 +43,9 @@ class About:
 
 
 def _read_about(folder: Path) -> About | None:
-    """``ABOUT`` of the application package ``folder``, read from its ``__init__.py`` as a literal (not run)."""
-    source = folder / "__init__.py"
-    if not source.is_file():
-        return None
-    for node in ast.parse(source.read_text(encoding="utf-8"), str(source)).body:
-        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "ABOUT" for t in node.targets):
-            about = ast.literal_eval(node.value)
-            return About(folder.name, about["help"], dict(about.get("commands", {})))
-    return None
+    """The ``about.json`` of the application package ``folder`` (read as data: the package is not imported)."""
+    about = about_of(folder.name) if (folder / "__init__.py").is_file() else None
+    return None if about is None else About(folder.name, about["help"], dict(about.get("commands", {})))
 
 
 @functools.cache

@@ -54,6 +54,15 @@ __all__ = ["Application", "Accepts", "Command", "ApplicationTask", "Predictor", 
            "refuse_settings", "jsonable", "length_batches", "evaluating"]
 
 
+def about_of(name: str) -> dict[str, Any] | None:
+    """``about.json`` of qkv's own application ``name`` (its help and its commands' help, read without importing
+    the package), or ``None``."""
+    import json
+
+    path = Path(__file__).parent / name / "about.json"
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+
+
 @dataclasses.dataclass(frozen=True)
 class Command:
     """A command of an application's own (``qkv transcribe``, ``qkv classify``): its help line, its options (a
@@ -85,7 +94,8 @@ class Application:
         budget_defaults: ``(options, train_config) -> {field: value}``, optional: the options' defaults sized to
             the run's budget (``max_minutes``, ``max_steps``; ``qkv train`` applies them under the flags given);
             ``None``: one size for all.
-        commands: the application's own commands (``qkv transcribe``), name -> :class:`Command`.
+        commands: the application's own commands (``qkv transcribe``), name -> :class:`Command`, or ``(options,
+            run)`` with the help in the application's ``about.json``.
         export: ``predictor -> {graph name: (module, example inputs, manifest extras)}``, the ONNX graphs of a run
             (:func:`qkv.apps.export.export_run`); ``None``: its runs cannot be exported.
         upgrade: ``config -> config``, a run's configuration of checkpoint format 1 (qkv 0.1.0) in the current
@@ -93,10 +103,10 @@ class Application:
     """
 
     name: str
-    help: str
-    task: type
-    predictor: type[Predictor]
-    train_defaults: Callable[[Any], Any]
+    help: str | None = None  # None: the help of ``about.json`` beside the application's package
+    task: type = None  # type: ignore[assignment]
+    predictor: type[Predictor] = None  # type: ignore[assignment]
+    train_defaults: Callable[[Any], Any] = None  # type: ignore[assignment]
     options: type | None = None
     load_data: Callable[[Any], Any] | None = None
     model_spec: Callable[..., dict[str, Any]] | None = None
@@ -107,6 +117,17 @@ class Application:
     upgrade: Callable[[dict[str, Any]], dict[str, Any]] | None = None
 
     def __post_init__(self) -> None:
+        about = about_of(self.name) if self.help is None or any(
+            not isinstance(c, Command) for c in self.commands.values()) else None
+        if self.help is None:
+            if about is None:
+                raise ValueError(f"application {self.name!r}: no help given and no about.json")
+            object.__setattr__(self, "help", about["help"])
+        commands = {name: c if isinstance(c, Command) else Command(about["commands"][name], *c)
+                    for name, c in self.commands.items()}
+        object.__setattr__(self, "commands", commands)
+        if self.task is None or self.predictor is None or self.train_defaults is None:
+            raise TypeError(f"application {self.name!r} needs task, predictor and train_defaults")
         for name, default in (("options", "options_type"), ("load_data", "load_data"), ("model_spec", "model_spec")):
             if getattr(self, name) is None:
                 object.__setattr__(self, name, getattr(self.task, default))

@@ -29,18 +29,23 @@ __all__ = ["LoadedRun", "load_run", "run_application", "model_from_spec", "upgra
 
 def run_application(path: str | os.PathLike) -> str:
     """The application (the checkpoint's ``task``) of a run or checkpoint directory, read from its ``config.json``
-    only (the weights are not opened). ``FileNotFoundError`` naming what was looked for; ``ValueError`` naming a
-    damaged file."""
-    from ..train.checkpoint import resolve_checkpoint
+    only (the weights are not opened); a damaged ``best/config.json`` falls back to ``checkpoint/``, as loading the
+    run does. ``FileNotFoundError`` naming what was looked for; ``ValueError`` naming every damaged file."""
+    from ..train.checkpoint import _candidates, resolve_checkpoint
 
-    where = Path(resolve_checkpoint(path)) / "config.json"
-    try:
-        meta = json.loads(where.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ValueError(f"{where}: damaged, not JSON ({e})") from None
-    if not isinstance(meta, dict) or not isinstance(meta.get("task"), str):
-        raise ValueError(f"{where}: damaged, no task name")
-    return meta["task"]
+    found = _candidates(Path(path), ("best", "checkpoint")) or [resolve_checkpoint(path)]
+    damaged = []
+    for folder in found:
+        where = Path(folder) / "config.json"
+        try:
+            meta = json.loads(where.read_text(encoding="utf-8"))
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            damaged.append(f"{where}: damaged, not JSON ({e})")
+            continue
+        if isinstance(meta, dict) and isinstance(meta.get("task"), str):
+            return meta["task"]
+        damaged.append(f"{where}: damaged, no task name")
+    raise ValueError("; ".join(damaged))
 
 
 @dataclasses.dataclass

@@ -1,6 +1,7 @@
 """What the application layer promises of its structure: generic modules never name an application, the command
 line imports an application only when its command is used, a run's folder is resolved and its ``config.json`` read
-once per command, and every application's declaration (``ABOUT``, read without importing it) matches what it is."""
+once per command, and every application's declaration (``about.json``, read without importing it) matches what it
+is."""
 
 import ast
 import json
@@ -136,10 +137,10 @@ def test_a_command_resolves_the_run_and_reads_its_config_once(command, tiny_run,
     assert len([p for p in read if pathlib.Path(str(p)).parent.parent == run]) == 1, read
 
 
-def test_abouts_are_literals():
-    """``ABOUT`` is read without running the package: a literal in its ``__init__.py``."""
+def test_abouts_are_data_packaged_with_qkv():
+    """Each application's ``about.json`` is read without importing it, and ships in the wheel."""
+    pyproject = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
+    assert '"qkv.apps" = ["*/about.json"]' in pyproject
     for name in catalogue():
-        source = (ROOT / "qkv" / "apps" / name / "__init__.py").read_text(encoding="utf-8")
-        node = next(n for n in ast.parse(source).body if isinstance(n, ast.Assign)
-                    and any(getattr(t, "id", None) == "ABOUT" for t in n.targets))
-        json.dumps(ast.literal_eval(node.value))
+        about = json.loads((ROOT / "qkv" / "apps" / name / "about.json").read_text(encoding="utf-8"))
+        assert set(about) == {"help", "commands"} and about["help"]

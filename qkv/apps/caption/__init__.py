@@ -28,7 +28,7 @@ Example::
 
 from __future__ import annotations
 
-from ..base import Application, Command
+from ..base import Application
 from . import command, export
 from .data import CaptionData
 from .decode import Caption, caption_images, caption_metrics, evaluate_captions
@@ -39,16 +39,7 @@ from .task import CaptionTask, load_data, model_spec
 __all__ = ["APPLICATION", "CaptionOptions", "load_data", "model_spec", "train_defaults", "CaptionTask",
            "CaptionData", "Caption", "Captioner", "caption_images", "caption_metrics", "evaluate_captions", "MODELS"]
 
-#: what the command line reads of the application without importing it (``qkv --help``)
-ABOUT = {
-    "help": "train an image captioner with soft/hard attention (scenes, Flickr8k or COCO captions)",
-    "commands": {
-        "caption": "caption images with a trained run, draw where each word looked, or --evaluate it "
-                   "(BLEU-1..4, exact match, grounding)",
-    },
-}
 
 APPLICATION = Application(
-    name="caption", help=ABOUT["help"], commands={
-        "caption": Command(ABOUT["commands"]["caption"], command.CaptionCommand, command.caption)},
+    name="caption", commands=command.COMMANDS,
     train_defaults=train_defaults, task=CaptionTask, predictor=Captioner, export=export.graphs)

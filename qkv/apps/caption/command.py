@@ -101,3 +101,7 @@ def caption(o: CaptionCommand) -> int:
             print(f"wrote {safe(str(path))}")
     finish(captioner, files + [f"{o.split}{n}" for n in o.index or []], results, o.json)
     return 0
+
+
+#: the application's own commands: name -> (options, run); their help is in ``about.json``
+COMMANDS = {"caption": (CaptionCommand, caption)}

@@ -30,7 +30,7 @@ Example::
 
 from __future__ import annotations
 
-from ..base import Application, Command
+from ..base import Application
 from . import command, export, upgrade
 from .maps import AttentionView, attention_view
 from .options import ARCHS, AUGMENTATIONS, ImageOptions, parse_attn_args, train_defaults
@@ -41,17 +41,8 @@ __all__ = ["APPLICATION", "ImageOptions", "load_data", "model_spec", "train_defa
            "ImagePrediction", "ImageClassifier", "AttentionView", "attention_view", "predict_logits",
            "count_parameters", "parse_attn_args", "ARCHS", "AUGMENTATIONS"]
 
-#: what the command line reads of the application without importing it (``qkv --help``)
-ABOUT = {
-    "help": "train an image classifier with channel/spatial attention",
-    "commands": {
-        "show-attention": "draw an image model's attention maps (PNG)",
-    },
-}
 
 APPLICATION = Application(
-    name="images", help=ABOUT["help"], commands={
-        "show-attention": Command(ABOUT["commands"]["show-attention"], command.ShowAttentionCommand,
-                                  command.show_attention)},
+    name="images", commands=command.COMMANDS,
     train_defaults=train_defaults, task=ImageTask, predictor=ImageClassifier, export=export.graphs,
     upgrade=upgrade.upgrade_config)

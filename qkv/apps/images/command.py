@@ -86,3 +86,7 @@ def show_attention(o: ShowAttentionCommand) -> int:
             print(f"wrote {safe(str(path))}")
     finish(clf, files + [f"test{n}" for n in o.index or []], clf.predict(batch), o.json)
     return 0
+
+
+#: the application's own commands: name -> (options, run); their help is in ``about.json``
+COMMANDS = {"show-attention": (ShowAttentionCommand, show_attention)}

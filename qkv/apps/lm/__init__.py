@@ -20,7 +20,7 @@ Example::
 
 from __future__ import annotations
 
-from ..base import Application, Command
+from ..base import Application
 from . import command
 from .options import LMOptions, budget_defaults, train_defaults
 from .predictor import Generation, LanguageModel
@@ -29,15 +29,7 @@ from .task import LMTask, evaluate_lm, load_data, model_spec
 __all__ = ["APPLICATION", "LMOptions", "train_defaults", "budget_defaults", "load_data", "model_spec", "LMTask",
            "evaluate_lm", "LanguageModel", "Generation"]
 
-#: what the command line reads of the application without importing it (``qkv --help``)
-ABOUT = {
-    "help": "train a causal Transformer language model on a text file (or tatoeba, debian)",
-    "commands": {
-        "generate": "continue prompts with a language-model run (sampling with a seed, or greedy)",
-    },
-}
 
 APPLICATION = Application(
-    name="lm", help=ABOUT["help"], commands={
-        "generate": Command(ABOUT["commands"]["generate"], command.GenerateCommand, command.generate)},
+    name="lm", commands=command.COMMANDS,
     train_defaults=train_defaults, task=LMTask, predictor=LanguageModel, budget_defaults=budget_defaults)

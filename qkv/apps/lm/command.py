@@ -42,3 +42,7 @@ def generate(o: GenerateCommand) -> int:
         print(f"{safe(r.prompt)}\t{safe(r.text)}")
     finish(lm, prompts, results, o.json)
     return 0
+
+
+#: the application's own commands: name -> (options, run); their help is in ``about.json``
+COMMANDS = {"generate": (GenerateCommand, generate)}

@@ -25,7 +25,7 @@ Example::
 
 from __future__ import annotations
 
-from ..base import Application, Command
+from ..base import Application
 from . import command, export
 from .decode import Answer, answer_metrics, predict_examples
 from .options import MODELS, QAOptions, train_defaults
@@ -35,15 +35,7 @@ from .task import QATask, evaluate_reader, load_data, model_spec, train_tokenize
 __all__ = ["APPLICATION", "QAOptions", "load_data", "model_spec", "train_defaults", "train_tokenizer",
            "evaluate_reader", "QATask", "Answer", "Reader", "predict_examples", "answer_metrics", "MODELS"]
 
-#: what the command line reads of the application without importing it (``qkv --help``)
-ABOUT = {
-    "help": "train a reader that answers questions by pointing at a span",
-    "commands": {
-        "answer": "answer a question about a context with a trained qa run, showing its attention",
-    },
-}
 
 APPLICATION = Application(
-    name="qa", help=ABOUT["help"], commands={
-        "answer": Command(ABOUT["commands"]["answer"], command.AnswerCommand, command.answer)},
+    name="qa", commands=command.COMMANDS,
     train_defaults=train_defaults, task=QATask, predictor=Reader, export=export.graphs)

@@ -87,3 +87,7 @@ def answer(o: AnswerCommand) -> int:
         print(f"wrote {save_html(o.html, [item], title='The question attends to the context')}")
     finish(reader, given, results, o.json)
     return 0
+
+
+#: the application's own commands: name -> (options, run); their help is in ``about.json``
+COMMANDS = {"answer": (AnswerCommand, answer)}

@@ -29,7 +29,7 @@ Example::
 
 from __future__ import annotations
 
-from ..base import Application, Command
+from ..base import Application
 from . import command, export
 from .options import MODELS, SegmentOptions, train_defaults
 from .predictor import Segmentation, Segmenter
@@ -38,16 +38,7 @@ from .task import SegmentTask, load_data, model_spec, normalize, predict_logits,
 __all__ = ["APPLICATION", "SegmentOptions", "train_defaults", "MODELS", "load_data", "model_spec",
            "SegmentTask", "Segmenter", "Segmentation", "normalize", "predict_logits", "score"]
 
-#: what the command line reads of the application without importing it (``qkv --help``)
-ABOUT = {
-    "help": "train a semantic segmentation network (BiSeNet with ARM/FFM attention, or an FCN)",
-    "commands": {
-        "segment": "label images with a segmentation run, draw them with the ARM/FFM channel weights (--plot), "
-                   "or --evaluate it (mIoU, per-class IoU, pixel accuracy)",
-    },
-}
 
 APPLICATION = Application(
-    name="segment", help=ABOUT["help"], commands={
-        "segment": Command(ABOUT["commands"]["segment"], command.SegmentCommand, command.segment)},
+    name="segment", commands=command.COMMANDS,
     train_defaults=train_defaults, task=SegmentTask, predictor=Segmenter, export=export.graphs)

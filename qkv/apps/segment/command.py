@@ -85,3 +85,7 @@ def segment(o: SegmentCommand) -> int:
             print(f"wrote {safe(str(path))}")
     finish(segmenter, files + [f"test{n}" for n in o.index or []], results, o.json)
     return 0
+
+
+#: the application's own commands: name -> (options, run); their help is in ``about.json``
+COMMANDS = {"segment": (SegmentCommand, segment)}

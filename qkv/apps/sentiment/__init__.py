@@ -19,7 +19,7 @@ Example::
 from __future__ import annotations
 
 from ...data.text_classification import collate_texts
-from ..base import Application, Command
+from ..base import Application
 from . import command, export, upgrade
 from .faithfulness import comprehensiveness
 from .options import MODELS, SentimentOptions, train_defaults
@@ -35,20 +35,8 @@ def _train(options: SentimentOptions, config) -> list:
     return train_folds(options, config)["runs"]
 
 
-#: what the command line reads of the application without importing it (``qkv --help``)
-ABOUT = {
-    "help": "train a text classifier with attention (sentiment by default)",
-    "commands": {
-        "classify": "classify text with a trained sentiment run, showing its attention",
-        "faithfulness": "does a sentiment model's attention explain? remove the most attended words vs random "
-                        "ones (ERASER comprehensiveness)",
-    },
-}
-
 APPLICATION = Application(
-    name="sentiment", help=ABOUT["help"], commands={
-        "classify": Command(ABOUT["commands"]["classify"], command.ClassifyCommand, command.classify),
-        "faithfulness": Command(ABOUT["commands"]["faithfulness"], command.FaithfulnessCommand, command.faithfulness)},
+    name="sentiment", commands=command.COMMANDS,
     train_defaults=train_defaults, task=SentimentTask, predictor=SentimentClassifier, train=_train,
     export=export.graphs,
     upgrade=upgrade.upgrade_config)

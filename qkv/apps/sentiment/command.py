@@ -74,3 +74,7 @@ def faithfulness(o: FaithfulnessCommand) -> int:
         r = comprehensiveness(clf, texts, k=k, draws=o.draws, seed=o.seed)
         print(f"{k}\t{r['attention']:.4f}\t{r['random']:.4f}\t{r['difference']:+.4f}\t{r['wins']:.3f}\t{r['texts']}")
     return 0
+
+
+#: the application's own commands: name -> (options, run); their help is in ``about.json``
+COMMANDS = {"classify": (ClassifyCommand, classify), "faithfulness": (FaithfulnessCommand, faithfulness)}

@@ -30,7 +30,7 @@ Example::
 
 from __future__ import annotations
 
-from ..base import Application, Command
+from ..base import Application
 from . import command, export
 from .decode import Transcript, speech_metrics, transcribe_batch
 from .options import MODELS, SpeechOptions, train_defaults
@@ -40,17 +40,7 @@ from .task import SpeechTask, evaluate_transcripts, load_data, model_spec
 __all__ = ["APPLICATION", "SpeechOptions", "load_data", "model_spec", "train_defaults", "SpeechTask",
            "evaluate_transcripts", "Transcriber", "Transcript", "transcribe_batch", "speech_metrics", "MODELS"]
 
-#: what the command line reads of the application without importing it (``qkv --help``)
-ABOUT = {
-    "help": "train a speech recogniser: Listen, Attend and Spell (content or location-aware attention), CTC, "
-            "hybrid or Transformer (generated digits/sentences, a manifest or LibriSpeech)",
-    "commands": {
-        "transcribe": "transcribe audio files with a speech run (PATH<TAB>transcript), draw each character's "
-                      "attention over the audio, or --evaluate WER and CER",
-    },
-}
 
 APPLICATION = Application(
-    name="speech", help=ABOUT["help"], commands={
-        "transcribe": Command(ABOUT["commands"]["transcribe"], command.TranscribeCommand, command.transcribe)},
+    name="speech", commands=command.COMMANDS,
     train_defaults=train_defaults, task=SpeechTask, predictor=Transcriber, export=export.graphs)

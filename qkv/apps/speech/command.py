@@ -93,3 +93,7 @@ def transcribe(o: TranscribeCommand) -> int:
             print(f"wrote {safe(str(written))}")
     finish(transcriber, audio, results, o.json, **settings)
     return 0
+
+
+#: the application's own commands: name -> (options, run); their help is in ``about.json``
+COMMANDS = {"transcribe": (TranscribeCommand, transcribe)}

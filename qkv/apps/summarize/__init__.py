@@ -24,7 +24,7 @@ Example::
 
 from __future__ import annotations
 
-from ..base import Application, Command
+from ..base import Application
 from . import command, export
 from .decode import Summary, first_words, lead, summarize_batch, summary_metrics
 from .options import MODELS, SummarizeOptions, train_defaults
@@ -35,16 +35,7 @@ __all__ = ["APPLICATION", "SummarizeOptions", "load_data", "model_spec", "train_
            "SummarizeTask", "Summary", "Summarizer", "summarize_batch", "summary_metrics", "evaluate_summaries",
            "lead", "first_words", "MODELS"]
 
-#: what the command line reads of the application without importing it (``qkv --help``)
-ABOUT = {
-    "help": "train a summariser with copy attention and coverage (Debian descriptions, facts, files)",
-    "commands": {
-        "summarize": "summarise texts with a trained summarize run (or --evaluate its ROUGE), with a page of "
-                     "the words it copied",
-    },
-}
 
 APPLICATION = Application(
-    name="summarize", help=ABOUT["help"], commands={
-        "summarize": Command(ABOUT["commands"]["summarize"], command.SummarizeCommand, command.summarize)},
+    name="summarize", commands=command.COMMANDS,
     train_defaults=train_defaults, task=SummarizeTask, predictor=Summarizer, export=export.graphs)

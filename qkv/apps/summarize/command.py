@@ -99,3 +99,7 @@ def summarize(o: SummarizeCommand) -> int:
         print(f"wrote {save_copy_page(html_path, items, title=f'Summaries by {Path(o.run).name}')}")
     finish(summarizer, texts, results, o.json, **settings)
     return 0
+
+
+#: the application's own commands: name -> (options, run); their help is in ``about.json``
+COMMANDS = {"summarize": (SummarizeCommand, summarize)}

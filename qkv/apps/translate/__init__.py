@@ -19,7 +19,7 @@ Example::
 
 from __future__ import annotations
 
-from ..base import Application, Command
+from ..base import Application
 from . import command, export, upgrade
 from .decode import Translation, translate_batch
 from .options import MODELS, RNN_MODELS, TranslateOptions, budget_defaults, train_defaults
@@ -30,17 +30,9 @@ __all__ = ["APPLICATION", "TranslateOptions", "load_data", "model_spec", "train_
            "TranslateTask", "Translation", "Translator", "translate_batch", "evaluate_translations", "parse_buckets",
            "MODELS", "RNN_MODELS"]
 
-#: what the command line reads of the application without importing it (``qkv --help``)
-ABOUT = {
-    "help": "train a translator (dates or a Tatoeba/Anki corpus)",
-    "commands": {
-        "translate": "translate text with a trained run, and plot its alignment",
-    },
-}
 
 APPLICATION = Application(
-    name="translate", help=ABOUT["help"], commands={
-        "translate": Command(ABOUT["commands"]["translate"], command.TranslateCommand, command.translate)},
+    name="translate", commands=command.COMMANDS,
     train_defaults=train_defaults, task=TranslateTask, predictor=Translator, budget_defaults=budget_defaults,
     export=export.graphs,
     upgrade=upgrade.upgrade_config)

@@ -56,3 +56,7 @@ def translate(o: TranslateCommand) -> int:
             print(f"wrote {path}")
     finish(translator, texts, results, o.json, **settings)
     return 0
+
+
+#: the application's own commands: name -> (options, run); their help is in ``about.json``
+COMMANDS = {"translate": (TranslateCommand, translate)}
