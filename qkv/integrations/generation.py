@@ -34,6 +34,7 @@ import torch
 from torch import Tensor, nn
 
 from ..capture import AttentionRecord
+from ..options import OptionError, ref
 from .transformers import attention_kind, recording
 
 __all__ = ["record_generation", "view_generation", "generation_page", "steps_of", "Recorded", "Step", "STRATEGIES"]
@@ -111,20 +112,22 @@ def count_heads(config) -> int:
 
 
 def check_selection(config, layers: Sequence[int] | None, heads: Sequence[int] | None) -> tuple[list | None, ...]:
-    """``layers`` and ``heads`` as sorted lists (None: all), or a ``ValueError`` naming ``--layers``/``--heads``
-    and what the model has."""
+    """``layers`` and ``heads`` as sorted lists (None: all), or an :class:`~qkv.options.OptionError` naming the option
+    (``layers``/``heads``) and what the model has."""
     out = []
-    for option, given, n, what in (("--layers", layers, count_layers(config), "layers"),
-                                   ("--heads", heads, count_heads(config), "heads")):
+    for option, given, n, what in (("layers", layers, count_layers(config), "layers"),
+                                   ("heads", heads, count_heads(config), "heads")):
         if given is None:
             out.append(None)
             continue
         given = sorted({int(x) for x in given})
         if not given:
-            raise ValueError(f"{option}: give at least one (the model has {n} {what}, 0-{n - 1})")
+            raise OptionError(ref(option) + ": give at least one (the model has {n} {what}, 0-{last})", option, n=n,
+                              what=what, last=n - 1)
         bad = [x for x in given if not 0 <= x < n]
         if bad:
-            raise ValueError(f"{option} {bad[0]}: the model has {n} {what} (0-{n - 1})")
+            raise OptionError(ref(option) + " {bad}: the model has {n} {what} (0-{last})", option, bad=bad[0], n=n,
+                              what=what, last=n - 1)
         out.append(given)
     return tuple(out)
 
@@ -166,7 +169,8 @@ class _Recorder:
         if self.heads is None:
             return list(range(num_heads))
         if self.heads[-1] >= num_heads:
-            raise ValueError(f"--heads {self.heads[-1]}: {name} has {num_heads} heads (0-{num_heads - 1})")
+            raise OptionError(ref("heads") + " {bad}: {name} has {n} heads (0-{last})", "heads", bad=self.heads[-1],
+                              name=name, n=num_heads, last=num_heads - 1)
         return self.heads
 
     def add(self, module: nn.Module, first: int, weights: Tensor, rows: int) -> None:
@@ -202,11 +206,12 @@ def record_generation(model: nn.Module, input_ids: Tensor, *, max_new_tokens: in
         generate_kwargs: more arguments of ``generate`` (``temperature``, ``top_k``...).
     """
     if strategy not in STRATEGIES:
-        raise ValueError(f"--strategy must be one of {', '.join(STRATEGIES)}, got {strategy!r}")
+        raise OptionError(ref("strategy") + " must be one of {choices}, got {given!r}", "strategy",
+                          choices=", ".join(STRATEGIES), given=strategy)
     if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
-        raise ValueError(f"--generate must be a number of tokens >= 1, got {max_new_tokens}")
+        raise OptionError(ref("generate") + " must be a number of tokens >= 1, got {n}", "generate", n=max_new_tokens)
     if strategy == "beam" and beams < 2:
-        raise ValueError(f"--beam must be >= 2 for beam search, got {beams}")
+        raise OptionError(ref("beam") + " must be >= 2 for beam search, got {n}", "beam", n=beams)
     if input_ids.dim() != 2 or input_ids.shape[0] != 1 or input_ids.shape[1] < 1:
         raise ValueError(f"input_ids must be one non-empty prompt (1, T), got {tuple(input_ids.shape)}")
     if not model.can_generate():
@@ -355,11 +360,12 @@ def view_generation(path: str | os.PathLike | nn.Module, prompt: str, generate: 
 
     beams = beams if beam is None else beam
     if not isinstance(prompt, str) or not prompt.strip():
-        raise ValueError("--generate needs a prompt: the text is empty")
+        raise OptionError(ref("generate") + " needs a prompt: the text is empty", "generate")
     if not isinstance(generate, int) or isinstance(generate, bool) or generate < 1:
-        raise ValueError(f"--generate must be a number of tokens >= 1, got {generate}")
+        raise OptionError(ref("generate") + " must be a number of tokens >= 1, got {n}", "generate", n=generate)
     if strategy not in STRATEGIES:
-        raise ValueError(f"--strategy must be one of {', '.join(STRATEGIES)}, got {strategy!r}")
+        raise OptionError(ref("strategy") + " must be one of {choices}, got {given!r}", "strategy",
+                          choices=", ".join(STRATEGIES), given=strategy)
     if isinstance(path, nn.Module):
         model, tok, where = path, tokenizer, "the model given"
         if tok is None or not callable(tok):
@@ -373,20 +379,21 @@ def view_generation(path: str | os.PathLike | nn.Module, prompt: str, generate: 
     enc_dec = bool(getattr(model.config, "is_encoder_decoder", False))
     ids = tok(prompt)["input_ids"]
     if not ids:
-        raise ValueError("--generate needs a prompt: the text has no tokens")
+        raise OptionError(ref("generate") + " needs a prompt: the text has no tokens", "generate")
     notes = [f"{type(model).__name__} ({model.config.model_type}) from {where}, on qkv's attention "
              f"backend, generating with the KV cache"]
     limit, limit_field = position_limit(model.config)
     if enc_dec:
         dec_limit = getattr(model.config, "max_target_positions", None) or limit
         if dec_limit is not None and generate >= dec_limit:
-            raise ValueError(f"--generate {generate}: the decoder takes at most {dec_limit} positions")
+            raise OptionError(ref("generate") + " {n}: the decoder takes at most {limit} positions", "generate",
+                              n=generate, limit=dec_limit)
         ids, note = fit_tokens(ids, limit, f"the model takes {limit} positions ({limit_field})",
                                keep_last=1 if tok.eos_token_id is not None and ids[-1] == tok.eos_token_id else 0)
     else:
         if limit is not None and generate >= limit:
-            raise ValueError(f"--generate {generate}: the model takes at most {limit} positions ({limit_field}), "
-                             "prompt and generated tokens together")
+            raise OptionError(ref("generate") + " {n}: the model takes at most {limit} positions ({field}), prompt "
+                              "and generated tokens together", "generate", n=generate, limit=limit, field=limit_field)
         room = None if limit is None else limit - generate
         ids, note = fit_tokens(ids, room, f"the model takes {limit} positions ({limit_field}), {generate} of them "
                                           "for the generated tokens")

@@ -30,6 +30,8 @@ from pathlib import Path
 
 import torch
 
+from ..options import OptionError, ref
+
 __all__ = ["load_model", "read_config", "check_weights", "check_tokenizer_files", "check_vocabulary", "position_limit",
            "fit_tokens"]
 
@@ -242,8 +244,8 @@ def load_model(path: str | os.PathLike, device: str | torch.device = "cpu", *, g
                              f"missing ({len(missing)} tensor(s) missing)")
         log.info("%s: %d tensor(s) of the head are not in the weights (%s)", path, len(missing), missing[0])
     if generate and not model.can_generate():
-        raise ValueError(f"{path}: {type(model).__name__} has no generation head (--generate needs a "
-                         "...ForCausalLM or ...ForConditionalGeneration model)")
+        raise OptionError("{path}: {kind} has no generation head (" + ref("generate") + " needs a ...ForCausalLM or "
+                          "...ForConditionalGeneration model)", "generate", path=path, kind=type(model).__name__)
     if tok is not None:
         check_vocabulary(tok, model, path)
     return model.to(device).eval(), tok

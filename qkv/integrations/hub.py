@@ -27,6 +27,8 @@ import os
 import re
 from pathlib import Path
 
+from ..options import OptionError, ref
+
 __all__ = ["resolve_model", "is_hub_id", "cache_dir", "offline", "ALLOW_PATTERNS"]
 
 log = logging.getLogger(__name__)
@@ -84,13 +86,14 @@ def resolve_model(name_or_dir: str | os.PathLike, revision: str | None = None) -
     path = os.fspath(name_or_dir)
     if Path(path).is_dir():
         if revision is not None:
-            raise ValueError(f"--revision {revision}: {path} is a local directory (a revision names a version of a "
-                             "model on the Hugging Face hub)")
+            raise OptionError(ref("revision") + " {rev}: {path} is a local directory (a revision names a version of a "
+                              "model on the Hugging Face hub)", "revision", rev=revision, path=path)
         return path
     if not is_hub_id(path):
         raise ValueError(f"{path}: no such directory, and not a Hugging Face hub id (org/name)")
     if revision is not None and (not isinstance(revision, str) or not revision.strip() or "\n" in revision):
-        raise ValueError(f"--revision must be a branch, a tag or a commit hash, got {revision!r}")
+        raise OptionError(ref("revision") + " must be a branch, a tag or a commit hash, got {rev!r}", "revision",
+                          rev=revision)
     try:
         import huggingface_hub
         from huggingface_hub import errors

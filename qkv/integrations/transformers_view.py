@@ -22,6 +22,7 @@ from typing import Any
 import torch
 
 from ..capture import capture_attention
+from ..options import OptionError, ref
 
 __all__ = ["is_hf_model_dir", "view_page_input", "load_model", "view_image_input", "is_image_model", "hf_image_model"]
 
@@ -238,7 +239,8 @@ def view_image_input(path: str | os.PathLike | Any, image: Any, device: str | to
     config = path.config if given else read_config(path)
     where = "the model given" if given else os.fspath(path)
     if not is_image_model(config):
-        raise ValueError(f"{where}: {config.model_type} is not an image model over patches (--image needs one)")
+        raise OptionError("{where}: {kind} is not an image model over patches (" + ref("image") + " needs one)",
+                          "image", where=where, kind=config.model_type)
     model = path if given else load_model(path, device, tokenizer=False)[0]
     layers, heads = check_selection(model.config, layers, heads)
     pixels, pil = _pixels(None if given else path, image, model.config, processor)

@@ -43,8 +43,8 @@ def token_map(decoder_tokenizer, lm_tokenizer) -> tuple[Tensor, float]:
     ordinary tokens the language model knows. Tokenisers of different kinds are a ``ValueError``."""
     if decoder_tokenizer.kind != lm_tokenizer.kind:
         raise ValueError(f"the language model's tokens ({lm_tokenizer.kind}) are not the decoder's "
-                         f"({decoder_tokenizer.kind}): train the language model with --tokenizer "
-                         f"{decoder_tokenizer.kind}")
+                         f"({decoder_tokenizer.kind}): train the language model with tokenizer="
+                         f"{decoder_tokenizer.kind!r}")
     lm_ids = {tok: i for i, tok in enumerate(lm_tokenizer.tokens_of_ids(range(lm_tokenizer.vocab_size)))}
     strings = decoder_tokenizer.tokens_of_ids(range(decoder_tokenizer.vocab_size))
     specials = len(decoder_tokenizer.specials)

@@ -147,9 +147,9 @@ def test_only_the_layers_and_heads_asked_for_are_computed(name, gen, monkeypatch
     assert len(weights_calls) * 2 == len(fused_calls)  # 2 layers: one in two modules' weights computed
 
 
-@pytest.mark.parametrize("given,match", [(dict(layers=[5]), "--layers 5"), (dict(heads=[4]), "--heads 4"),
-                                         (dict(max_new_tokens=0), "--generate"), (dict(strategy="nope"), "--strategy"),
-                                         (dict(layers=[]), "--layers")])
+@pytest.mark.parametrize("given,match", [(dict(layers=[5]), "layers 5"), (dict(heads=[4]), "heads 4"),
+                                         (dict(max_new_tokens=0), "generate"), (dict(strategy="nope"), "strategy"),
+                                         (dict(layers=[]), "layers")])
 def test_bad_selection_is_a_one_line_error(given, match, gen):
     args = {"max_new_tokens": 3, **given}
     with pytest.raises(ValueError, match=match) as e:

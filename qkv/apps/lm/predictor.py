@@ -133,8 +133,8 @@ class LanguageModel(Predictor):
         """This run with what :meth:`view` shows set: with ``generate``, up to that many tokens generated from the
         text (``strategy`` ``greedy`` or ``sample`` with ``seed``), every step's attention recorded."""
         if strategy not in ("greedy", "sample"):
-            raise OptionError(ref("strategy") + " {strategy}: a language-model run generates greedy or sample (no "
-                              "beams)", "strategy", strategy=strategy)
+            raise OptionError(ref("strategy") + " {given}: a language-model run generates greedy or sample (no "
+                              "beams)", "strategy", given=strategy)
         self._viewing = {"generate": generate, "strategy": strategy, "seed": seed}
         return self
 
