@@ -29,6 +29,7 @@ from torch import nn
 
 from ..export.graph import ExportError, check_exportable, require_onnx, to_onnx
 from ..export.weights import WithWeights, weight_names
+from ..options import option_error, ref
 
 logger = logging.getLogger(__name__)
 
@@ -45,7 +46,8 @@ def _writable(out: Path) -> None:
         probe.write_bytes(b"")
         probe.unlink()
     except OSError as e:
-        raise ExportError(f"--out {out}: cannot write there ({e.strerror or e})") from None
+        raise option_error(ExportError, ref("out") + " {path}: cannot write there ({why})", "out", path=out,
+                           why=e.strerror or e) from None
 
 
 def text_classifier_graphs(predictor, **extra: Any) -> dict[str, Any]:
@@ -96,7 +98,8 @@ def _clear(out: Path, run: Path, checkpoint: Path) -> None:
     target = out.resolve()
     inside = next((r for r in sorted(roots) if target == r or r in target.parents), None)
     if inside is not None:
-        raise ExportError(f"--out {out}: inside the run {inside}; export to a folder of its own")
+        raise option_error(ExportError, ref("out") + " {path}: inside the run {inside}; export to a folder of its own",
+                           "out", path=out, inside=inside)
     manifest = out / MANIFEST
     if not manifest.is_file():
         return
@@ -104,7 +107,8 @@ def _clear(out: Path, run: Path, checkpoint: Path) -> None:
         old = json.loads(manifest.read_text(encoding="utf-8"))
         names = [g["file"] for g in old.get("graphs", {}).values()] + list(old.get("assets", []))
     except (ValueError, TypeError, KeyError, AttributeError):
-        raise ExportError(f"--out {out}: holds a damaged {MANIFEST}; remove it or export elsewhere") from None
+        raise option_error(ExportError, ref("out") + " {path}: holds a damaged {manifest}; remove it or export "
+                           "elsewhere", "out", path=out, manifest=MANIFEST) from None
     manifest.unlink()
     for name in [*names, "config.json"]:
         path = out / Path(str(name)).name
