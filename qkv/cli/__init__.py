@@ -16,7 +16,6 @@ import gzip
 import json
 import logging
 import os
-import re
 import sys
 import traceback
 import zlib
@@ -115,49 +114,18 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     return tuple(errors)
 
 
-def _one_line(e: BaseException, flags: frozenset[str] | None = None, parser=None,
-              fields: dict[str, str] | None = None) -> str:
-    """``e`` as one line: an :class:`~qkv.options.OptionError` names each option as the command's flag (``fields``:
-    field name -> flag) where the command has one, else as the option's name."""
+def _one_line(e: BaseException, fields: dict[str, str] | None = None) -> str:
+    """``e`` as one line: an exception that names options (:class:`~qkv.options.OptionError`,
+    :func:`~qkv.options.option_error`) writes each as the running command's flag (``fields``: field name -> flag)
+    where the command has one, else as the option's name; a library's advice never names a flag the user cannot
+    give to this command."""
     if isinstance(e, NamesOptions) and fields is not None:
         text = e.render(lambda name: fields.get(name, name)).strip()
     else:
         text = str(e).strip() or type(e).__name__
     if isinstance(e, OSError) and e.filename and str(e.filename) not in text:
         text = f"{text} ({e.filename})"
-    return own_flags(" ".join(text.split()), flags, parser)
-
-
-_FLAG = re.compile(r"(?<![\w-])--[a-z][a-z0-9-]*")
-_COMMAND = re.compile(r"\bqkv ((?:train )?[a-z][a-z-]*)")
-
-
-def own_flags(text: str, flags: frozenset[str] | None, parser=None) -> str:
-    """``text`` with every ``--flag`` that the command does not have (``flags``: its option strings) written as the
-    option's name (``--source-column`` -> ``source_column``): a library's advice never names a flag the user
-    cannot give to this command, unless it names the command that has it (``qkv train summarize: --source-column``;
-    its flags are read from ``parser``)."""
-    if flags is None:
-        return text
-    named = set(flags)
-    for m in _COMMAND.finditer(text) if parser is not None else ():
-        named |= _flags_of(parser, m.group(1).split())
-    return _FLAG.sub(lambda m: m.group(0) if m.group(0) in named else m.group(0)[2:].replace("-", "_"), text)
-
-
-def _flags_of(parser, words: list[str]) -> set[str]:
-    """The option strings of the command ``qkv WORDS`` (its parser's and the global ones)."""
-    import argparse
-
-    flags = {s for a in parser._actions for s in a.option_strings}
-    sub = parser
-    for word in words:
-        action = next((a for a in sub._actions if isinstance(a, argparse._SubParsersAction)), None)
-        if action is None or word not in action.choices:
-            break
-        sub = action.choices[word]
-        flags |= {s for a in sub._actions for s in a.option_strings}
-    return flags
+    return " ".join(text.split())
 
 
 def _subparser(parser, args):
@@ -171,12 +139,6 @@ def _subparser(parser, args):
             break
         sub = action.choices[word]
     return sub
-
-
-def command_flags(parser, args) -> frozenset[str]:
-    """The option strings of the command ``args`` ran (its parser's and the global ones)."""
-    words = [w for w in (getattr(args, "command", None), getattr(args, "application", None)) if w]
-    return frozenset(_flags_of(parser, words))
 
 
 def _interrupted(args, e: BaseException | None = None) -> str:
@@ -268,7 +230,7 @@ def main(argv: list[str] | None = None) -> int:
         if options.verbose:
             traceback.print_exc()
         fields = {**command_fields(parser), **command_fields(_subparser(parser, args))}
-        print(f"qkv: error: {_one_line(e, command_flags(parser, args), parser, fields)}", file=sys.stderr)
+        print(f"qkv: error: {_one_line(e, fields)}", file=sys.stderr)
         return 2
 
 

@@ -159,18 +159,6 @@ def given(args: argparse.Namespace, cls: type) -> dict[str, Any]:
     return out
 
 
-def _in_flags(cls: type, message: str) -> str:
-    """A library message about fields (``num_heads must be >= 1``) in the words of the flags: the first word and
-    words written as field names (``snake_case`` or ``name=value``) become flags; other words stay prose."""
-    fields = {f.name for f, _ in option_fields(cls)}
-    words = message.split(" ")
-    for i, word in enumerate(words):
-        core = word.strip(",():'").split("=")[0]
-        if core in fields and (i == 0 or "_" in core or "=" in word):
-            words[i] = word.replace(core, flag_of(cls, core), 1)
-    return " ".join(words)
-
-
 def options_from_args(args: argparse.Namespace, cls: type, *, defaults: Any = None, **overrides) -> Any:
     """An instance of ``cls``: ``defaults`` (or the field defaults), then the flags given, then ``overrides``.
 
@@ -213,8 +201,8 @@ def options_from_args(args: argparse.Namespace, cls: type, *, defaults: Any = No
         check_options(obj)
     except OptionError as e:
         raise OptionsError(e.render(lambda name: flag_of(cls, name))) from None
-    except ValueError as e:
-        raise OptionsError(_in_flags(cls, str(e))) from None
+    except ValueError as e:  # a check that names no option as such: its words as they are
+        raise OptionsError(str(e)) from None
     from ..apps.command import check_shared
 
     try:

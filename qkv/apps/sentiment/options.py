@@ -89,31 +89,41 @@ class SentimentOptions:
             self.model = "lm" if self.init else "bigru"
         check_options(self)
         if self.init and self.model != "lm":
-            raise ValueError(f"init goes with model lm (a language model's body), not model {self.model}")
+            raise OptionError(ref("init") + " goes with model lm (a language model's body), not model {model}", "init",
+                              model=self.model)
         if self.model == "lm" and not self.init:
             raise OptionError(ref("model") + " lm starts from a language model: give " + ref("init") +
                               " (a run of the lm application)", "model", "init")
         if (self.text_col is None) != (self.label_col is None):
-            raise ValueError("give both text_col and label_col (or neither, for the movie-review format)")
+            raise OptionError("give both " + ref("text_col") + " and " + ref("label_col") + " (or neither, for the "
+                              "movie-review format)", "text_col", "label_col")
         if self.text_col is None and (self.delimiter is not None or not self.header or self.labels is not None):
-            raise ValueError("delimiter, header and labels are for CSV/TSV files: give text_col and label_col")
+            raise OptionError(ref("delimiter") + ", header and labels are for CSV/TSV files: give " + ref("text_col") +
+                              " and " + ref("label_col"), "delimiter", "text_col", "label_col")
         if self.folds and not (self.folds >= 2 and self.fold < self.folds):
-            raise ValueError(f"folds must be >= 2 with 0 <= fold < folds, got folds={self.folds}, fold={self.fold}")
+            raise OptionError(ref("folds") + " must be >= 2 with 0 <= fold < folds, got " + ref("folds") + "={n}, "
+                              + ref("fold") + "={k}", "folds", "fold", n=self.folds, k=self.fold)
         if self.model == "transformer" and self.pooling == "cls" and self.hops != 1:
-            raise ValueError("hops needs attention pooling: add pooling='attention' for the transformer")
+            raise OptionError(ref("hops") + " needs attention pooling: add " + ref("pooling") + " attention for the "
+                              "transformer", "hops", "pooling")
         if self.penalty and self.hops < 2:
-            raise ValueError(f"penalty={self.penalty} needs hops > 1 (the penalty is on several attention rows)")
+            raise OptionError(ref("penalty") + "={penalty} needs hops > 1 (the penalty is on several attention rows)",
+                              "penalty", penalty=self.penalty)
         if self.freeze_vectors and not self.vectors:
-            raise ValueError("freeze_vectors needs vectors (a word-vector file)")
+            raise OptionError(ref("freeze_vectors") + " needs " + ref("vectors") + " (a word-vector file)",
+                              "freeze_vectors", "vectors")
         if self.model == "transformer" and self.dim % self.num_heads:
-            raise ValueError(f"num_heads ({self.num_heads}) must divide dim ({self.dim})")
+            raise OptionError(ref("num_heads") + " ({heads}) must divide dim ({dim})", "num_heads",
+                              heads=self.num_heads, dim=self.dim)
         if self.count_init and (self.bigram_hidden or self.hops != 1):
-            raise ValueError("count_init needs the bigram model without bigram_hidden and with hops=1")
+            raise OptionError(ref("count_init") + " needs the bigram model without " + ref("bigram_hidden") +
+                              " and with " + ref("hops") + "=1", "count_init", "bigram_hidden", "hops")
         if self.model == "bigram" and self.num_layers != 1:
-            raise ValueError(f"num_layers={self.num_layers}: the bigram model has no layers to stack (RNN or "
-                             "transformer only)")
+            raise OptionError(ref("num_layers") + "={n}: the bigram model has no layers to stack (RNN or transformer "
+                              "only)", "num_layers", n=self.num_layers)
         if self.model in ("bigru", "bilstm") and self.hidden_dim % 2:
-            raise ValueError(f"hidden_dim ({self.hidden_dim}) must be even: it is split between two directions")
+            raise OptionError(ref("hidden_dim") + " ({n}) must be even: it is split between two directions",
+                              "hidden_dim", n=self.hidden_dim)
 
 
 @dataclass
