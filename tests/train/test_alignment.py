@@ -37,6 +37,13 @@ def test_a_diagonal_is_focused_and_progresses_and_masked_steps_do_not_count():
     assert float(alignment_stats(back, mask)["attn_progress"]) / mask.sum() == pytest.approx(-1.0)
 
 
+def test_heads_are_averaged():
+    w = diagonal(2, 4, 8)
+    mask = torch.ones(2, 4, dtype=torch.bool)
+    both = torch.stack([w, w], 1)
+    assert float(alignment_stats(both, mask)["attn_focus"]) == pytest.approx(8.0)
+
+
 def test_the_shapes_must_agree():
     with pytest.raises(ValueError, match="query_mask"):
         alignment_stats(torch.ones(2, 3, 4), torch.ones(2, 4, dtype=torch.bool))

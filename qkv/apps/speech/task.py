@@ -12,11 +12,16 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ...options import OptionError, ref
+from ...train.alignment import AlignmentCheck, alignment_stats
 from ..base import ApplicationTask
 from .decode import pad_features, speech_metrics, transcribe_batch, utterance_features
 from .options import SpeechOptions
 
 logger = logging.getLogger(__name__)
+
+#: what to do when the attention has not aligned (:class:`~qkv.train.alignment.AlignmentCheck`)
+ALIGN_ADVICE = ("its transcripts will not follow the audio; train again with another --seed, or give the attention "
+                "a CTC head (--ctc-weight 0.3)")
 
 __all__ = ["load_data", "model_spec", "SpeechTask", "speech_tokenizer", "read_features", "join_pairs",
            "decoding_options", "evaluate_transcripts"]
@@ -37,7 +42,7 @@ def load_data(options: SpeechOptions):
 
     o = options
     if o.generated:
-        from ...data.speech_synth import generate_corpus
+        from .synth import generate_corpus
 
         corpus = generate_corpus(o.data, n_train=o.n_train, n_valid=o.n_valid, n_test=o.n_test, n_long=o.n_long,
                                  text=o.text, seed=o.data_seed, cache=o.cache)
@@ -63,7 +68,7 @@ def load_data(options: SpeechOptions):
 def read_features(utterances, n_mels: int, on_error: str = "raise") -> tuple[list[Tensor], list[int], int]:
     """The features of ``utterances`` (in order), the indices of those read, and how many could not be (skipped
     with ``on_error="skip"``; otherwise the first bad file is a ``ValueError`` naming it and its manifest line)."""
-    from ...data.audio import load_audio
+    from .audio import load_audio
 
     feats, kept, bad = [], [], 0
     for i, u in enumerate(utterances):
@@ -173,7 +178,7 @@ class SpeechTask(ApplicationTask, name="speech", unit="chars", options=SpeechOpt
 
     def collate(self, examples):
         from ...data import BOS_ID, EOS_ID, pad_sequences
-        from ...data.audio import spec_augment, warp_features
+        from .audio import spec_augment, warp_features
 
         self._batches += 1
         o = self.options
@@ -208,6 +213,8 @@ class SpeechTask(ApplicationTask, name="speech", unit="chars", options=SpeechOpt
                                  reduction="sum", label_smoothing=o.label_smoothing)
             loss = loss + (1.0 - weight) * ce
             stats["token_acc"] = ((out.logits.argmax(-1) == batch["tgt_out"]) & mask).sum()
+            if out.attention is not None:
+                stats.update(alignment_stats(out.attention, mask))
         if out.ctc_logits is not None and weight > 0:
             log_probs = torch.log_softmax(out.ctc_logits.float(), -1).transpose(0, 1)  # (S, B, V)
             ctc = F.ctc_loss(log_probs, batch["targets"], out.lengths, batch["target_lengths"], blank=0,
@@ -215,6 +222,14 @@ class SpeechTask(ApplicationTask, name="speech", unit="chars", options=SpeechOpt
             loss = loss + weight * ctc
             stats["ctc_loss"] = ctc.detach()
         return loss, mask.sum(), stats
+
+    def callbacks(self, config) -> list:
+        """The check that the attention has aligned by a third of the budget (attention models)."""
+        if self.options.model == "ctc":
+            return []
+        steps = -(-len(self._train) // config.batch_size) if self._train is not None else 1
+        self.alignment = AlignmentCheck(config, steps, advice=ALIGN_ADVICE)  # its verdict: .aligned
+        return [self.alignment]
 
     def eval_split(self, split: str) -> tuple[list[Tensor], list[str]]:
         """Features and transcripts of the first ``eval_max`` utterances of ``split`` (read once)."""
