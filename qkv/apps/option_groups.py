@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..options import option
+from ..options import OptionError, option, ref
 
 __all__ = ["TRANSFORMER", "TransformerOptions", "LMFusionSettings"]
 
@@ -24,9 +24,10 @@ class TransformerOptions:
                                  "(default: 4 x dim)")
 
     def check_heads(self) -> None:
-        """``ValueError`` when a Transformer's ``num_heads`` does not divide its ``dim``."""
+        """``OptionError`` when a Transformer's ``num_heads`` does not divide its ``dim``."""
         if getattr(self, "model", None) == "transformer" and self.dim % self.num_heads:
-            raise ValueError(f"num_heads ({self.num_heads}) must divide dim ({self.dim})")
+            raise OptionError(ref("num_heads") + " ({heads}) must divide " + ref("dim") + " ({d})", "num_heads",
+                              "dim", heads=self.num_heads, d=self.dim)
 
 
 @dataclass

@@ -85,8 +85,8 @@ class _Rows:
 
     def bad(self, line: int, reason: str, detail: str) -> None:
         if self.on_error == "raise":
-            raise OptionError("{where}: {detail} (" + ref("on_error") + " skip skips such rows and counts them)",
-                              "on_error", where=f"{self.path}:{line}", detail=detail)
+            raise OptionError("{where}: {detail} (on_error='skip', or " + ref("on_error") + " skip, skips such rows "
+                              "and counts them)", "on_error", where=f"{self.path}:{line}", detail=detail)
         self.reasons[reason] += 1
 
     def dataset(self, label_names, regression) -> TextDataset:

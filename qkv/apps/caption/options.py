@@ -117,9 +117,10 @@ class CaptionOptions(TransformerOptions):
         self._resolve_defaults()
         check_options(self)
         if len(self.widths) < 4:
-            raise ValueError(f"widths must be at least 4 channel counts (the grid has stride 8), got {self.widths}")
+            raise OptionError(ref("widths") + " must be at least 4 channel counts (the grid has stride 8), got "
+                              "{given}", "widths", given=self.widths)
         if self.image_size % 8:
-            raise ValueError(f"image_size must be a multiple of 8, got {self.image_size}")
+            raise OptionError(ref("image_size") + " must be a multiple of 8, got {n}", "image_size", n=self.image_size)
         self.check_heads()
 
     def _resolve_defaults(self) -> None:

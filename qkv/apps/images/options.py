@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...data.images import IMAGE_DATASETS
-from ...options import check_options, option
+from ...options import OptionError, check_options, option, ref
 
 __all__ = ["ImageOptions", "ImageSettings", "train_defaults", "parse_attn_args", "ARCHS", "AUGMENTATIONS"]
 
@@ -72,17 +72,21 @@ class ImageOptions:
         self.attn_kwargs = dict(self.attn_kwargs or {})
         check_options(self)
         if self.data == "mnist" and not self.data_root:
-            raise ValueError("data 'mnist' needs data_root (a folder with the four MNIST IDX files)")
+            raise OptionError(ref("data") + " 'mnist' needs " + ref("data_root") + " (a folder with the four MNIST IDX "
+                              "files)", "data", "data_root")
         if self.attn in ("none", "", None):
             self.attn = "none"
         else:
             self.attn = vision.canonical_name(self.attn)  # ValueError listing the names
             if self.attn == "ffm":
-                raise ValueError("attn 'ffm' (BiSeNet's feature fusion) fuses two paths; a classifier has one")
+                raise OptionError(ref("attn") + " 'ffm' (BiSeNet's feature fusion) fuses two paths; a classifier has "
+                                  "one", "attn")
         if self.attn == "none" and self.attn_kwargs:
-            raise ValueError("attn_kwargs need an attention block (attn)")
+            raise OptionError(ref("attn_kwargs") + " need an attention block (" + ref("attn") + ")", "attn_kwargs",
+                              "attn")
         if self.arch == "small-cnn" and len(self.widths) != 3:
-            raise ValueError(f"widths must be three numbers (one per stage), got {self.widths}")
+            raise OptionError(ref("widths") + " must be three numbers (one per stage), got {given}", "widths",
+                              given=self.widths)
 
     @property
     def augmentation(self) -> str:

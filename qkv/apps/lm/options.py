@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...models.lm import LM_POSITIONS
-from ...options import check_options, option
+from ...options import OptionError, check_options, option, ref
 from ...train.rng import MAX_SEED
 
 __all__ = ["LMOptions", "LMSettings", "train_defaults", "budget_defaults", "ARCHITECTURE"]
@@ -55,9 +55,11 @@ class LMOptions:
     def __post_init__(self):
         check_options(self)
         if self.dim % self.num_heads:
-            raise ValueError(f"num_heads ({self.num_heads}) must divide dim ({self.dim})")
+            raise OptionError(ref("num_heads") + " ({heads}) must divide " + ref("dim") + " ({d})", "num_heads",
+                              "dim", heads=self.num_heads, d=self.dim)
         if self.kv_heads is not None and self.num_heads % self.kv_heads:
-            raise ValueError(f"kv_heads ({self.kv_heads}) must divide num_heads ({self.num_heads})")
+            raise OptionError(ref("kv_heads") + " ({kv}) must divide " + ref("num_heads") + " ({heads})", "kv_heads",
+                              "num_heads", kv=self.kv_heads, heads=self.num_heads)
 
 
 @dataclass

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ...options import check_options, option
+from ...options import OptionError, check_options, option, ref
 from ..option_groups import TransformerOptions
 
 __all__ = ["QAOptions", "QASettings", "train_defaults", "MODELS"]
@@ -63,10 +63,12 @@ class QAOptions(TransformerOptions):
         check_options(self)
         self.check_heads()
         if self.model != "transformer" and self.hidden_dim % 2:
-            raise ValueError(f"hidden_dim ({self.hidden_dim}) must be even: it is split between two directions")
+            raise OptionError(ref("hidden_dim") + " ({n}) must be even: it is split between two directions",
+                              "hidden_dim", n=self.hidden_dim)
         if self.doc_stride is not None and self.doc_stride > self.max_context:
-            raise ValueError(f"doc_stride ({self.doc_stride}) must be at most max_context ({self.max_context}): "
-                             "windows further apart would skip tokens")
+            raise OptionError(ref("doc_stride") + " ({stride}) must be at most " + ref("max_context") + " ({most}): "
+                              "windows further apart would skip tokens", "doc_stride", "max_context",
+                              stride=self.doc_stride, most=self.max_context)
 
     @property
     def score_name(self) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ...options import check_options, option
+from ...options import OptionError, check_options, option, ref
 
 __all__ = ["SegmentOptions", "SegmentSettings", "train_defaults", "MODELS"]
 
@@ -71,9 +71,10 @@ class SegmentOptions:
         check_options(self)
         for name, n in (("widths", 4), ("blocks", 4), ("spatial_widths", 3)):
             if len(getattr(self, name)) != n:
-                raise ValueError(f"{name} must be {n} numbers, got {getattr(self, name)}")
+                raise OptionError(ref(name) + " must be {n} numbers, got {given}", name, n=n, given=getattr(self, name))
         if self.num_classes is not None and self.ignore_index < self.num_classes:
-            raise ValueError(f"ignore_index {self.ignore_index} is one of the {self.num_classes} classes")
+            raise OptionError(ref("ignore_index") + " {i} is one of the {n} classes", "ignore_index",
+                              i=self.ignore_index, n=self.num_classes)
 
     @property
     def padding_mode(self) -> str:

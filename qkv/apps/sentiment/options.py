@@ -107,8 +107,8 @@ class SentimentOptions:
             raise OptionError(ref("hops") + " needs attention pooling: add " + ref("pooling") + " attention for the "
                               "transformer", "hops", "pooling")
         if self.penalty and self.hops < 2:
-            raise OptionError(ref("penalty") + "={penalty} needs hops > 1 (the penalty is on several attention rows)",
-                              "penalty", penalty=self.penalty)
+            raise OptionError(ref("penalty") + "={p} needs hops > 1 (the penalty is on several attention rows)",
+                              "penalty", p=self.penalty)
         if self.freeze_vectors and not self.vectors:
             raise OptionError(ref("freeze_vectors") + " needs " + ref("vectors") + " (a word-vector file)",
                               "freeze_vectors", "vectors")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ...options import check_options, option
+from ...options import OptionError, check_options, option, ref
 from ..option_groups import TRANSFORMER, LMFusionSettings, TransformerOptions
 
 __all__ = ["SummarizeOptions", "SummarizeSettings", "train_defaults", "MODELS", "DEBIAN_FILE"]
@@ -85,14 +85,18 @@ class SummarizeOptions(TransformerOptions):
         check_options(self)
         self.check_heads()
         if self.model != "transformer" and self.hidden_dim % 2:
-            raise ValueError(f"hidden_dim ({self.hidden_dim}) must be even: it is split between two directions")
+            raise OptionError(ref("hidden_dim") + " ({n}) must be even: it is split between two directions",
+                              "hidden_dim", n=self.hidden_dim)
         c = self.coverage_from
         if c is not None and c >= 1 and c != int(c):
-            raise ValueError(f"coverage_from must be a step (a whole number) or a fraction below 1, got {c}")
+            raise OptionError(ref("coverage_from") + " must be a step (a whole number) or a fraction below 1, got {c}",
+                              "coverage_from", c=c)
         if self.score == "general" and self.coverage_from is not None:
-            raise ValueError("coverage_from needs score additive (coverage is a feature of the additive score)")
+            raise OptionError(ref("coverage_from") + " needs " + ref("score") + " additive (coverage is a feature of "
+                              "the additive score)", "coverage_from", "score")
         if self.coverage_weight != 1.0 and self.coverage_from is None:
-            raise ValueError("coverage_weight needs coverage_from (the step from which coverage is trained)")
+            raise OptionError(ref("coverage_weight") + " needs " + ref("coverage_from") + " (the step from which "
+                              "coverage is trained)", "coverage_weight", "coverage_from")
 
     @property
     def score_name(self) -> str:
