@@ -113,14 +113,16 @@ class SpeechOptions(TransformerOptions):
             raise OptionError(ref("filters") + " and " + ref("kernel_size") + " apply to the location-aware score "
                               "only (" + ref("score") + " location)", "filters", "kernel_size", "score")
         if self.model == "las" and self.kernel_size % 2 == 0:
-            raise ValueError(f"kernel_size must be odd, got {self.kernel_size}")
+            raise OptionError(ref("kernel_size") + " must be odd, got {n}", "kernel_size", n=self.kernel_size)
         if self.window and len(self.window) != 2:
-            raise ValueError(f"window takes two frame counts LEFT,RIGHT, got {','.join(map(str, self.window))}")
+            raise OptionError(ref("window") + " takes two frame counts LEFT,RIGHT, got {given}", "window",
+                              given=",".join(map(str, self.window)))
         self.check_heads()
         if self.model in ("las", "ctc") and self.listener == "pyramid" and \
                 self.num_layers < 1 + self.reduction.bit_length() - 1:
-            raise ValueError(f"a pyramid listener with reduction {self.reduction} needs num_layers >= "
-                             f"{self.reduction.bit_length()}, got {self.num_layers}")
+            raise OptionError("a pyramid listener with " + ref("reduction") + " {r} needs " + ref("num_layers") +
+                              " >= {least}, got {n}", "reduction", "num_layers", r=self.reduction,
+                              least=self.reduction.bit_length(), n=self.num_layers)
 
     @property
     def generated(self) -> bool:
