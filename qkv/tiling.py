@@ -28,7 +28,7 @@ from torch import Tensor
 from torch.autograd.function import once_differentiable
 from torch.utils.checkpoint import checkpoint
 
-from . import compiled
+from . import compiled, eager_form
 from .background import compiling
 
 __all__ = ["DEFAULT_MAX_ELEMENTS", "GPU_MAX_ELEMENTS", "FUSED_MIN_ELEMENTS", "ACTIVATIONS", "max_elements_for",
@@ -291,6 +291,17 @@ def tiles(qp: Tensor, kp: Tensor, pair: Callable[[Tensor], Tensor], form: FusedF
     remat = torch.is_grad_enabled() and (cq < tq or ck < tk)
     example = (lambda: (args_of(slice(0, min(fcq, tq)), slice(0, min(fck, tk))), {})) if kernel is not None else None
     ctx = kernel.eager(signature, qp.device, example) if kernel is not None else _nothing()
+    if eager_form.usable(form, qp, kp):  # inference on the CPU: the fused form in chunks that stay in the cache
+        factors = factors if kernel is not None else _factored(form[2], qp, kp)
+        a, b = (qp, kp) if factors is None else factors[:2]
+        fcq, fck = tile_sizes(tq, tk, lead, 1, max_elements)
+        with ctx:
+            for i in range(0, tq, fcq):
+                qi = slice(i, min(i + fcq, tq))
+                for j in range(0, tk, fck):
+                    kj = slice(j, min(j + fck, tk))
+                    yield qi, kj, eager_form.scores(a[..., qi, :], b[..., kj, :], form, factors is not None)
+        return
     with ctx:
         for i in range(0, tq, cq):
             qi = slice(i, min(i + cq, tq))
