@@ -75,8 +75,8 @@ def fused_and_record(recorder: Any, module: nn.Module, query: Tensor, key: Tenso
             if b.dim() == 4 and b.shape[1] == h and len(heads) < h:
                 b = b[:, heads]
             s = s + b.float()
-        if is_causal:
-            s = s.masked_fill_(torch.ones(n, seen, dtype=torch.bool, device=s.device).triu_(i + 1), -math.inf)
+        if is_causal:  # only the block's last n keys can lie after a query
+            s[..., i:].masked_fill_(torch.ones(n, n, dtype=torch.bool, device=s.device).triu_(1), -math.inf)
         w = s.sub_(lse[:, :, i:i + n, None].float()).exp_()
         if i == 0 and seen < tk:  # the first block sets the record's width: written whole
             w = nn.functional.pad(w, (0, tk - seen))
