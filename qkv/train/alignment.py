@@ -26,7 +26,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-__all__ = ["alignment_stats", "AlignmentCheck", "FOCUS", "PROGRESS"]
+__all__ = ["alignment_stats", "AlignmentCheck", "guided_attention_loss", "FOCUS", "PROGRESS"]
 
 log = logging.getLogger("qkv.train.trainer")
 
@@ -63,6 +63,30 @@ def alignment_stats(weights: Tensor, query_mask: Tensor) -> dict[str, Tensor]:
     denom = (dt.square().sum(-1) * dm.square().sum(-1)).sqrt()
     corr = torch.where(denom > 0, (dt * dm).sum(-1) / denom.clamp(min=1e-12), torch.zeros_like(denom))
     return {"attn_focus": focus, "attn_progress": (corr * m.sum(-1)).sum()}
+
+
+def guided_attention_loss(weights: Tensor, query_mask: Tensor, key_lengths: Tensor, width: float = 0.2) -> Tensor:
+    """The guided-attention loss (Tachibana et al., 2017, "Efficiently Trainable Text-to-Speech System Based on Deep
+    Convolutional Networks with Guided Attention", https://arxiv.org/abs/1710.08969): the weight an output step puts
+    far from the diagonal, ``sum A[t, s] (1 - exp(-(s / S - t / T)^2 / (2 width^2)))`` summed over the valid steps
+    (the form of a summed cross-entropy; ``T`` and ``S`` are each sequence's own lengths). A prior for monotonic
+    alignments (speech, text to speech) early in training; 0 for weights on the diagonal.
+
+    Args:
+        weights: ``(B, T, S)`` (``(B, H, T, S)``: every head is guided, the mean taken).
+        query_mask: ``(B, T)`` bool, True at the output steps that count.
+        key_lengths: ``(B,)`` keys of each sequence.
+    """
+    if weights.ndim == 4:
+        return guided_attention_loss(weights.flatten(0, 1), query_mask.repeat_interleave(weights.shape[1], 0),
+                                     key_lengths.repeat_interleave(weights.shape[1]), width) / weights.shape[1]
+    b, t, s = weights.shape
+    steps = query_mask.sum(-1).clamp(min=1).to(weights.dtype)
+    tt = torch.arange(t, device=weights.device, dtype=weights.dtype)[None, :, None] / steps[:, None, None]
+    ss = torch.arange(s, device=weights.device, dtype=weights.dtype)[None, None, :] / \
+        key_lengths.clamp(min=1).to(weights.dtype)[:, None, None]
+    penalty = 1 - torch.exp(-(ss - tt).square() / (2 * width ** 2))
+    return (weights * penalty * query_mask[..., None]).sum()
 
 
 class AlignmentCheck:

@@ -126,3 +126,22 @@ def test_the_third_is_of_the_time_budget_when_there_is_one():
     state.elapsed = 60.0
     check(state, logs)
     assert check.aligned is False
+
+
+def test_guided_attention_is_zero_on_the_diagonal_and_counts_what_lies_off_it():
+    from qkv.train.alignment import guided_attention_loss
+
+    mask = torch.ones(2, 4, dtype=torch.bool)
+    lengths = torch.tensor([8, 8])
+    assert float(guided_attention_loss(diagonal(2, 4, 8), mask, lengths)) == pytest.approx(0.0, abs=1e-6)
+    uniform = torch.full((2, 4, 8), 1 / 8)
+    far = torch.zeros(2, 4, 8)
+    far[:, :, -1] = 1.0  # every step on the last key
+    u, f = (float(guided_attention_loss(w, mask, lengths)) for w in (uniform, far))
+    assert 0 < u < f < 8  # at most 1 a step
+    half = mask.clone()
+    half[:, 2:] = False  # padding steps count nothing; the diagonal is each sequence's own
+    assert float(guided_attention_loss(diagonal(2, 2, 8)[:, :, :].repeat(1, 2, 1), half, lengths)) == \
+        pytest.approx(float(guided_attention_loss(diagonal(2, 2, 8), torch.ones(2, 2, dtype=torch.bool), lengths)))
+    heads = torch.stack([uniform, far], 1)
+    assert float(guided_attention_loss(heads, mask, lengths)) == pytest.approx((u + f) / 2)

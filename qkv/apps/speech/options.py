@@ -85,6 +85,11 @@ class SpeechOptions(TransformerOptions):
     ctc_weight: float = option(0.0, low=0, high=0.99, applies=_ATTENTION,
                                help="las/transformer: weight of a CTC head's loss (> 0: the hybrid CTC/attention "
                                     "model, also used in its joint decoding)")
+    guided: float = option(0.0, low=0, applies=_ATTENTION, help="las/transformer: weight of the guided-attention "
+                           "loss (Tachibana et al. 2017), the attention put far from the diagonal, in the first "
+                           "--guided-until training batches: a prior for the monotonic alignment (0: off)")
+    guided_until: int = option(1000, low=0, applies=_ATTENTION, help="--guided applies to the training batches "
+                               "before this one (counted from the start of this process)")
     label_smoothing: float = option(0.1, low=0, high=0.99, applies=_ATTENTION, help="label smoothing of the "
                                     "attention decoder's cross-entropy")
     eval_beam: int = option(1, low=1, help="beam of the evaluations during training (1 = greedy)")

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ...options import OptionError, ref
-from ...train.alignment import AlignmentCheck, alignment_stats
+from ...train.alignment import AlignmentCheck, alignment_stats, guided_attention_loss
 from ..base import ApplicationTask
 from .decode import pad_features, speech_metrics, transcribe_batch, utterance_features
 from .options import SpeechOptions
@@ -21,7 +21,7 @@ logger = logging.getLogger(__name__)
 
 #: what to do when the attention has not aligned (:class:`~qkv.train.alignment.AlignmentCheck`)
 ALIGN_ADVICE = ("its transcripts will not follow the audio; train again with another --seed, or give the attention "
-                "a CTC head (--ctc-weight 0.3)")
+                "a CTC head (--ctc-weight 0.3) or a prior for the diagonal (--guided 1)")
 
 __all__ = ["load_data", "model_spec", "SpeechTask", "speech_tokenizer", "read_features", "join_pairs",
            "decoding_options", "evaluate_transcripts"]
@@ -215,6 +215,10 @@ class SpeechTask(ApplicationTask, name="speech", unit="chars", options=SpeechOpt
             stats["token_acc"] = ((out.logits.argmax(-1) == batch["tgt_out"]) & mask).sum()
             if out.attention is not None:
                 stats.update(alignment_stats(out.attention, mask))
+                if o.guided and self._batches <= o.guided_until:  # a prior for the diagonal, early in training
+                    guided = guided_attention_loss(out.attention.float(), mask, out.lengths)
+                    loss = loss + o.guided * guided
+                    stats["guided"] = guided.detach()
         if out.ctc_logits is not None and weight > 0:
             log_probs = torch.log_softmax(out.ctc_logits.float(), -1).transpose(0, 1)  # (S, B, V)
             ctc = F.ctc_loss(log_probs, batch["targets"], out.lengths, batch["target_lengths"], blank=0,

@@ -230,3 +230,28 @@ def test_options_refuse_what_does_not_apply():
     assert decoding_options(SpeechOptions())["window"] == (8, 32)
     assert decoding_options(SpeechOptions(score="content"))["window"] == ()
     assert decoding_options(SpeechOptions(ctc_weight=0.3), window=(2, 4))["window"] == (2, 4)
+
+
+@pytest.mark.parametrize("model", ["las", "transformer"])
+def test_the_loss_reports_the_alignment_and_guides_it_only_early(model):
+    from qkv.apps.speech import SpeechOptions, SpeechTask
+    from qkv.apps.speech.task import model_spec
+
+    kw = dict(data="words.tsv", model=model, n_mels=8, dropout=0.0, guided_until=1)
+    kw.update(hidden_dim=8, num_layers=1, decoder_dim=16, attn_dim=8, embed_dim=8) if model == "las" else \
+        kw.update(dim=16, num_heads=2, ffn_dim=32, num_layers=1, num_decoder_layers=1)
+    g = torch.Generator().manual_seed(0)
+    examples = [(torch.randn(n, 8, generator=g), [5, 6, 7][: n // 20]) for n in (40, 60)]
+    losses = {}
+    for guided in (0.0, 1.0):
+        task = SpeechTask(SpeechOptions(**kw, guided=guided))
+        torch.manual_seed(0)
+        spec = model_spec(task.options, **task.sizes())
+        net = create(spec["name"], **spec["config"])
+        loss, count, stats = task.loss(net, task.collate(examples))
+        assert 0 < float(stats["attn_focus"]) <= float(count) and abs(float(stats["attn_progress"])) <= float(count)
+        losses[guided] = float(loss.detach())
+        assert ("guided" in stats) == bool(guided)
+        later, _, stats = task.loss(net, task.collate(examples))  # batch 2: past --guided-until 1
+        assert "guided" not in stats
+    assert losses[1.0] > losses[0.0]
