@@ -41,8 +41,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from qkv.apps.qa import QAOptions, QATask, Reader, train_defaults  # noqa: E402
+from qkv.apps.qa.squad import read_qa_tsv  # noqa: E402
 from qkv.data.facts import QUESTION_KINDS  # noqa: E402
-from qkv.data.squad import read_qa_tsv  # noqa: E402
 from qkv.train import train  # noqa: E402
 
 MODELS = ("reader", "bidaf", "transformer")

@@ -42,9 +42,9 @@ sys.path.insert(0, str(ROOT))
 from qkv.apps.lm import LanguageModel  # noqa: E402
 from qkv.apps.speech import Transcriber, speech_metrics  # noqa: E402
 from qkv.apps.speech.options import SpeechOptions  # noqa: E402
+from qkv.apps.speech.synth import digit_texts, sentence_texts  # noqa: E402
 from qkv.apps.speech.task import read_features  # noqa: E402
 from qkv.data.speech import normalize_transcript  # noqa: E402
-from qkv.data.speech_synth import digit_texts, sentence_texts  # noqa: E402
 
 TATOEBA = ROOT.parent / "shared" / "data" / "tatoeba-eng-fra.tsv.gz"
 

@@ -17,10 +17,10 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from qkv.apps.sentiment import SentimentClassifier
+from qkv.apps.summarize.data import read_table_summaries
 from qkv.cli import build_parser, main
 from qkv.data.pairs import read_pairs
 from qkv.data.speech import normalize_transcript, read_librispeech, read_manifest
-from qkv.data.summaries import read_table_summaries
 from qkv.data.text_classification import read_movie_reviews, read_table
 from qkv.train.checkpoint import atomic_directory, load_checkpoint
 from tests import FIXTURES, ROOT
@@ -104,7 +104,7 @@ def test_speech_manifests_take_random_rows(fmt, rows, header, tmp_path):
     sf = pytest.importorskip("soundfile")
     import numpy as np
 
-    from qkv.data.audio import load_audio
+    from qkv.apps.speech.audio import load_audio
 
     sf.write(tmp_path / "clip.wav", (0.3 * np.sin(np.arange(4000) / 3)).astype(np.float32), 16_000)
     (tmp_path / "garbage.wav").write_bytes(b"RIFF\x00\x00\x00\x00WAVEfmt not audio" * 4)

@@ -1,10 +1,10 @@
 """The import layers of ``qkv/``: no import cycle, and no import from a lower layer into a higher one.
 
 :data:`LAYERS` is the one place where the order is written. Data flows one way, core -> layers -> models -> train ->
-apps -> cli (the architecture of ``docs/apps/training.md``), and the core itself is ordered: the observer point and the small pieces at the bottom,
-then tiling, the scores, the execution paths, FlexAttention's path, the functions that validate and dispatch, and
-the capture that subscribes to the observer point. ``data`` stands apart (it imports no qkv module but the
-utilities); ``viz`` draws tensors and records and imports nothing above the core.
+apps -> cli (the architecture of ``docs/apps/training.md``), and the core itself is ordered: the observer point and
+the small pieces at the bottom, then tiling, the scores, the execution paths, FlexAttention's path, the functions
+that validate and dispatch, and the capture that subscribes to the observer point. ``data`` stands apart (it
+imports no qkv module but the utilities); ``viz`` draws tensors and records and imports nothing above the core.
 
 Every import counts: ``import a.b``, ``from .a import b``, at module level or inside a function (a late import
 breaks a cycle at run time, not in the design). An import of a module's own parent package (``from .. import

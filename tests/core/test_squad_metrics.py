@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from qkv.data.squad import read_qa_file, read_qa_tsv, read_squad
+from qkv.apps.qa.squad import read_qa_file, read_qa_tsv, read_squad
 from qkv.metrics import answer_exact_match, answer_f1, normalize_answer, squad_metrics
 
 

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from qkv.data.documents import load_documents, read_documents
+from qkv.apps.lm.documents import load_documents, read_documents
 from tests import SHARED_DATA
 
 
@@ -81,7 +81,7 @@ def test_splits_are_disjoint_seeded_and_cover_the_distinct_documents(tmp_path):
 
 @pytest.mark.skipif(not (SHARED_DATA / "debian-descriptions.jsonl.gz").is_file(), reason="no ../shared/data here")
 def test_the_named_corpora_read_from_shared_data(monkeypatch):
-    from qkv.data import documents
+    from qkv.apps.lm import documents
 
     monkeypatch.setitem(documents.NAMED_CORPORA, "debian",
                         (str(SHARED_DATA / "debian-descriptions.jsonl.gz"), "text"))

@@ -103,8 +103,8 @@ def test_handwritten_questions_are_outside_the_templates():
     designing the generator): real single-sentence facts in English and Chinese, written after the generator was
     settled, in sentences and phrasings that its templates with its own verbs and nouns do not produce."""
 
+    from qkv.apps.qa.squad import read_qa_tsv
     from qkv.data.facts import _EN_FACTS, _ZH_FACTS
-    from qkv.data.squad import read_qa_tsv
 
     examples = read_qa_tsv(FIXTURES / "qa" / "handwritten-fresh.tsv").examples
 

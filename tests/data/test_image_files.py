@@ -14,7 +14,7 @@ import torch
 
 Image = pytest.importorskip("PIL.Image")
 
-from qkv.data.captions import load_image, read_captions  # noqa: E402
+from qkv.apps.caption.captions import load_image, read_captions  # noqa: E402
 from qkv.data.images import image_array, read_image  # noqa: E402
 
 LUMA = np.array([0.299, 0.587, 0.114])

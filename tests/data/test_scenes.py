@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from qkv.apps.caption.captions import load_image, read_captions
 from qkv.data import scenes as sc
-from qkv.data.captions import load_image, read_captions
 from qkv.metrics import box_mass, caption_bleu, grounding
 
 PNG = b"\x89PNG\r\n\x1a\n"

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 import torch
 
+from qkv.apps.segment.scenes import EDGE, IGNORE, make_segmentation_scenes, read_label_png, read_segmentation_folder
 from qkv.cli import main
 from qkv.data.scenes import CELL, CELLS, HELD_OUT
-from qkv.data.segmentation import EDGE, IGNORE, make_segmentation_scenes, read_label_png, read_segmentation_folder
 
 Image = pytest.importorskip("PIL.Image")
 

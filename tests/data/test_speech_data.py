@@ -11,9 +11,9 @@ import torch
 sf = pytest.importorskip("soundfile")
 librosa = pytest.importorskip("librosa")
 
-from qkv.data.audio import load_audio, log_mel, spec_augment, warp_features  # noqa: E402
+from qkv.apps.speech.audio import load_audio, log_mel, spec_augment, warp_features  # noqa: E402
+from qkv.apps.speech.synth import number_words  # noqa: E402
 from qkv.data.speech import normalize_transcript, read_librispeech, read_manifest, split_utterances  # noqa: E402
-from qkv.data.speech_synth import number_words  # noqa: E402
 
 needs_espeak = pytest.mark.skipif(shutil.which("espeak-ng") is None or shutil.which("flite") is None,
                                   reason="espeak-ng and flite are not installed (make data)")
@@ -222,7 +222,7 @@ def test_split_by_speaker_keeps_speakers_apart():
 
 @needs_espeak
 def test_generated_digits_hold_out_texts_and_voices(tmp_path_factory):
-    from qkv.data.speech_synth import TEST_VOICES, TRAIN_VOICES, generate_corpus
+    from qkv.apps.speech.synth import TEST_VOICES, TRAIN_VOICES, generate_corpus
 
     cache = tmp_path_factory.getbasetemp() / "speech-cache"
     corpus = generate_corpus("digits", n_train=24, n_valid=4, n_test=6, n_long=3, cache=cache, seed=5)
@@ -240,7 +240,7 @@ def test_generated_digits_hold_out_texts_and_voices(tmp_path_factory):
 
 
 def test_sentence_texts_from_a_file(tmp_path):
-    from qkv.data.speech_synth import sentence_texts
+    from qkv.apps.speech.synth import sentence_texts
 
     (tmp_path / "t.txt").write_text("Hello there my friend.\nHe is 42 years old.\nToo short.\nHello there my friend.\n"
                                     "A b c d e f g h i j k l m\nWhere is the station, please?\n")
@@ -258,7 +258,7 @@ def test_two_writers_of_one_cached_utterance_both_succeed(tmp_path):
 
     import soundfile
 
-    from qkv.data.speech_synth import synthesize
+    from qkv.apps.speech.synth import synthesize
 
     path = tmp_path / "one.wav"
     with ThreadPoolExecutor(4) as pool:

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from qkv.data.summaries import (
+from qkv.apps.summarize.data import (
     SummaryExample,
     cached_groups,
     debian_corpus,
@@ -184,7 +184,7 @@ def test_grouping_cache_is_reused_keyed_by_content_and_rebuilt_when_corrupt(tmp_
 
     import numpy as np
 
-    from qkv.data import summary_split
+    from qkv.apps.summarize import split as summary_split
 
     rng = random.Random(5)
     examples = _families(rng)
@@ -223,7 +223,7 @@ def test_name_removal_matches_the_regular_expression_it_replaces():
     import random
     import re
 
-    from qkv.data.summary_split import _remove_whole
+    from qkv.apps.summarize.split import _remove_whole
 
     rng = random.Random(0)
     alphabet = "ab-_. é1"

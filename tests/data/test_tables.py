@@ -12,9 +12,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from qkv.apps.summarize.data import read_table_summaries
 from qkv.data.files import table_rows
 from qkv.data.speech import read_manifest
-from qkv.data.summaries import read_table_summaries
 from qkv.data.text_classification import read_table
 from tests import ROOT
 

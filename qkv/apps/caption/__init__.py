@@ -3,7 +3,7 @@ a :class:`Captioner` that captions images and returns where it looked for every 
 
 Data: ``scenes`` (generated, :mod:`qkv.data.scenes`: 1-4 Fashion-MNIST items on a 64x64 canvas, several
 references per scene, every item's box, some item/cell combinations only in the test split) or a captions file
-(Flickr8k ``image.jpg#N<TAB>caption`` lines or a COCO captions JSON, :mod:`qkv.data.captions`) with its image
+(Flickr8k ``image.jpg#N<TAB>caption`` lines or a COCO captions JSON, :mod:`qkv.apps.caption.captions`) with its image
 folder, split into train/valid/test images by a seeded permutation.
 
 Models (:mod:`qkv.models.captioning`): ``soft`` (Xu et al.'s deterministic attention with the gate beta and the

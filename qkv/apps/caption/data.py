@@ -34,7 +34,7 @@ class CaptionSplit:
         """Image ``i``, ``(C, S, S)`` uint8."""
         if isinstance(self.images, Tensor):
             return self.images[i]
-        from ...data.captions import load_image
+        from .captions import load_image
 
         return load_image(self.images[i], self.image_size, grey=self.grey)
 
@@ -85,7 +85,7 @@ def load_caption_data(data: str, *, images: str | None = None, on_error: str = "
         splits = {name: CaptionSplit(s.images[:, None], [sc.captions for sc in s.scenes], s.scenes, CANVAS, True)
                   for name, s in sd.splits.items()}
         return CaptionData(splits, CANVAS, 1, sd.item_words)
-    from ...data.captions import read_captions
+    from .captions import read_captions
 
     cf = read_captions(data, images, on_error=on_error)
     n = len(cf.images)

@@ -59,7 +59,7 @@ class Captioner(Predictor):
 
     def read(self, path: str | os.PathLike) -> Tensor:
         """An image file as this model's input ``(C, S, S)`` uint8 (resized and centre-cropped)."""
-        from ...data.captions import load_image
+        from .captions import load_image
 
         if not Path(path).is_file():
             raise ValueError(f"no image file {str(path)!r}")

@@ -27,8 +27,8 @@ __all__ = ["load_data", "model_spec", "LMTask", "evaluate_lm", "token_stream", "
 
 
 def load_data(options: LMOptions):
-    """The :class:`qkv.data.documents.DocumentCorpus` that ``options`` describes."""
-    from ...data.documents import load_documents
+    """The :class:`qkv.apps.lm.documents.DocumentCorpus` that ``options`` describes."""
+    from .documents import load_documents
 
     return load_documents(options.data, options.column, seed=options.data_seed, max_documents=options.max_documents)
 

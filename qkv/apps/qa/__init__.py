@@ -1,10 +1,10 @@
 """Question answering with attention: the options, data, model, the trainer's task and a :class:`Reader`.
 
 The question is the query, the context's tokens are the keys and values: a reader points at the answer's first
-and last token (seed 004: asked *when* the mass-energy equation was proposed, attention goes to "1905"). The
+and last token (asked *when* the mass-energy equation was proposed, attention goes to "1905"). The
 default data is generated fact passages in English and Chinese mixed (held-out entities and phrasings,
 :mod:`qkv.data.facts`), read by one mixed word tokeniser (Latin words and numbers whole, CJK by characters);
-SQuAD v1.1 JSON and ``context<TAB>question<TAB>answer`` files work too (:mod:`qkv.data.squad`). A context longer
+SQuAD v1.1 JSON and ``context<TAB>question<TAB>answer`` files work too (:mod:`qkv.apps.qa.squad`). A context longer
 than ``max_context`` tokens is read in overlapping windows. Models: the Attentive Reader, a BiDAF-style reader and
 a Transformer encoder (:mod:`qkv.models.reading`). Metrics: SQuAD's exact match and F1 (characters for Chinese).
 

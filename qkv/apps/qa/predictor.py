@@ -106,7 +106,7 @@ class Reader(Predictor):
         of it, read with ``on_error`` (``raise``, or ``skip`` the answers that are not spans of their context,
         counted in ``skipped`` and logged).
         """
-        from ...data.squad import read_qa_file
+        from .squad import read_qa_file
 
         self.check_settings({"on_error": on_error, **settings})
         if data and data != "facts":

@@ -45,7 +45,7 @@ def _split_file(examples, options: QAOptions) -> dict[str, list]:
 def load_data(options: QAOptions):
     """The :class:`qkv.data.facts.QACorpus` that ``options`` describe (generated facts, or a file split by context)."""
     from ...data.facts import QACorpus, fact_corpus
-    from ...data.squad import read_qa_file
+    from .squad import read_qa_file
 
     if options.data == "facts":
         return fact_corpus(options.lang, options.n_train, options.n_eval, seed=options.data_seed,

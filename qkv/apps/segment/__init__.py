@@ -2,7 +2,7 @@
 trainer's task and a :class:`Segmenter` that predicts label maps, evaluates (mIoU, per-class IoU, pixel accuracy)
 and returns each image's ARM/FFM channel weights.
 
-Data (:mod:`qkv.data.segmentation`): ``scenes`` (Fashion-MNIST items of 12-32 pixels in the cells of a 64x64 grey
+Data (:mod:`qkv.apps.segment.scenes`): ``scenes`` (Fashion-MNIST items of 12-32 pixels in the cells of a 64x64 grey
 canvas, each item's pixels labelled its class + 1 over background 0, some (item, cell) combinations only in the test
 split) or a folder of images with index-coloured label PNGs (``images/`` + ``labels/``, or VOC's ``JPEGImages/`` +
 ``SegmentationClass/``), with an ignore label (255).

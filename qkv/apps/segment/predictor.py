@@ -14,10 +14,10 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from ...data.segmentation import SegmentationData
 from ...options import OptionError, ref
 from ..base import Accepts, PageInput, Predictor, ViewInput, file_inputs, jsonable, upgrade_options
 from .options import SegmentOptions, SegmentSettings
+from .scenes import SegmentationData
 from .task import SegmentTask, load_data, normalize, score
 
 __all__ = ["Segmentation", "Segmenter"]

@@ -11,9 +11,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ...data.segmentation import SegmentationData, SegmentationSplit, make_segmentation_scenes, read_segmentation_folder
 from ..base import ApplicationTask
 from .options import SegmentOptions
+from .scenes import SegmentationData, SegmentationSplit, make_segmentation_scenes, read_segmentation_folder
 
 logger = logging.getLogger(__name__)
 
@@ -103,7 +103,7 @@ class SegmentTask(ApplicationTask, name="segment", unit="pixels", options=Segmen
     """Semantic segmentation: per-pixel cross-entropy (the ignore label left out) plus, for BiSeNet,
     ``aux_weight`` times its two auxiliary heads' losses; metrics: mIoU, per-class IoU, pixel accuracy, loss.
 
-    ``data`` (a :class:`~qkv.data.segmentation.SegmentationData`) may be given to skip reading ``options.data``.
+    ``data`` (a :class:`~qkv.apps.segment.scenes.SegmentationData`) may be given to skip reading ``options.data``.
     The unit, ``pixels``, is what the loss counts: the scored (not ignored) pixels.
     """
 

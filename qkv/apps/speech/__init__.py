@@ -1,7 +1,7 @@
 """Speech recognition with attention: options, data, models, the trainer's task and a :class:`Transcriber` that
 transcribes audio and returns, for every output character, where in the audio it looked.
 
-Data (:mod:`qkv.data.speech`, :mod:`qkv.data.speech_synth`): ``digits`` and ``sentences`` spoken offline by
+Data (:mod:`qkv.data.speech`, :mod:`qkv.apps.speech.synth`): ``digits`` and ``sentences`` spoken offline by
 espeak-ng and flite (the test split's voices and texts are never heard in training; ``long`` joins 2-3 test texts),
 a manifest (TSV/CSV, Common Voice's columns work) or a LibriSpeech folder. Log-mel features from librosa's
 filterbank on ``torch.stft``, SpecAugment in training.

@@ -41,7 +41,7 @@ class Transcript:
 def utterance_features(wave: Tensor, n_mels: int) -> Tensor:
     """Log-mel features ``(F, n_mels)`` of a 16 kHz ``wave (T,)``, normalised per channel over the utterance
     (zero mean, unit variance: the level and the voice's colour matter less)."""
-    from ...data.audio import log_mel
+    from .audio import log_mel
 
     x = log_mel(wave, n_mels=n_mels)
     return (x - x.mean(0)) / (x.std(0) + 1e-5)

@@ -18,7 +18,7 @@ from ...viz.plots import visible_tokens
 
 __all__ = ["speech_alignment"]
 
-_HOP_S = 0.01  #: seconds between feature frames (qkv.data.audio.log_mel's default)
+_HOP_S = 0.01  #: seconds between feature frames (qkv.apps.speech.audio.log_mel's default)
 
 
 def speech_alignment(features: Tensor, tokens: Sequence[str], attention: Tensor | None = None, *,

@@ -37,7 +37,7 @@ class Transcriber(Predictor):
 
     def features(self, audio: str | os.PathLike | Tensor) -> Tensor:
         """The model's input ``(F, n_mels)`` of an audio file (any rate, any channels) or a 16 kHz ``(T,)`` wave."""
-        from ...data.audio import load_audio
+        from .audio import load_audio
 
         wave = audio if isinstance(audio, Tensor) else load_audio(audio)
         if wave.dim() != 1 or wave.numel() == 0:
@@ -71,12 +71,14 @@ class Transcriber(Predictor):
         self.check_settings(given, "predict")
         return file_inputs(strings, "audio")
 
-    def _limits(self, limits: dict[str, Any]) -> dict[str, Any]:
+    def _limits(self, limits: dict[str, Any], beam: int) -> dict[str, Any]:
         """The decoding limits and language model of :meth:`predict` (``window`` as a tuple), checked as its settings
-        (:meth:`check_settings`); a language model given by its run directory is loaded."""
+        with the ``beam`` they go with (:meth:`check_settings`); a language model given by its run directory is
+        loaded."""
         if limits.get("window") is not None:
             limits = {**limits, "window": tuple(limits["window"])}
-        limits = self.check_settings(_given(limits), "predict")
+        limits = self.check_settings({**_given(limits), "beam": beam}, "predict")
+        limits.pop("beam")
         if limits.get("lm") is not None:
             limits["lm"] = self.language_model(limits["lm"])
         return limits
@@ -97,7 +99,7 @@ class Transcriber(Predictor):
             ctc_weight = self.options.ctc_weight if self.has_ctc and hasattr(self.model, "decode_step") else 0.0
         return transcribe_batch(self.model, self.tokenizer, [f.to(self.device) for f in features], beam=beam,
                                 max_len=max_len, ctc_weight=ctc_weight,
-                                **decoding_options(self.options, **self._limits(limits)))
+                                **decoding_options(self.options, **self._limits(limits, beam)))
 
     def utterances(self, data: str | None = None, split: str = "test", on_error: str = "raise"):
         """The utterances of ``split`` of the run's data, or every utterance of another manifest or LibriSpeech
@@ -144,7 +146,7 @@ class Transcriber(Predictor):
             ctc_weight = self.options.ctc_weight if self.has_ctc and hasattr(self.model, "decode_step") else 0.0
         figures = evaluate_transcripts(self.model, self.tokenizer, feats, [utterances[i].text for i in kept],
                                        self.options, beam=beam, max_len=max_len, ctc_weight=ctc_weight,
-                                       **self._limits(limits))
+                                       **self._limits(limits, beam))
         if bad:
             figures["skipped"] = float(bad)
         return figures

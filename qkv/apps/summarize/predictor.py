@@ -86,7 +86,7 @@ class Summarizer(Predictor):
             raise ValueError(f"data {data}: this run was trained on {o.data}; give a file of the same format")
         if split != "test":
             raise ValueError(f"a data file is evaluated whole: split {split!r} is for the run's own data")
-        from ...data.summaries import debian_corpus, read_summaries
+        from .data import debian_corpus, read_summaries
 
         if o.data == "debian" and Path(data).name.startswith("debian"):
             corpus = debian_corpus(data, on_error=on_error or "raise", fractions=(0, 0, 1))

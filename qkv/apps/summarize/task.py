@@ -20,8 +20,9 @@ __all__ = ["load_data", "model_spec", "train_tokenizer", "evaluate_summaries", "
 
 
 def load_data(options: SummarizeOptions):
-    """The :class:`qkv.data.summaries.SummaryCorpus` that ``options`` describe; every split must hold an example."""
-    from ...data.summaries import debian_corpus, facts_corpus, read_summaries
+    """The :class:`~qkv.apps.summarize.data.SummaryCorpus` that ``options`` describe; every split must hold an
+    example."""
+    from .data import debian_corpus, facts_corpus, read_summaries
 
     o = options
     if o.data == "facts":

@@ -2,7 +2,7 @@
 
 The default data is the multilingual date task (human-written dates in 14 locales -> ISO 8601, characters);
 any Tatoeba/Anki file works too (subword tokens trained on its training split). Models: the fixed-context
-baseline (seed 002's "distracted" model), Bahdanau and Luong attention, and the Transformer.
+baseline (the "distracted" model), Bahdanau and Luong attention, and the Transformer.
 
 Its parts under the contract of :mod:`qkv.apps.base`: :class:`TranslateTask` (the trainer's task),
 :class:`Translator` (a run read back: ``predict``, ``evaluate``, ``view``, ``result_row``; command-line inputs are

@@ -1,7 +1,7 @@
 """Question answering end to end on tiny data: `qkv train qa` into tmp_path, `qkv answer` (terminal, HTML,
 --evaluate), resume, the library (options, model spec, `Reader` against the model run by hand; its `predict`,
 `evaluate` and `view` against `predict` by hand), `qkv evaluate`, a SQuAD file, the
-"when" -> "who" test of seed 004 on a trained tiny model, and the errors a user meets first."""
+"when" -> "who" test on a trained tiny model, and the errors a user meets first."""
 
 import contextlib
 import io
@@ -60,7 +60,7 @@ def test_train_prints_every_split(trained):
 
 @pytest.mark.slow
 def test_when_and_who_move_the_attention_peak(trained):
-    """Seed 004: asked *when*, the question attends to the year; asked *who*, to the person: only the question
+    """Asked *when*, the question attends to the year; asked *who*, to the person: only the question
     changed. The held-out names are unknown words to this model: it points by reading."""
     reader = Reader.load(trained[0])
     when, who = reader.predict([(CONTEXT, "When was the Kavo engine invented?"),

@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from qkv.apps.segment import Segmenter, SegmentOptions, SegmentTask, normalize, train_defaults
+from qkv.apps.segment.scenes import SegmentationData, SegmentationSplit
 from qkv.cli import main
-from qkv.data.segmentation import SegmentationData, SegmentationSplit
 from qkv.train import train
 
 TINY = ["--widths", "4,8,8,16", "--blocks", "1,1,1,1", "--spatial-widths", "4,4,8", "--dim", "8", "--head-dim", "8"]

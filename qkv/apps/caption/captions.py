@@ -23,9 +23,9 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from ..options import OptionError, ref
-from .files import text_lines
-from .images import BACKGROUND, image_8bit
+from ...data.files import text_lines
+from ...data.images import BACKGROUND, image_8bit
+from ...options import OptionError, ref
 
 logger = logging.getLogger(__name__)
 

@@ -16,7 +16,7 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 
-from .files import text_lines
+from ...data.files import text_lines
 
 __all__ = ["DocumentCorpus", "read_documents", "load_documents", "NAMED_CORPORA"]
 

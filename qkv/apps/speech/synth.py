@@ -30,9 +30,9 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from ..options import OptionError, ref
+from ...data.speech import SpeechCorpus, Utterance, normalize_transcript, write_manifest
+from ...options import OptionError, ref
 from .audio import SAMPLE_RATE, add_noise, load_audio, write_audio
-from .speech import SpeechCorpus, Utterance, normalize_transcript, write_manifest
 
 logger = logging.getLogger(__name__)
 
@@ -126,7 +126,7 @@ def digit_texts(n: int, seed: int = 0) -> list[str]:
 
 
 def _default_text() -> Path | None:
-    here = Path(__file__).resolve().parents[2]
+    here = Path(__file__).resolve().parents[3]  # the repository
     for base in (Path.cwd(), here):
         for p in (base / ".." / "shared" / "data" / "tatoeba-eng-fra.tsv.gz",
                   base / "data" / "tatoeba-eng-fra.tsv.gz"):

@@ -18,9 +18,9 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..options import OptionError, ref
-from .facts import QAExample
-from .files import binary_lines, text_lines
+from ...data.facts import QAExample
+from ...data.files import binary_lines, text_lines
+from ...options import OptionError, ref
 
 logger = logging.getLogger(__name__)
 

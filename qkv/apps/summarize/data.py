@@ -1,7 +1,7 @@
 """Summarisation data: (source, target) texts from JSON Lines / CSV / TSV files, CNN/DailyMail story files, the
 Debian package descriptions, and the fact passages of :mod:`qkv.data.facts` as answers written out.
 
-Readers give :class:`SummaryExample` s; :func:`split_summaries` (:mod:`qkv.data.summary_split`) cuts them into
+Readers give :class:`SummaryExample` s; :func:`split_summaries` (:mod:`qkv.apps.summarize.split`) cuts them into
 train / valid / test so that no source -- and no family of near-identical sources -- is in two splits
 (:func:`near_duplicate_groups`: the same text once whitespace and case are normalised, the same text once the
 package's own name is removed, or word shingles shared by most of both texts, found by MinHash with
@@ -29,9 +29,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..options import OptionError, ref
-from .files import table_rows, text_lines
-from .summary_split import (
+from ...data.files import table_rows, text_lines
+from ...options import OptionError, ref
+from .split import (
     SPLITS,
     SummaryExample,
     cached_groups,
@@ -245,7 +245,7 @@ def facts_corpus(lang: str = "en", *, n_train: int = 20_000, n_eval: int = 1_000
     """The fact passages of :func:`qkv.data.facts.fact_corpus` as generation: source = question + passage, target =
     the answer written out. Valid and test ask about entities never seen in training (they must be copied);
     ``test_phrasings`` also uses held-out question phrasings."""
-    from .facts import fact_corpus
+    from ...data.facts import fact_corpus
 
     qa = fact_corpus(lang, n_train=n_train, n_eval=n_eval, seed=seed)
 

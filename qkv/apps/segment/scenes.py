@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .scenes import _SPLITS, CANVAS, CELL, CELLS, HELD_OUT, _item_pools, _paste
+from ...data.scenes import _SPLITS, CANVAS, CELL, CELLS, HELD_OUT, _item_pools, _paste
 
 logger = logging.getLogger(__name__)
 
@@ -173,7 +173,7 @@ def read_image_pair(image: str | Path, label: str | Path, *, grey: bool = False,
                     ignore_index: int = IGNORE) -> tuple[Tensor, Tensor]:
     """An image ``(C, H, W)`` uint8 (``C`` = 1 for ``grey``, else 3) and its label map ``(H, W)`` int64 of the same
     size (``ValueError`` naming the files otherwise)."""
-    from .images import image_8bit
+    from ...data.images import image_8bit
 
     image, label = Path(image), Path(label)
     if not label.is_file():
