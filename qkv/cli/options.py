@@ -111,7 +111,10 @@ def add_options(parser: argparse.ArgumentParser, cls: type, *, defaults: Any = N
             kw["type"] = typing.get_args(tp)[0]
         else:
             raise RuntimeError(f"cannot make a flag for {cls.__name__}.{f.name} of type {tp}")
-        names = [*([spec.short] if spec.short else []), name, *spec.aliases, *aliases.get(f.name, ())]
+        older = aliases.get(f.name, ())
+        if older:  # the command's older names of the flag: they still work, and the help says they are older
+            kw["help"] = f"{kw.get('help', '')} ({', '.join(older)}: its older name)".strip()
+        names = [*([spec.short] if spec.short else []), name, *spec.aliases, *older]
         group.add_argument(*names, dest=f.name, **kw)
     _registry(parser).append(cls)
 

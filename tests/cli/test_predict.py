@@ -256,3 +256,12 @@ def test_view_finds_its_viewer_by_one_lookup(tiny_run, tmp_path, capsys):
     assert main(["view", str(hf), "--index", "0", "--out", str(tmp_path / "p.html")]) == 2
     assert "texts only" in capsys.readouterr().err
     assert viewer_of(str(tiny_run("translate")), "cpu").task == "translate"
+
+
+@pytest.mark.parametrize("command, older", [("summarize", "--limit"), ("transcribe", "--max-utterances"),
+                                            ("caption", "--max-images"), ("segment", "--max-images")])
+def test_an_older_flag_name_is_in_the_help_as_one(command, older, capsys):
+    with pytest.raises(SystemExit):
+        main([command, "--help"])
+    assert f"({older}:itsoldername)" in "".join(capsys.readouterr().out.split())  # (the help wraps at a dash)
+    assert build_parser([command]).parse_known_args([command, "run", older, "3"])[0].limit == 3
