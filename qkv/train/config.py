@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from ..options import check_options, option
+from ..options import OptionError, check_options, option, ref
 from .rng import MAX_SEED
 
 __all__ = ["TrainConfig", "SCHEDULES", "AMP_MODES"]
@@ -91,15 +91,19 @@ class TrainConfig:
             self.clip_norm = None
         check_options(self)
         if len(self.betas) != 2:
-            raise ValueError(f"betas must be two numbers in [0, 1), got {self.betas!r}")
+            raise OptionError(ref("betas") + " must be two numbers in [0, 1), got {given!r}", "betas", given=self.betas)
         if not (isinstance(self.device, str) and re.fullmatch(r"auto|cpu|cuda(:\d+)?", self.device)):
-            raise ValueError(f"device must be 'auto', 'cpu', 'cuda' or 'cuda:N', got {self.device!r}")
+            raise OptionError(ref("device") + " must be 'auto', 'cpu', 'cuda' or 'cuda:N', got {given!r}", "device",
+                              given=self.device)
         if self.patience and not self.monitor:
-            raise ValueError(f"patience={self.patience} needs a metric to watch: set monitor (e.g. 'accuracy')")
+            raise OptionError(ref("patience") + "={n} needs a metric to watch: set " + ref("monitor") +
+                              " (e.g. 'accuracy')", "patience", "monitor", n=self.patience)
         if self.monitor and not self.eval_split:
-            raise ValueError(f"monitor={self.monitor!r} needs eval_split (the split it is measured on)")
+            raise OptionError(ref("monitor") + "={given!r} needs " + ref("eval_split") + " (the split it is measured "
+                              "on)", "monitor", "eval_split", given=self.monitor)
         if self.resume and self.out is None:
-            raise ValueError("resume=True needs out (the run directory to resume from)")
+            raise OptionError(ref("resume") + "=True needs " + ref("out") + " (the run directory to resume from)",
+                              "resume", "out")
         if not isinstance(self.extra, dict):
             raise ValueError(f"extra must be a dict, got {type(self.extra).__name__}")
 
