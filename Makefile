@@ -34,9 +34,10 @@ data:
 	    { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q $(DEBS) >/dev/null 2>&1; }; }; } || \
 	  echo "note: could not install $(DEBS); the tests that need them will skip"
 
-# The three stages on seed 001's example; a Bahdanau date translator trained on the CPU (one thread: this small
-# model runs as fast on one core, and does not slow down when the other core is busy); translations of dates
-# written in several languages with their alignment pictures; the page of every attention (qkv view).
+# The three stages on the worked example of self-attention; a Bahdanau date translator trained on the CPU (one
+# thread: this small model runs as fast on one core, and does not slow down when the other core is busy);
+# translations of dates written in several languages with their alignment pictures; the page of every attention
+# (qkv view).
 demo: $(STAMP) data
 	$(QKV) explain --plot $(DEMO)-explain.png
 	rm -rf $(DEMO)

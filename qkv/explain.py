@@ -1,7 +1,7 @@
-"""The worked example of seed 001 (3 inputs of size 4), stage by stage.
+"""The worked example of self-attention (3 inputs of size 4), stage by stage.
 
-The seed's inputs are ``[1,0,1,0]``, ``[0,2,0,2]``, ``[1,1,1,1]`` and its keys ``[0,1,1]``, ``[4,4,0]``,
-``[2,3,1]``. The projection matrices are those of the article the seed follows (Raimi Karim, "Illustrated:
+Its inputs are ``[1,0,1,0]``, ``[0,2,0,2]``, ``[1,1,1,1]`` and its keys ``[0,1,1]``, ``[4,4,0]``,
+``[2,3,1]``. The projection matrices are those of the article the example follows (Raimi Karim, "Illustrated:
 Self-Attention", 2019), which give exactly those keys; biases are zero.
 """
 
@@ -17,24 +17,25 @@ from .functional import compute_scores, normalize_scores, weighted_sum
 from .layers import SelfAttention
 from .scores import Score, get_score
 
-__all__ = ["SEED_INPUTS", "SEED_W_QUERY", "SEED_W_KEY", "SEED_W_VALUE", "seed_self_attention", "Walkthrough",
-           "walkthrough"]
+__all__ = ["EXAMPLE_INPUTS", "EXAMPLE_W_QUERY", "EXAMPLE_W_KEY", "EXAMPLE_W_VALUE", "example_self_attention",
+           "Walkthrough", "walkthrough"]
 
-SEED_INPUTS = [[1.0, 0.0, 1.0, 0.0], [0.0, 2.0, 0.0, 2.0], [1.0, 1.0, 1.0, 1.0]]
-# (in_dim, out_dim) matrices, used as x @ W as in the seed
-SEED_W_KEY = [[0.0, 0.0, 1.0], [1.0, 1.0, 0.0], [0.0, 1.0, 0.0], [1.0, 1.0, 0.0]]
-SEED_W_QUERY = [[1.0, 0.0, 1.0], [1.0, 0.0, 0.0], [0.0, 0.0, 1.0], [0.0, 1.0, 1.0]]
-SEED_W_VALUE = [[0.0, 2.0, 0.0], [0.0, 3.0, 0.0], [1.0, 0.0, 3.0], [1.0, 1.0, 0.0]]
+EXAMPLE_INPUTS = [[1.0, 0.0, 1.0, 0.0], [0.0, 2.0, 0.0, 2.0], [1.0, 1.0, 1.0, 1.0]]
+# (in_dim, out_dim) matrices, used as x @ W as in the example
+EXAMPLE_W_KEY = [[0.0, 0.0, 1.0], [1.0, 1.0, 0.0], [0.0, 1.0, 0.0], [1.0, 1.0, 0.0]]
+EXAMPLE_W_QUERY = [[1.0, 0.0, 1.0], [1.0, 0.0, 0.0], [0.0, 0.0, 1.0], [0.0, 1.0, 1.0]]
+EXAMPLE_W_VALUE = [[0.0, 2.0, 0.0], [0.0, 3.0, 0.0], [1.0, 0.0, 3.0], [1.0, 1.0, 0.0]]
 
 
-def seed_self_attention(*, scale: float | None = None, dtype: torch.dtype = torch.float64) -> SelfAttention:
-    """A :class:`~qkv.layers.SelfAttention` (4 -> 3, 3) holding the seed's matrices and zero biases.
+def example_self_attention(*, scale: float | None = None, dtype: torch.dtype = torch.float64) -> SelfAttention:
+    """A :class:`~qkv.layers.SelfAttention` (4 -> 3, 3) holding the example's matrices and zero biases.
 
     ``scale`` is the layer's factor on the scores: ``None`` for ``1/sqrt(3)``, ``1.0`` for the plain dot product.
     """
     layer = SelfAttention(4, 3, 3, scale=scale, dtype=dtype)
     with torch.no_grad():
-        for lin, w in ((layer.q_proj, SEED_W_QUERY), (layer.k_proj, SEED_W_KEY), (layer.v_proj, SEED_W_VALUE)):
+        for lin, w in ((layer.q_proj, EXAMPLE_W_QUERY), (layer.k_proj, EXAMPLE_W_KEY),
+                       (layer.v_proj, EXAMPLE_W_VALUE)):
             lin.weight.copy_(torch.tensor(w, dtype=dtype).T)
             lin.bias.zero_()
     return layer
@@ -56,13 +57,13 @@ class Walkthrough:
 
 def walkthrough(score: str | Score | Callable = "dot", *, scale: float | None = None,
                 normalize: str | Callable = "softmax", dtype: torch.dtype = torch.float64) -> Walkthrough:
-    """Run the three stages on the seed example with ``score`` and return every intermediate.
+    """Run the three stages on the worked example with ``score`` and return every intermediate.
 
     ``scale`` multiplies the scores; ``score="scaled_dot"`` defaults it to ``1/sqrt(3)``.
     """
-    layer = seed_self_attention(dtype=dtype)
+    layer = example_self_attention(dtype=dtype)
     sc = get_score(score)
-    x = torch.tensor(SEED_INPUTS, dtype=dtype)
+    x = torch.tensor(EXAMPLE_INPUTS, dtype=dtype)
     with torch.no_grad():
         q, k, v = layer.q_proj(x), layer.k_proj(x), layer.v_proj(x)
         factor = sc.factor(q, k, scale)

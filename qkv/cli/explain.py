@@ -1,4 +1,4 @@
-"""``qkv explain``: the three stages of attention on the worked example of seed 001."""
+"""``qkv explain``: the three stages of attention on the worked example of self-attention."""
 
 from __future__ import annotations
 
@@ -54,7 +54,7 @@ def run(args) -> int:
     runs = [("without scaling", 1.0), ("with 1/sqrt(d_k) scaling", 3 ** -0.5)] if o.scale is None \
         else [(f"scale = {o.scale}", o.scale)]
     first = walkthrough(score, scale=1.0, normalize=o.normalize)
-    print("qkv explain: the three stages of attention on the example of seed 001\n")
+    print("qkv explain: the three stages of attention on the worked example of self-attention\n")
     print("inputs x (3 inputs of size 4):\n" + _fmt(first.inputs))
     print("\nkeys    K = x W_k + b_k:\n" + _fmt(first.keys))
     print("queries Q = x W_q + b_q:\n" + _fmt(first.queries))
@@ -79,5 +79,5 @@ def run(args) -> int:
 
 
 #: ``qkv NAME``: its name, its help, its options and what runs it (:func:`qkv.cli.build_parser` adds it)
-COMMAND = ("explain", "walk through similarity -> normalisation -> weighted sum on seed 001's "
-            "example", ExplainCommand, run)
+COMMAND = ("explain", "walk through similarity -> normalisation -> weighted sum on the "
+            "worked example of self-attention", ExplainCommand, run)

@@ -1,4 +1,4 @@
-"""Single-head attention layers: generic :class:`Attention` and the :class:`SelfAttention` of seed 001.
+"""Single-head attention layers: generic :class:`Attention` and the :class:`SelfAttention` of the worked example.
 
 They hold parameters (a parametric score, projections) and call :func:`qkv.functional.attention`.
 """
@@ -69,7 +69,7 @@ class Attention(nn.Module):
 
 
 class SelfAttention(nn.Module):
-    """Self-attention as seed 001 walks through it: every input yields a query, key and value.
+    """Self-attention as the worked example walks through it: every input yields a query, key and value.
 
     ``Q = X W_q + b_q``, ``K = X W_k + b_k``, ``V = X W_v + b_v`` (shared across positions), then
     ``softmax(Q K^T / sqrt(d_k)) V``. The value size may differ from the query/key size.

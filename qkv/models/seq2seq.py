@@ -14,7 +14,7 @@ Papers, and what differs here:
 
 - Fixed context: Cho et al., 2014, "Learning Phrase Representations using RNN Encoder-Decoder for Statistical
   Machine Translation" (https://arxiv.org/abs/1406.1078): the encoder's last state ``c`` starts the decoder
-  and is fed to every step and to the output layer. Seed 002's "distracted" model.
+  and is fed to every step and to the output layer. The "distracted" model: one context for every target word.
 - Bahdanau et al., 2015, "Neural Machine Translation by Jointly Learning to Align and Translate"
   (https://arxiv.org/abs/1409.0473): bidirectional encoder; the decoder state ``s_{i-1}`` queries all encoder
   outputs with the additive score; ``c_i`` enters the GRU with ``y_{i-1}``. Differs: the output layer is

@@ -1,4 +1,4 @@
-"""Seed 001's worked example, number by number, and the `qkv explain` command."""
+"""The worked example of self-attention, number by number, and the `qkv explain` command."""
 
 import math
 
@@ -7,11 +7,11 @@ import torch
 
 import qkv
 from qkv.cli import main
-from qkv.explain import SEED_INPUTS, seed_self_attention, walkthrough
+from qkv.explain import EXAMPLE_INPUTS, example_self_attention, walkthrough
 
-# From the seed: the keys of the three inputs.
-SEED_KEYS = [[0, 1, 1], [4, 4, 0], [2, 3, 1]]
-# From the article the seed follows ("Illustrated: Self-Attention"): queries and values.
+# From the worked example: the keys of the three inputs.
+EXAMPLE_KEYS = [[0, 1, 1], [4, 4, 0], [2, 3, 1]]
+# From the article the example follows ("Illustrated: Self-Attention"): queries and values.
 QUERIES = [[1, 0, 2], [2, 2, 2], [2, 1, 3]]
 VALUES = [[1, 2, 3], [2, 8, 0], [2, 6, 3]]
 
@@ -21,10 +21,10 @@ def softmax_by_hand(row):
     return [x / sum(e) for x in e]
 
 
-def test_projections_reproduce_the_seed():
+def test_projections_reproduce_the_worked_example():
     w = walkthrough("dot", scale=1.0)
-    assert w.inputs.tolist() == SEED_INPUTS
-    assert w.keys.tolist() == SEED_KEYS
+    assert w.inputs.tolist() == EXAMPLE_INPUTS
+    assert w.keys.tolist() == EXAMPLE_KEYS
     assert w.queries.tolist() == QUERIES
     assert w.values.tolist() == VALUES
 
@@ -35,7 +35,7 @@ def test_scores_weights_outputs_number_by_number(scaled):
     w = walkthrough("scaled_dot" if scaled else "dot")
     assert w.scale == pytest.approx(factor)
     for i, q in enumerate(QUERIES):
-        scores = [sum(a * b for a, b in zip(q, k, strict=True)) * factor for k in SEED_KEYS]
+        scores = [sum(a * b for a, b in zip(q, k, strict=True)) * factor for k in EXAMPLE_KEYS]
         weights = softmax_by_hand(scores)
         out = [sum(weights[j] * VALUES[j][c] for j in range(3)) for c in range(3)]
         assert w.scores[i].tolist() == pytest.approx(scores, abs=1e-12)
@@ -47,17 +47,17 @@ def test_scores_weights_outputs_number_by_number(scaled):
 
 
 def test_self_attention_layer_gives_the_same_outputs():
-    x = torch.tensor(SEED_INPUTS, dtype=torch.float64)
-    torch.testing.assert_close(seed_self_attention()(x), walkthrough("scaled_dot").outputs)
-    torch.testing.assert_close(seed_self_attention(scale=1.0)(x), walkthrough("dot").outputs)
-    out, w = qkv.attention(*(lin(x) for lin in (seed_self_attention().q_proj, seed_self_attention().k_proj,
-                                                  seed_self_attention().v_proj)), return_weights=True)
+    x = torch.tensor(EXAMPLE_INPUTS, dtype=torch.float64)
+    torch.testing.assert_close(example_self_attention()(x), walkthrough("scaled_dot").outputs)
+    torch.testing.assert_close(example_self_attention(scale=1.0)(x), walkthrough("dot").outputs)
+    out, w = qkv.attention(*(lin(x) for lin in (example_self_attention().q_proj, example_self_attention().k_proj,
+                                                  example_self_attention().v_proj)), return_weights=True)
     torch.testing.assert_close(w, walkthrough("scaled_dot").weights)
 
 
 def test_self_attention_scale_is_a_number_or_none():
-    x = torch.tensor(SEED_INPUTS, dtype=torch.float64)
-    layer = seed_self_attention(scale=0.25)
+    x = torch.tensor(EXAMPLE_INPUTS, dtype=torch.float64)
+    layer = example_self_attention(scale=0.25)
     q, k, v = layer.q_proj(x), layer.k_proj(x), layer.v_proj(x)
     want = torch.softmax(q @ k.T * 0.25, dim=-1) @ v
     torch.testing.assert_close(layer(x), want, rtol=1e-12, atol=1e-12)
