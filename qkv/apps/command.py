@@ -33,9 +33,9 @@ from .console import input_files, read_lines, safe, warn, write_json
 from .fingerprint import data_note
 from .option_groups import LMFusionSettings
 
-__all__ = ["RunArgument", "DeviceOption", "FileOption", "JsonOption", "PlotOption", "LimitOption", "LMFusionOption",
-           "check_shared", "check_device", "plot_folder", "plot_file", "load", "read_inputs", "input_paths",
-           "inputs_of", "settings_of", "row_of", "finish", "evaluation"]
+__all__ = ["RunArgument", "DeviceOption", "FileOption", "JsonOption", "RunInputs", "PlotOption", "LimitOption",
+           "LMFusionOption", "check_shared", "check_device", "plot_folder", "plot_file", "load", "read_inputs",
+           "input_paths", "inputs_of", "settings_of", "row_of", "finish", "evaluation"]
 
 
 @dataclass
@@ -57,6 +57,11 @@ class FileOption:
 @dataclass
 class JsonOption:
     json: str | None = option(None, help="write the results as JSON (a NaN or infinite figure is written null)")
+
+
+@dataclass
+class RunInputs(JsonOption, DeviceOption, FileOption, RunArgument):
+    """What every command that predicts on a run's inputs takes: the run, ``--file``, ``--device`` and ``--json``."""
 
 
 @dataclass

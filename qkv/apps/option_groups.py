@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from ..options import OptionError, option, ref
 
-__all__ = ["TRANSFORMER", "TransformerOptions", "LMFusionSettings"]
+__all__ = ["TRANSFORMER", "TransformerOptions", "LMFusionSettings", "on_error_setting", "check_even_hidden"]
 
 #: ``applies=`` of the options that only a Transformer model has
 TRANSFORMER = {"model": ("transformer",)}
@@ -43,3 +43,18 @@ class LMFusionSettings:
                                      "data)")
     length_reward: float = option(0.0, low=0, requires=("lm",), help="added per output token with --lm, against the "
                                   "early ends a language model favours")
+
+
+def on_error_setting(bad: str):
+    """The ``on_error`` setting of an ``evaluate`` on another data file: ``bad`` (what is refused, e.g. "bad audio
+    files or manifest rows") stops with file:line, or is skipped and counted."""
+    return option(None, choices=("raise", "skip"), help=f"evaluate on another data file: {bad} stop with file:line, "
+                  "or are skipped and counted (default: raise)")
+
+
+def check_even_hidden(options) -> None:
+    """An :class:`~qkv.options.OptionError` when a bidirectional recurrent model's ``hidden_dim`` is odd (it is split
+    between the two directions); a Transformer has no such split."""
+    if options.model != "transformer" and options.hidden_dim % 2:
+        raise OptionError(ref("hidden_dim") + " ({n}) must be even: it is split between two directions",
+                          "hidden_dim", n=options.hidden_dim)

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..apps.command import DeviceOption, FileOption, JsonOption, RunArgument, finish, inputs_of, read_inputs
+from ..apps.command import RunInputs, finish, inputs_of, read_inputs
 from ..apps.console import safe, write_json
 from ..options import option
 
@@ -16,7 +16,7 @@ __all__ = ["COMMAND", "PredictCommand"]
 
 
 @dataclass
-class PredictCommand(JsonOption, FileOption, DeviceOption, RunArgument):
+class PredictCommand(RunInputs):
     inputs: list[str] = option(default_factory=list, positional=True, nargs="*", metavar="INPUT",
                                help="inputs: sentences or texts, image or audio files, or CONTEXT<TAB>QUESTION "
                                     "(question answering), as the run's application reads them")

@@ -9,26 +9,14 @@ from pathlib import Path
 import torch
 
 from ...options import option
-from ..command import (
-    DeviceOption,
-    FileOption,
-    JsonOption,
-    LimitOption,
-    PlotOption,
-    RunArgument,
-    evaluation,
-    finish,
-    input_paths,
-    plot_folder,
-    settings_of,
-)
+from ..command import LimitOption, PlotOption, RunInputs, evaluation, finish, input_paths, plot_folder, settings_of
 from ..console import safe, unique_names
 from .options import CaptionSettings
 from .predictor import Captioner
 
 
 @dataclass
-class CaptionCommand(CaptionSettings, JsonOption, LimitOption, PlotOption, DeviceOption, FileOption, RunArgument):
+class CaptionCommand(CaptionSettings, LimitOption, PlotOption, RunInputs):
     images: list[str] = option(default_factory=list, positional=True, nargs="*", metavar="IMAGE",
                                help="image files (PNG, JPEG...); give them before the options")
     index: list[int] | None = option(None, repeat=True, parse=lambda xs: [int(x) for x in xs], metavar="N",

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...options import OptionError, check_options, option, ref
-from ..option_groups import TRANSFORMER, TransformerOptions
+from ..option_groups import TRANSFORMER, TransformerOptions, on_error_setting
 
 __all__ = ["CaptionOptions", "CaptionSettings", "train_defaults", "MODELS", "ATTENDING"]
 
@@ -164,9 +164,7 @@ class CaptionSettings:
     hard_test: str | None = option(None, choices=("expectation", "argmax"),
                                    help="hard attention: the expected context or the most likely location "
                                         "(default: as trained)")
-    on_error: str | None = option(None, choices=("raise", "skip"),
-                                  help="evaluate on another data file: bad captions (naming missing or unreadable "
-                                       "images) stop with file:line, or are skipped and counted (default: raise)")
+    on_error: str | None = on_error_setting("bad captions (naming missing or unreadable images)")
 
 
 def train_defaults(options: CaptionOptions):

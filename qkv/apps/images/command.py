@@ -9,14 +9,14 @@ from pathlib import Path
 import torch
 
 from ...options import option
-from ..command import DeviceOption, FileOption, JsonOption, RunArgument, finish, input_paths, plot_folder
+from ..command import RunInputs, finish, input_paths, plot_folder
 from ..console import safe, unique_names
 from .options import ImageSettings
 from .predictor import ImageClassifier
 
 
 @dataclass
-class ShowAttentionCommand(ImageSettings, JsonOption, DeviceOption, FileOption, RunArgument):
+class ShowAttentionCommand(ImageSettings, RunInputs):
     images: list[str] = option(default_factory=list, positional=True, nargs="*", metavar="IMAGE",
                                help="image files (PNG, JPEG...), converted to grey; give them before the options")
     index: list[int] | None = option(None, repeat=True, parse=lambda xs: [int(x) for x in xs], metavar="N",

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from ...options import option
 from ...train.rng import MAX_SEED
-from ..command import DeviceOption, FileOption, JsonOption, RunArgument, finish, read_inputs
+from ..command import RunInputs, finish, read_inputs
 from ..console import safe
 from .predictor import LanguageModel
 
@@ -15,7 +15,7 @@ _SAMPLING = {"strategy": ("sample",)}
 
 
 @dataclass
-class GenerateCommand(JsonOption, DeviceOption, FileOption, RunArgument):
+class GenerateCommand(RunInputs):
     prompts: list[str] = option(default_factory=list, positional=True, nargs="*", metavar="PROMPT",
                                 help="texts to continue (each starts a document)")
     max_new_tokens: int = option(200, low=1, help="the most tokens written after each prompt")

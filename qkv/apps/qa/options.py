@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...options import OptionError, check_options, option, ref
-from ..option_groups import TransformerOptions
+from ..option_groups import TransformerOptions, check_even_hidden, on_error_setting
 
 __all__ = ["QAOptions", "QASettings", "train_defaults", "MODELS"]
 
@@ -62,9 +62,7 @@ class QAOptions(TransformerOptions):
     def __post_init__(self):
         check_options(self)
         self.check_heads()
-        if self.model != "transformer" and self.hidden_dim % 2:
-            raise OptionError(ref("hidden_dim") + " ({n}) must be even: it is split between two directions",
-                              "hidden_dim", n=self.hidden_dim)
+        check_even_hidden(self)
         if self.doc_stride is not None and self.doc_stride > self.max_context:
             raise OptionError(ref("doc_stride") + " ({stride}) must be at most " + ref("max_context") + " ({most}): "
                               "windows further apart would skip tokens", "doc_stride", "max_context",
@@ -89,9 +87,7 @@ class QASettings:
     """The settings of a question-answering run's ``evaluate`` (:class:`~qkv.apps.qa.Reader`); ``predict`` takes
     none."""
 
-    on_error: str | None = option(None, choices=("raise", "skip"),
-                                  help="evaluate on another data file: bad answers (not spans of their context) stop "
-                                       "with file:line, or are skipped and counted (default: raise)")
+    on_error: str | None = on_error_setting("bad answers (not spans of their context)")
 
 
 def train_defaults(options: QAOptions):

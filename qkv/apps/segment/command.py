@@ -8,24 +8,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ...options import option
-from ..command import (
-    DeviceOption,
-    FileOption,
-    JsonOption,
-    LimitOption,
-    PlotOption,
-    RunArgument,
-    evaluation,
-    finish,
-    input_paths,
-    plot_folder,
-)
+from ..command import LimitOption, PlotOption, RunInputs, evaluation, finish, input_paths, plot_folder
 from ..console import safe, unique_names
 from .predictor import Segmenter
 
 
 @dataclass
-class SegmentCommand(JsonOption, LimitOption, PlotOption, DeviceOption, FileOption, RunArgument):
+class SegmentCommand(LimitOption, PlotOption, RunInputs):
     images: list[str] = option(default_factory=list, positional=True, nargs="*", metavar="IMAGE",
                                help="image files (PNG, JPEG...), segmented at their own size; give them before the "
                                     "options")

@@ -8,13 +8,13 @@ from dataclasses import dataclass
 from ...options import option
 from ...train.rng import MAX_SEED
 from ...viz.files import page_path
-from ..command import DeviceOption, FileOption, JsonOption, RunArgument, finish, read_inputs
+from ..command import DeviceOption, FileOption, RunArgument, RunInputs, finish, read_inputs
 from ..console import read_lines, safe, use_color
 from .predictor import SentimentClassifier
 
 
 @dataclass
-class ClassifyCommand(JsonOption, DeviceOption, FileOption, RunArgument):
+class ClassifyCommand(RunInputs):
     text: list[str] = option(default_factory=list, positional=True, nargs="*", help="texts to classify")
     html: str | None = option(None, metavar="HTML", help="write a page with every text's words shaded by attention")
     title: str = option("Attention over words", requires=("html",), help="title of the HTML page")

@@ -9,13 +9,10 @@ from pathlib import Path
 
 from ...options import option
 from ..command import (
-    DeviceOption,
-    FileOption,
-    JsonOption,
     LimitOption,
     LMFusionOption,
     PlotOption,
-    RunArgument,
+    RunInputs,
     evaluation,
     finish,
     input_paths,
@@ -28,8 +25,7 @@ from .predictor import Transcriber
 
 
 @dataclass
-class TranscribeCommand(SpeechSettings, LMFusionOption, JsonOption, LimitOption, PlotOption, DeviceOption,
-                        FileOption, RunArgument):
+class TranscribeCommand(SpeechSettings, LMFusionOption, LimitOption, PlotOption, RunInputs):
     audio: list[str] = option(default_factory=list, positional=True, nargs="*", metavar="AUDIO",
                               help="audio files (WAV, FLAC, OGG; any rate, any channels)")
     evaluate: str | None = option(None, metavar="MANIFEST_OR_SPLIT", help="print WER and CER on a split of the "

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...options import OptionError, check_options, option, ref
-from ..option_groups import TRANSFORMER, LMFusionSettings, TransformerOptions
+from ..option_groups import TRANSFORMER, LMFusionSettings, TransformerOptions, on_error_setting
 
 __all__ = ["SpeechOptions", "SpeechSettings", "train_defaults", "MODELS", "GENERATED"]
 
@@ -154,9 +154,7 @@ class SpeechSettings(LMFusionSettings):
     length_penalty: float | None = option(None, low=0, excludes={"beam": (1,)},
                                           help="beam > 1: Wu et al.'s length normalisation alpha, ranking the final "
                                                "beam (default: the run's, 0 = off)")
-    on_error: str | None = option(None, choices=("raise", "skip"),
-                                  help="evaluate on another data file: bad audio files or manifest rows stop "
-                                       "with file:line, or are skipped and counted (default: raise)")
+    on_error: str | None = on_error_setting("bad audio files or manifest rows")
 
 
 def train_defaults(options: SpeechOptions):

@@ -8,26 +8,14 @@ from pathlib import Path
 
 from ...options import option
 from ...viz.files import page_path, write_atomic
-from ..command import (
-    DeviceOption,
-    FileOption,
-    JsonOption,
-    LimitOption,
-    LMFusionOption,
-    RunArgument,
-    evaluation,
-    finish,
-    read_inputs,
-    settings_of,
-)
+from ..command import LimitOption, LMFusionOption, RunInputs, evaluation, finish, read_inputs, settings_of
 from ..console import safe
 from .options import SummarizeSettings
 from .predictor import Summarizer
 
 
 @dataclass
-class SummarizeCommand(SummarizeSettings, LMFusionOption, JsonOption, LimitOption, DeviceOption, FileOption,
-                       RunArgument):
+class SummarizeCommand(SummarizeSettings, LMFusionOption, LimitOption, RunInputs):
     text: list[str] = option(default_factory=list, positional=True, nargs="*", help="texts to summarise")
     output: str | None = option(None, help="write the summaries here, one per line")
     html: str | None = option(None, metavar="HTML", help="write a page: each output word coloured by p_gen with "

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...options import OptionError, check_options, option, ref
-from ..option_groups import TRANSFORMER, LMFusionSettings, TransformerOptions
+from ..option_groups import TRANSFORMER, LMFusionSettings, TransformerOptions, check_even_hidden, on_error_setting
 
 __all__ = ["SummarizeOptions", "SummarizeSettings", "train_defaults", "MODELS", "DEBIAN_FILE"]
 
@@ -84,9 +84,7 @@ class SummarizeOptions(TransformerOptions):
     def __post_init__(self):
         check_options(self)
         self.check_heads()
-        if self.model != "transformer" and self.hidden_dim % 2:
-            raise OptionError(ref("hidden_dim") + " ({n}) must be even: it is split between two directions",
-                              "hidden_dim", n=self.hidden_dim)
+        check_even_hidden(self)
         c = self.coverage_from
         if c is not None and c >= 1 and c != int(c):
             raise OptionError(ref("coverage_from") + " must be a step (a whole number) or a fraction below 1, got {c}",
@@ -143,8 +141,7 @@ class SummarizeSettings(LMFusionSettings):
     no_repeat_ngram_size: int = option(3, low=0, flag="--no-repeat-ngram",
                                        help="forbid repeating any n-gram of this size (0: off)")
     baselines: bool = option(True, help="evaluate: the ROUGE of the lead sentence and of the first 8 words too")
-    on_error: str | None = option(None, choices=("raise", "skip"), help="evaluate on another data file: bad rows "
-                                  "stop with file:line, or are skipped and counted (default: raise)")
+    on_error: str | None = on_error_setting("bad rows")
 
 
 def train_defaults(options: SummarizeOptions):

@@ -6,26 +6,14 @@ from dataclasses import dataclass
 
 from ...options import option
 from ...viz.files import write_atomic
-from ..command import (
-    DeviceOption,
-    FileOption,
-    JsonOption,
-    LMFusionOption,
-    PlotOption,
-    RunArgument,
-    finish,
-    plot_file,
-    read_inputs,
-    settings_of,
-)
+from ..command import LMFusionOption, PlotOption, RunInputs, finish, plot_file, read_inputs, settings_of
 from ..console import numbered_paths, safe
 from .options import TranslateSettings
 from .predictor import Translator
 
 
 @dataclass
-class TranslateCommand(TranslateSettings, LMFusionOption, JsonOption, PlotOption, DeviceOption, FileOption,
-                       RunArgument):
+class TranslateCommand(TranslateSettings, LMFusionOption, PlotOption, RunInputs):
     text: list[str] = option(default_factory=list, positional=True, nargs="*", help="sentences to translate")
     output: str | None = option(None, help="write the translations here, one per line")
 
