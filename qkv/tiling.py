@@ -293,14 +293,14 @@ def tiles(qp: Tensor, kp: Tensor, pair: Callable[[Tensor], Tensor], form: FusedF
     ctx = kernel.eager(signature, qp.device, example) if kernel is not None else _nothing()
     if eager_form.usable(form, qp, kp):  # inference on the CPU: the fused form in chunks that stay in the cache
         factors = factors if kernel is not None else _factored(form[2], qp, kp)
-        a, b = (qp, kp) if factors is None else factors[:2]
+        left, right = (qp, kp) if factors is None else factors[:2]  # (a, b: what the example's arguments read)
         fcq, fck = tile_sizes(tq, tk, lead, 1, max_elements)
         with ctx:
             for i in range(0, tq, fcq):
                 qi = slice(i, min(i + fcq, tq))
                 for j in range(0, tk, fck):
                     kj = slice(j, min(j + fck, tk))
-                    yield qi, kj, eager_form.scores(a[..., qi, :], b[..., kj, :], form, factors is not None)
+                    yield qi, kj, eager_form.scores(left[..., qi, :], right[..., kj, :], form, factors is not None)
         return
     with ctx:
         for i in range(0, tq, cq):

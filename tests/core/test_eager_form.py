@@ -78,3 +78,24 @@ def test_what_it_takes(gen):
     assert not eager_form.usable((w.requires_grad_(True), None, "Tanh"), qp, kp)
     with torch.no_grad():
         assert eager_form.usable((w, None, "Tanh"), qp, kp)
+
+
+def test_auto_compiles_the_additive_kernel_from_the_eager_chunks(gen, monkeypatch):
+    """Timed eager chunks start the compilation of the fused kernel on the arguments of one of its tiles."""
+    started = []
+    monkeypatch.setattr(tiling, "FUSED_MIN_ELEMENTS", 1)
+    monkeypatch.setattr(compiled, "BACKGROUND_SHARE", 0.0)
+    for kernel in (tiling.PAIRED, tiling.EXP):
+        monkeypatch.setattr(kernel, "_submit", lambda sig, count, args, kw, layout=None, k=kernel:
+                            started.append((k.name, len(args))) or count.queued.add("x"))
+        monkeypatch.setattr(kernel, "counts", {})
+    compiled.set_compile("auto")
+    try:
+        sc = Additive(8, 8, 6)
+        q, k, v = (torch.randn(3, 30, 8, generator=gen) for _ in range(3))
+        with torch.no_grad():
+            for _ in range(compiled.MIN_CALLS + 2):
+                qkv.attention(q, k, v, score=sc)
+    finally:
+        compiled.set_compile(None)
+    assert started == [(tiling.PAIRED.name, 8)]  # the paired kernel's eight arguments, once
