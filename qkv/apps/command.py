@@ -35,7 +35,7 @@ from .option_groups import LMFusionSettings
 
 __all__ = ["RunArgument", "DeviceOption", "FileOption", "JsonOption", "RunInputs", "PlotOption", "LimitOption",
            "LMFusionOption", "check_shared", "check_device", "plot_folder", "plot_file", "load", "read_inputs",
-           "input_paths", "inputs_of", "settings_of", "row_of", "finish", "evaluation"]
+           "input_paths", "inputs_of", "settings_of", "write_outputs", "row_of", "finish", "evaluation"]
 
 
 @dataclass
@@ -228,6 +228,14 @@ def settings_of(o, predictor, method: str = "predict", **more: Any) -> dict[str,
             values[f.name] = getattr(o, f.name)
     values.update(more)
     return predictor.check_settings({k: v for k, v in values.items() if v is not None}, method)
+
+
+def write_outputs(path: str, texts: Sequence[str], what: str) -> None:
+    """``texts`` one per line into ``path`` (a command's ``--output``, written atomically), and how many on stdout."""
+    from ..viz.files import write_atomic
+
+    written = write_atomic(path, "\n".join(texts) + "\n", option="--output")
+    print(f"wrote {len(texts)} {what} to {written}")
 
 
 def row_of(predictor, given: str, result: Any) -> dict[str, Any]:

@@ -7,8 +7,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ...options import option
-from ...viz.files import page_path, write_atomic
-from ..command import LimitOption, LMFusionOption, RunInputs, evaluation, finish, read_inputs, settings_of
+from ...viz.files import page_path
+from ..command import (
+    LimitOption,
+    LMFusionOption,
+    RunInputs,
+    evaluation,
+    finish,
+    read_inputs,
+    settings_of,
+    write_outputs,
+)
 from ..console import safe
 from .options import SummarizeSettings
 from .predictor import Summarizer
@@ -73,8 +82,7 @@ def summarize(o: SummarizeCommand) -> int:
     settings = _settings(o, summarizer)
     results = summarizer.predict(texts, **settings)
     if o.output:
-        written = write_atomic(o.output, "\n".join(r.text for r in results) + "\n", option="--output")
-        print(f"wrote {len(results)} summaries to {written}")
+        write_outputs(o.output, [r.text for r in results], "summaries")
     else:
         for r in results:
             print(safe(r.text))

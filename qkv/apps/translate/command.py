@@ -5,8 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...options import option
-from ...viz.files import write_atomic
-from ..command import LMFusionOption, PlotOption, RunInputs, finish, plot_file, read_inputs, settings_of
+from ..command import LMFusionOption, PlotOption, RunInputs, finish, plot_file, read_inputs, settings_of, write_outputs
 from ..console import numbered_paths, safe
 from .options import TranslateSettings
 from .predictor import Translator
@@ -33,8 +32,7 @@ def translate(o: TranslateCommand) -> int:
     settings = settings_of(o, translator, **o.fusion(translator))
     results = translator.predict(texts, **settings)
     if o.output:
-        written = write_atomic(o.output, "\n".join(r.text for r in results) + "\n", option="--output")
-        print(f"wrote {len(results)} translations to {written}")
+        write_outputs(o.output, [r.text for r in results], "translations")
     else:
         for r in results:
             print(f"{safe(r.source)}\t{safe(r.text)}")
