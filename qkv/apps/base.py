@@ -99,7 +99,7 @@ class Application:
         export: ``predictor -> {graph name: (module, example inputs, manifest extras)}``, the ONNX graphs of a run
             (:func:`qkv.apps.export.export_run`); ``None``: its runs cannot be exported.
         upgrade: ``config -> config``, a run's configuration of checkpoint format 1 (qkv 0.1.0) in the current
-            format; ``None``: the application has no format-1 runs.
+            format; by default the task's (``ApplicationTask.upgrade``); ``None``: no format-1 runs.
     """
 
     name: str
@@ -128,7 +128,8 @@ class Application:
         object.__setattr__(self, "commands", commands)
         if self.task is None or self.predictor is None or self.train_defaults is None:
             raise TypeError(f"application {self.name!r} needs task, predictor and train_defaults")
-        for name, default in (("options", "options_type"), ("load_data", "load_data"), ("model_spec", "model_spec")):
+        for name, default in (("options", "options_type"), ("load_data", "load_data"), ("model_spec", "model_spec"),
+                              ("upgrade", "upgrade")):
             if getattr(self, name) is None:
                 object.__setattr__(self, name, getattr(self.task, default))
 
@@ -167,15 +168,19 @@ class ApplicationTask(Task):
     #: attributes kept as ``assets/NAME.json`` with every checkpoint and read back on a resume (JSON values; one
     #: that is ``None`` is not written): what a run needs to rebuild its model besides its tokenisers
     json_assets: ClassVar[tuple[str, ...]] = ()
+    #: ``config -> config``: a run's configuration of checkpoint format 1 (qkv 0.1.0) in the current format; ``None``:
+    #: the application has no format-1 runs
+    upgrade: ClassVar[Callable[[dict[str, Any]], dict[str, Any]] | None] = None
 
     def __init_subclass__(cls, *, name: str | None = None, unit: str | None = None, options: type | None = None,
                           load_data: Callable | None = None, model_spec: Callable | None = None,
-                          assets: Sequence[str] | None = None, **kwargs: Any) -> None:
+                          assets: Sequence[str] | None = None, upgrade: Callable | None = None,
+                          **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         for attr, value in (("name", name), ("unit", unit), ("options_type", options), ("assets", assets),
-                            ("load_data", load_data), ("model_spec", model_spec)):
+                            ("load_data", load_data), ("model_spec", model_spec), ("upgrade", upgrade)):
             if value is not None:
-                setattr(cls, attr, staticmethod(value) if attr in ("load_data", "model_spec") else
+                setattr(cls, attr, staticmethod(value) if attr in ("load_data", "model_spec", "upgrade") else
                         tuple(value) if attr == "assets" else value)
 
     def __init__(self, options: Any, data: Any = None):

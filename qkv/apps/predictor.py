@@ -130,7 +130,8 @@ class Predictor(ABC):
         ``device`` (``auto``: CUDA when there is one)."""
         from ..data import load_tokenizer
 
-        run = load_run(run_dir, cls.task, cls.task_class.options_type, device)
+        run = load_run(run_dir, cls.application, cls.task_class.options_type, device,
+                       upgrade=getattr(cls.task_class, "upgrade", None))
         assets = {name: load_tokenizer(run.checkpoint.assets / name) for name in cls.task_class.assets}
         return cls(run.model, run.options, run.config, **assets)
 
@@ -247,18 +248,6 @@ class Predictor(ABC):
     def device(self) -> torch.device:
         return next(self.model.parameters()).device
 
-    def language_model(self, lm: Any) -> Any:
-        """``lm`` for shallow fusion in this model's beam: a language-model run directory (``qkv train lm``) loaded
-        on this model's device, or an already loaded :class:`~qkv.apps.lm.LanguageModel` as it is. A run of
-        another application is a ``ValueError``."""
-        if lm is None or not isinstance(lm, str | os.PathLike):
-            return lm
-        from . import application_of
-
-        app = application_of(lm)
-        if app.name != "lm":
-            raise ValueError(f"{lm} is a {app.name} run, not a language model (a run of the lm application)")
-        return app.predictor.load(lm, self.device)
 
 
 def length_batches(items: Sequence[Any], batch_size: int) -> Iterator[list[int]]:

@@ -13,7 +13,7 @@ import dataclasses
 import json
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -94,10 +94,11 @@ def upgrade_options(cls: type, old: Mapping[str, Any], renames: Mapping[str, str
     return cls(**values)
 
 
-def load_run(path, task: str, options_cls: type, device: str | torch.device = "auto") -> LoadedRun:
+def load_run(path, task: str, options_cls: type, device: str | torch.device = "auto",
+             upgrade: Callable[[dict[str, Any]], dict[str, Any]] | None = None) -> LoadedRun:
     """Read a run (or checkpoint) directory of ``task``, or a :class:`~qkv.train.checkpoint.Checkpoint` already
-    read, for prediction: its weights read once, a run of an older checkpoint format upgraded
-    (the application's ``upgrade``). Raises ``ValueError`` for a run of another task, a newer format, or a
+    read, for prediction: its weights read once, a run of checkpoint format 1 upgraded by ``upgrade`` (the
+    application's: ``config -> config``). Raises ``ValueError`` for a run of another task, a newer format, or a
     configuration that does not fit.
     """
     from ..train import resolve_device
@@ -112,9 +113,6 @@ def load_run(path, task: str, options_cls: type, device: str | torch.device = "a
     config, state_dict = ckpt.config, ckpt.state_dict
     if ckpt.version < VERSION:
         logger.info("%s: upgrading a format-version-%d run", ckpt.path, ckpt.version)
-        from . import application
-
-        upgrade = application(task).upgrade
         if upgrade is None:
             raise ValueError(f"{ckpt.path}: {task} runs exist only in checkpoint format 2 and later")
         try:

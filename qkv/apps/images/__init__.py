@@ -31,7 +31,7 @@ Example::
 from __future__ import annotations
 
 from ..base import Application
-from . import command, export, upgrade
+from . import command, export
 from .maps import AttentionView, attention_view
 from .options import ARCHS, AUGMENTATIONS, ImageOptions, parse_attn_args, train_defaults
 from .predictor import ImageClassifier, ImagePrediction
@@ -44,5 +44,4 @@ __all__ = ["APPLICATION", "ImageOptions", "load_data", "model_spec", "train_defa
 
 APPLICATION = Application(
     name="images", commands=command.COMMANDS,
-    train_defaults=train_defaults, task=ImageTask, predictor=ImageClassifier, export=export.graphs,
-    upgrade=upgrade.upgrade_config)
+    train_defaults=train_defaults, task=ImageTask, predictor=ImageClassifier, export=export.graphs)

@@ -13,6 +13,7 @@ from torch import Tensor, nn
 from ...data.images import ImageData, ImageExamples, load_image_splits, normalize, random_shift_flip
 from ..base import ApplicationTask
 from .options import ImageOptions
+from .upgrade import upgrade_config
 
 logger = logging.getLogger(__name__)
 
@@ -50,7 +51,7 @@ def predict_logits(model: nn.Module, x: Tensor, batch_size: int = 500) -> Tensor
 
 
 class ImageTask(ApplicationTask, name="images", unit="images", options=ImageOptions, load_data=load_data,
-                model_spec=model_spec):
+                model_spec=model_spec, upgrade=upgrade_config):
     """Image classification with label-smoothed cross-entropy; metrics: accuracy and (unsmoothed) loss.
 
     ``data`` (an :class:`~qkv.data.images.ImageData`) may be given to skip reading ``options.data``.

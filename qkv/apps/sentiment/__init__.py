@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from ...data.text_classification import collate_texts
 from ..base import Application
-from . import command, export, upgrade
+from . import command, export
 from .faithfulness import comprehensiveness
 from .options import MODELS, SentimentOptions, train_defaults
 from .predictor import SentimentClassifier, SentimentPrediction
@@ -38,5 +38,4 @@ def _train(options: SentimentOptions, config) -> list:
 APPLICATION = Application(
     name="sentiment", commands=command.COMMANDS,
     train_defaults=train_defaults, task=SentimentTask, predictor=SentimentClassifier, train=_train,
-    export=export.graphs,
-    upgrade=upgrade.upgrade_config)
+    export=export.graphs)

@@ -20,6 +20,7 @@ from ...data.text_classification import collate_texts
 from ...options import OptionError, ref
 from ..base import ApplicationTask
 from .options import SentimentOptions
+from .upgrade import upgrade_config
 
 logger = logging.getLogger(__name__)
 
@@ -116,7 +117,7 @@ def evaluate_classifier(model: nn.Module, examples: list[tuple[list[int], Any]],
 
 
 class SentimentTask(ApplicationTask, name="sentiment", unit="items", options=SentimentOptions, load_data=load_data,
-                    model_spec=model_spec, assets=("tokenizer",)):
+                    model_spec=model_spec, assets=("tokenizer",), upgrade=upgrade_config):
     """Text classification (cross-entropy) or rating regression (MSE) with attention-pooled classifiers.
 
     ``data`` (a :class:`~qkv.data.text_classification.TextDataset`) may be given to skip reading ``options.data``

@@ -13,6 +13,7 @@ from torch import Tensor, nn
 
 from ...options import OptionError, ref
 from ..base import PageInput, Predictor, ViewInput, file_inputs, jsonable
+from ..fusion import LanguageModelFusion
 from ..stopped import stopped_note
 from .decode import Transcript, transcribe_batch, utterance_features
 from .options import SpeechSettings
@@ -23,7 +24,7 @@ __all__ = ["Transcriber", "Transcript"]
 logger = logging.getLogger(__name__)
 
 
-class Transcriber(Predictor):
+class Transcriber(LanguageModelFusion, Predictor):
     """A trained speech recogniser: ``Transcriber.load("runs/digits").predict(["clip.wav"])``."""
 
     task_class = SpeechTask

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from ..base import PageInput, Predictor, ViewInput, jsonable, need_text
+from ..fusion import LanguageModelFusion
 from ..stopped import stopped_note
 from .decode import Summary, first_words, lead, summarize_batch, summary_metrics
 from .options import SummarizeSettings
@@ -18,7 +19,7 @@ __all__ = ["Summarizer", "Summary"]
 logger = logging.getLogger(__name__)
 
 
-class Summarizer(Predictor):
+class Summarizer(LanguageModelFusion, Predictor):
     """A trained summarisation run: ``Summarizer.load("runs/debian").predict([text])[0].text``."""
 
     task_class = SummarizeTask

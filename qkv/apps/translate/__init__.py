@@ -20,7 +20,7 @@ Example::
 from __future__ import annotations
 
 from ..base import Application
-from . import command, export, upgrade
+from . import command, export
 from .decode import Translation, translate_batch
 from .options import MODELS, RNN_MODELS, TranslateOptions, budget_defaults, train_defaults
 from .predictor import Translator, parse_buckets
@@ -34,5 +34,4 @@ __all__ = ["APPLICATION", "TranslateOptions", "load_data", "model_spec", "train_
 APPLICATION = Application(
     name="translate", commands=command.COMMANDS,
     train_defaults=train_defaults, task=TranslateTask, predictor=Translator, budget_defaults=budget_defaults,
-    export=export.graphs,
-    upgrade=upgrade.upgrade_config)
+    export=export.graphs)

@@ -9,6 +9,7 @@ import torch
 
 from ...options import OptionError, ref
 from ..base import PageInput, Predictor, ViewInput, jsonable, need_text
+from ..fusion import LanguageModelFusion
 from ..stopped import stopped_note
 from .decode import Translation, source_ids, translate_batch
 from .options import TranslateSettings
@@ -17,7 +18,7 @@ from .task import TranslateTask, evaluate_translations
 __all__ = ["Translator", "Translation", "parse_buckets"]
 
 
-class Translator(Predictor):
+class Translator(LanguageModelFusion, Predictor):
     """A trained translation run, ready to translate: ``Translator.load("runs/dates").predict(["7 mars 2019"])``."""
 
     task_class = TranslateTask

@@ -13,6 +13,7 @@ from torch import nn
 from ..base import ApplicationTask
 from .decode import translate_batch
 from .options import TranslateOptions
+from .upgrade import upgrade_config
 
 logger = logging.getLogger(__name__)
 
@@ -76,7 +77,7 @@ def evaluate_translations(model: nn.Module, src_tokenizer, tgt_tokenizer, groupe
 
 
 class TranslateTask(ApplicationTask, name="translate", unit="tokens", options=TranslateOptions, load_data=load_data,
-                    model_spec=model_spec, assets=("src_tokenizer", "tgt_tokenizer")):
+                    model_spec=model_spec, assets=("src_tokenizer", "tgt_tokenizer"), upgrade=upgrade_config):
     """Sequence-to-sequence training with label-smoothed cross-entropy over target tokens."""
 
     def setup(self) -> None:
