@@ -15,7 +15,7 @@ from torch import nn
 from ...data.text_classification import collate_texts
 from ..base import PageInput, Predictor, ViewInput, jsonable, need_text
 from .options import SentimentOptions, SentimentSettings
-from .task import SentimentTask, evaluate_classifier
+from .task import SentimentTask, encode_texts, evaluate_classifier, make_splits
 
 logger = logging.getLogger(__name__)
 
@@ -56,8 +56,6 @@ class SentimentClassifier(Predictor):
         self.label_names = self.config.get("label_names") or []
         self.regression = bool(self.config.get("regression"))
         self.max_len = options.max_len
-        lm = self.config.get("model", {}).get("config", {}).get("lm") if options.model == "lm" else None
-        self._init = None if lm is None else {"run": self.config.get("init", options.init), "model": lm}
         if getattr(model, "max_tokens", None) is not None:  # a language model's body reads at most its context
             self.max_len = min(self.max_len, model.max_tokens)
         self._spans = tokenizer.spans if isinstance(tokenizer, WordTokenizer) else None
@@ -128,12 +126,11 @@ class SentimentClassifier(Predictor):
         self.check_settings(settings)
         if split not in ("valid", "test"):
             raise ValueError(f"no split {split!r}; one of valid, test")
-        task = SentimentTask(self.options_for(data), self.dataset(data))
-        task.tokenizer, task.init = self.tokenizer, self._init
-        task.setup()
-        examples = task.encoded[split][:limit]
+        options, texts = self.options_for(data), self.dataset(data)
+        indices = make_splits(texts.labels, options)[split][:limit]  # the run's own split, drawn as in training
+        examples = encode_texts(texts, indices, self.tokenizer, self.max_len)
         if not examples:
-            raise ValueError(f"the {split} split of {task.options.data} is empty")
+            raise ValueError(f"the {split} split of {options.data} is empty")
         return {**evaluate_classifier(self.model, examples, self.regression), "examples": float(len(examples))}
 
     def view(self, given: ViewInput) -> PageInput:

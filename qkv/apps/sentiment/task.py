@@ -95,6 +95,13 @@ def model_spec(options: SentimentOptions, *, vocab_size: int, num_classes: int, 
 
 
 @torch.no_grad()
+def encode_texts(data, indices, tokenizer, max_len: int) -> list[tuple[list[int], Any]]:
+    """``(token ids, label)`` of the texts of ``data`` at ``indices`` (a split), each cut to ``max_len`` tokens:
+    the examples the trainer and the predictor's evaluation read."""
+    ids = tokenizer.encode_batch(data.texts[i] for i in indices)
+    return [(x[:max_len], data.labels[i]) for x, i in zip(ids, indices, strict=True)]
+
+
 def evaluate_classifier(model: nn.Module, examples: list[tuple[list[int], Any]], regression: bool,
                         batch_size: int = 256) -> dict[str, float]:
     """Sentiment's metric, for the trainer and the predictor alike: accuracy and loss (MSE and sign accuracy for a
@@ -148,10 +155,8 @@ class SentimentTask(ApplicationTask, name="sentiment", unit="items", options=Sen
         logger.info("%s: %d examples (train %d, valid %d, test %d), %d classes, vocabulary %d",
                     o.data, len(data), *(len(self.splits[s]) for s in ("train", "valid", "test")),
                     data.num_classes, self.tokenizer.vocab_size)
-        limit = self.max_len
         for split, idx in self.splits.items():
-            ids = self.tokenizer.encode_batch(data.texts[i] for i in idx)
-            self.encoded[split] = [(x[:limit], data.labels[i]) for x, i in zip(ids, idx, strict=True)]
+            self.encoded[split] = encode_texts(data, idx, self.tokenizer, self.max_len)
         if self.init is not None:  # a language model's tokenizer may lack characters of this data
             from ..lm.coverage import warn_uncovered
 
