@@ -126,3 +126,48 @@ def test_the_trainer_tunes_only_on_the_cpu_in_one_process_with_nothing_fixed(mon
 def test_the_config_refuses_zero_threads():
     with pytest.raises(ValueError, match="threads"):
         TrainConfig(threads=0)
+
+
+def test_the_trainer_switches_logs_writes_and_puts_the_count_back(tmp_path, monkeypatch):
+    """A real training on a fake clock whose steps take 1 s with 2 threads and 0.1 s with 1 (a busy core)."""
+    import json
+
+    from qkv.train import Trainer
+    from tests.train.test_budget import FakeClock, TimedToy
+
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    threads = torch.get_num_threads()
+    clock = FakeClock()
+    task = TimedToy(clock, step_seconds=lambda i: 1.0 if torch.get_num_threads() > 1 else 0.1)
+    config = TrainConfig(epochs=6, batch_size=16, device="cpu", progress=False, out=str(tmp_path / "run"))
+    try:
+        torch.set_num_threads(2)
+        trainer = Trainer(task, config, clock=clock)
+        trainer.fit()
+        assert torch.get_num_threads() == 2  # put back
+        assert trainer.tuner.threads == 1 and trainer.tuner.changes == 1
+    finally:
+        torch.set_num_threads(threads)
+    events = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    changes = [e for e in events if e["event"] == "threads"]
+    assert len(changes) == 1 and changes[0]["was"] == 2 and changes[0]["threads"] == 1
+    assert "10.0x faster" in changes[0]["why"]
+
+
+def test_a_fixed_count_is_kept(monkeypatch):
+    from qkv.train import Trainer
+    from tests.train.test_budget import FakeClock, TimedToy
+
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    threads = torch.get_num_threads()
+    clock = FakeClock()
+    seen = []
+    task = TimedToy(clock, step_seconds=lambda i: seen.append(torch.get_num_threads()) or 1.0)
+    try:
+        torch.set_num_threads(2)
+        trainer = Trainer(task, TrainConfig(epochs=3, batch_size=16, device="cpu", progress=False, threads=1,
+                                            eval_split=None, final_splits=()), clock=clock)
+        trainer.fit()
+        assert trainer.tuner is None and set(seen) == {1} and torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(threads)
