@@ -10,13 +10,9 @@ import functools
 import http.server
 import os
 import shutil
-import subprocess
-import sys
 import threading
 
 import pytest
-
-from tests import ROOT
 
 pytest.importorskip("mkdocs", reason="MkDocs is not installed (pip install -e '.[docs]')")
 pytest.importorskip("material", reason="mkdocs-material is not installed (pip install -e '.[docs]')")
@@ -26,14 +22,7 @@ pytestmark = [pytest.mark.skipif(not CHROMIUM, reason="no Chromium here (apt-get
               pytest.mark.xdist_group("browser"), pytest.mark.slow]
 
 
-@pytest.fixture(scope="session")  # (built once per worker, whatever order the browser group runs in)
-def site(tmp_path_factory):
-    out = tmp_path_factory.mktemp("site")
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "MPLBACKEND": "Agg", "OMP_NUM_THREADS": "1"}
-    done = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--clean", "--site-dir", str(out)], cwd=ROOT,
-                          env=env, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return out
+# `site`: the built site (tests/docs/conftest.py), once per worker whatever order the browser group runs in
 
 
 @pytest.fixture(scope="session")
