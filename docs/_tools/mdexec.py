@@ -80,7 +80,7 @@ def _quiet_environment(workdir: Path):
     import torch
 
     os.environ.setdefault("MPLBACKEND", "Agg")
-    threads = torch.get_num_threads()
+    threads, grad = torch.get_num_threads(), torch.is_grad_enabled()  # a page may switch gradients off
     torch.set_num_threads(1)
     old = Path.cwd()
     os.chdir(workdir)
@@ -89,6 +89,7 @@ def _quiet_environment(workdir: Path):
     finally:
         os.chdir(old)
         torch.set_num_threads(threads)
+        torch.set_grad_enabled(grad)
         with contextlib.suppress(ImportError):
             import matplotlib.pyplot as plt
 

@@ -38,7 +38,8 @@ def _shell_blocks():
 def test_every_page_is_found_and_has_examples():
     names = {_rel(p) for p in PAGES}
     for page in ("index.md", "concepts/stages.md", "concepts/self-attention.md", "concepts/encoder-decoder.md",
-                 "concepts/vision.md", "inside/notebooks.md", *(f"apps/{a}.md" for a in (
+                 "concepts/vision.md", "concepts/transformer.md", "concepts/training.md", "inside/notebooks.md",
+                 *(f"apps/{a}.md" for a in (
                      "translate", "sentiment", "images", "caption", "qa", "segment", "summarize", "speech", "lm"))):
         assert page in names
     runnable = [p for p in PAGES if any(b.runs for b in mdexec.blocks(p.read_text(encoding="utf-8")))]
