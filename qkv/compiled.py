@@ -35,16 +35,13 @@ them.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
-import shutil
 import threading
 import time
 from collections.abc import Callable, Hashable
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import torch
 
@@ -53,6 +50,10 @@ from .background import copies as _copies
 from .background import layout as _layout
 from .background import start as _start
 from .background import wait as wait_background
+from .compile_cache import cache_dir, clear_cache
+from .compile_cache import read_record as _read_record
+from .compile_cache import use_cache_dir as _use_cache_dir
+from .compile_cache import write_record as _write_record
 
 logger = logging.getLogger(__name__)
 
@@ -130,68 +131,6 @@ def available(device: torch.device | str = "cpu") -> bool:
 def reason() -> str | None:
     """Why compiled kernels are off, if a compilation failed."""
     return _broken
-
-
-# ----------------------------------------------------------------------------------------------- the cache
-
-
-def _base() -> Path:
-    if os.environ.get("QKV_CACHE_DIR"):
-        return Path(os.environ["QKV_CACHE_DIR"]).expanduser()
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    return (Path(xdg).expanduser() if xdg else Path.home() / ".cache") / "qkv"
-
-
-def cache_dir() -> Path:
-    """Where inductor keeps the compiled kernels across processes: ``TORCHINDUCTOR_CACHE_DIR`` when set, else
-    ``inductor`` under qkv's cache folder (set as ``TORCHINDUCTOR_CACHE_DIR`` before qkv's first compilation)."""
-    env = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
-    return Path(env) if env else _base() / "inductor"
-
-
-def _use_cache_dir() -> None:
-    """Point inductor at qkv's cache folder, unless the user chose one (inductor itself writes its default, a
-    temporary folder, into ``TORCHINDUCTOR_CACHE_DIR`` once it has run: that one is replaced)."""
-    env = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
-    if env:
-        try:
-            from torch._inductor.runtime.cache_dir_utils import default_cache_dir
-        except ImportError:
-            return
-        if os.path.abspath(env) != os.path.abspath(default_cache_dir()):
-            return
-    os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(_base() / "inductor")
-
-
-def clear_cache() -> Path:
-    """Delete the compiled kernels (inductor's cache folder and qkv's record of compile times); returns the
-    folder. The next process compiles again."""
-    path = cache_dir()
-    shutil.rmtree(path, ignore_errors=True)
-    (_base() / "compile-times.json").unlink(missing_ok=True)
-    return path
-
-
-def _record_file() -> Path:
-    return _base() / "compile-times.json"
-
-
-def _read_record() -> dict:
-    try:
-        return json.loads(_record_file().read_text())
-    except (OSError, ValueError):
-        return {}
-
-
-def _write_record(key: str, seconds: float) -> None:
-    record = _read_record()
-    entry = record.setdefault(key, {})
-    entry["first" if "first" not in entry else "again"] = round(seconds, 2)
-    try:
-        _record_file().parent.mkdir(parents=True, exist_ok=True)
-        _record_file().write_text(json.dumps(record, indent=1, sort_keys=True))
-    except OSError as e:  # a read-only home: the next process estimates again
-        logger.debug("qkv: could not record the compile time in %s: %s", _record_file(), e)
 
 
 # ------------------------------------------------------------------------------------------ one kernel

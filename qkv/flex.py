@@ -31,14 +31,14 @@ import contextlib
 import logging
 import weakref
 from collections import OrderedDict
-from collections.abc import Callable
 
 import torch
 from torch import Tensor
 
 from . import compiled
 from .background import compiling
-from .mods import MaskMod, ScoreMod, and_masks, causal, is_builtin, offset, uses
+from .mod_checks import call_mask_mod, call_score_mod, check_mods, mod_name, user_mods
+from .mods import MaskMod, ScoreMod, and_masks, causal, offset, uses
 from .normalize import softmax
 from .paths.chunked import chunked
 from .paths.common import finish, masked_normalize, needs_grad, scaled_scores, work_dtype, zero_unseen_keys
@@ -51,7 +51,6 @@ __all__ = ["attention_with_mods", "fused_available", "FUSED_MIN_SIZE"]
 FUSED_MIN_SIZE = 128 * 128
 
 _block_masks: OrderedDict = OrderedDict()
-_checked: weakref.WeakSet = weakref.WeakSet()  # user modifiers whose output was checked
 _eager_only: weakref.WeakSet = weakref.WeakSet()  # user modifiers FlexAttention could not compile
 
 
@@ -184,7 +183,7 @@ class ModCall:
                  and bias is None and (allowed is None or padding is not None) and tq * tk >= FUSED_MIN_SIZE
                  and query.dtype in ((torch.float32,) if cpu else (torch.float32, torch.bfloat16, torch.float16))
                  and not (cpu and self.grad)
-                 and not any(m in _eager_only for m in _user_mods(score_mod, mask_mod))
+                 and not any(m in _eager_only for m in user_mods(score_mod, mask_mod))
                  and fused_available(query.device))
         self.signature = _signature(q4, self.v4, b, h, score_mod, mask_mod, padding, is_causal) if fused else None
 
@@ -219,9 +218,9 @@ def attention_with_mods(query: Tensor, key: Tensor, value: Tensor, **kw):
 
 def run_fused(m: ModCall):
     """FlexAttention's compiled kernel (the reference path when it fails: said once)."""
-    users = _user_mods(m.score_mod, m.mask_mod)
+    users = user_mods(m.score_mod, m.mask_mod)
     if users:
-        _check_mods(m.score_mod, m.smod, m.mask_mod, m.mmod, m.b, m.h, m.tq, m.tk, m.query)
+        check_mods(m.score_mod, m.smod, m.mask_mod, m.mmod, m.b, m.h, m.tq, m.tk, m.query)
     result = _fused(m.pair, m.v4, m.b, m.h, m.tq, m.tk, m.smod, m.mmod, m.padding, m.sc, m.query, m.key, m.scale,
                     (m.score_mod, m.mask_mod, m.q_offset, m.is_causal), m.signature)
     if result is not None:
@@ -257,16 +256,16 @@ def _reference(query, key, value, sc, pair, smod, mmod, score_mod, mask_mod, all
     if (pair is not None and normalizer is softmax and query.device.type == "cpu" and tq > 0 and tk > 0
             and not compiling()):
         score_fn = None if smod is None else (
-            lambda s, b, h, q, k: _call_score_mod(score_mod, smod, s, b, h, q, k))
+            lambda s, b, h, q, k: call_score_mod(score_mod, smod, s, b, h, q, k))
         mask_fn = None if mmod is None else (
-            lambda b, h, q, k: _call_mask_mod(mask_mod, mmod, b, h, q, k, (b.shape[0], h.shape[1], q.shape[2],
+            lambda b, h, q, k: call_mask_mod(mask_mod, mmod, b, h, q, k, (b.shape[0], h.shape[1], q.shape[2],
                                                                            k.shape[3])))
         grad = needs_grad(query, key, value, score_mod, mask_mod)
         q4 = _as_4d(pair[0])
         b, h = max(q4.shape[0], v4.shape[0]), max(q4.shape[1], v4.shape[1])
-        traceable = not any(m in _eager_only for m in _user_mods(score_mod, mask_mod))
+        traceable = not any(m in _eager_only for m in user_mods(score_mod, mask_mod))
         if traceable:  # the user's modifiers, checked before any compilation
-            _check_mods(score_mod, smod, mask_mod, mmod, b, h, tq, tk, query)
+            check_mods(score_mod, smod, mask_mod, mmod, b, h, tq, tk, query)
         result = chunked(q4, _as_4d(pair[1]), v4, sc.factor(query, key, scale), score_fn, mask_fn,
                          None if allowed is None else _as_4d(allowed), None if bias is None else _as_4d(bias),
                          dropout, return_weights, query.dtype, grad,
@@ -281,10 +280,10 @@ def _reference(query, key, value, sc, pair, smod, mmod, score_mod, mask_mod, all
     s4 = base = _as_4d(scores)
     bi, hi, qi, ki = _indices(s4.shape[0], s4.shape[1], tq, tk, scores.device)
     if smod is not None:
-        s4 = _call_score_mod(score_mod, smod, s4, bi, hi, qi, ki)
+        s4 = call_score_mod(score_mod, smod, s4, bi, hi, qi, ki)
     keep = None if allowed is None else _as_4d(allowed)
     if mmod is not None:
-        m = _call_mask_mod(mask_mod, mmod, bi, hi, qi, ki, s4.shape)
+        m = call_mask_mod(mask_mod, mmod, bi, hi, qi, ki, s4.shape)
         keep = m if keep is None else keep & m
     # the scores are ours to overwrite when the core made them (dot family) or a modifier returned new ones
     own = pair is not None if s4 is base else (s4.shape == base.shape and s4._base is None)
@@ -304,88 +303,10 @@ def _from_4d(t: Tensor, ndim: int) -> Tensor:
     return t
 
 
-def _name(mod: Callable) -> str:
-    return getattr(mod, "__qualname__", None) or getattr(mod, "__name__", None) or type(mod).__name__
-
-
-def _indexes(b: int, h: int, tq: int, tk: int) -> str:
-    return f"b {(b, 1, 1, 1)}, h {(1, h, 1, 1)}, q_idx {(1, 1, tq, 1)}, kv_idx {(1, 1, 1, tk)}"
-
-
-def _call_score_mod(user: Callable, smod: Callable, s4: Tensor, bi, hi, qi, ki) -> Tensor:
-    """``smod`` (the user's ``score_mod``, shifted) on the scores; ``ValueError`` naming it if it fails or returns
-    anything but floating scores of the same shape."""
-    try:
-        out = smod(s4, bi, hi, qi, ki)
-    except Exception as e:  # noqa: BLE001 - the user's function: say whose error it is
-        raise ValueError(f"score_mod {_name(user)} failed on scores {tuple(s4.shape)} and index tensors "
-                         f"{_indexes(bi.shape[0], hi.shape[1], qi.shape[2], ki.shape[3])}: "
-                         f"{type(e).__name__}: {e}") from e
-    if not isinstance(out, Tensor) or not out.dtype.is_floating_point or out.shape != s4.shape:
-        got = f"{out.dtype} {tuple(out.shape)}" if isinstance(out, Tensor) else type(out).__name__
-        raise ValueError(f"score_mod {_name(user)} returned {got} for scores {s4.dtype} {tuple(s4.shape)}; it must "
-                         "keep the scores' shape and return floating scores")
-    return out
-
-
-def _call_mask_mod(user: Callable, mmod: Callable, bi, hi, qi, ki, shape) -> Tensor:
-    """``mmod`` (the user's ``mask_mod``, shifted) on the index tensors; ``ValueError`` naming it if it fails or does
-    not return a boolean tensor that broadcasts to ``shape``."""
-    try:
-        out = mmod(bi, hi, qi, ki)
-    except Exception as e:  # noqa: BLE001 - the user's function: say whose error it is
-        raise ValueError(f"mask_mod {_name(user)} failed on index tensors "
-                         f"{_indexes(bi.shape[0], hi.shape[1], qi.shape[2], ki.shape[3])}: "
-                         f"{type(e).__name__}: {e}") from e
-    ok = isinstance(out, Tensor) and out.dtype == torch.bool and out.dim() <= 4
-    if ok:
-        try:
-            ok = torch.broadcast_shapes(out.shape, shape) == tuple(shape)
-        except RuntimeError:
-            ok = False
-    if not ok:
-        got = f"{out.dtype} {tuple(out.shape)}" if isinstance(out, Tensor) else type(out).__name__
-        raise ValueError(f"mask_mod {_name(user)} returned {got} for index tensors "
-                         f"{_indexes(bi.shape[0], hi.shape[1], qi.shape[2], ki.shape[3])}; it must return a "
-                         f"boolean tensor (True = may attend) that broadcasts to {tuple(shape)}")
-    return out
-
-
-def _user_mods(*mods: Callable | None) -> list[Callable]:
-    return [m for m in mods if m is not None and not is_builtin(m)]
-
-
-def _check_mods(score_mod, smod, mask_mod, mmod, b: int, h: int, tq: int, tk: int, query: Tensor) -> None:
-    """Run the user's modifiers once on the corners of the reference path's index tensors (the first and the last
-    index of each axis) before they are compiled: an error of theirs is a ``ValueError`` naming them, never a
-    compilation failure."""
-    todo = [m for m in _user_mods(score_mod, mask_mod) if m not in _checked]
-    if not todo:
-        return
-
-    def corners(n: int, axis: int) -> Tensor:  # the first and the last index of an axis
-        idx = sorted({0, max(n - 1, 0)})
-        shape = [1, 1, 1, 1]
-        shape[axis] = len(idx)
-        return torch.tensor(idx, device=query.device).view(shape)
-
-    bi, hi, qi, ki = corners(b, 0), corners(h, 1), corners(tq, 2), corners(tk, 3)
-    nb, nh, nq, nk = bi.shape[0], hi.shape[1], qi.shape[2], ki.shape[3]
-    with torch.no_grad():
-        if score_mod is not None and score_mod in todo:
-            _call_score_mod(score_mod, smod, torch.zeros(nb, nh, nq, nk, dtype=query.dtype, device=query.device),
-                            bi, hi, qi, ki)
-        if mask_mod is not None and mask_mod in todo:
-            _call_mask_mod(mask_mod, mmod, bi, hi, qi, ki, (nb, nh, nq, nk))
-    for m in todo:
-        with contextlib.suppress(TypeError):  # not weakly referable: checked again next time
-            _checked.add(m)
-
-
 def _fused_failed(error: BaseException, score_mod, mask_mod) -> None:
     """A failure of the fused path: the user's modifier's if there is one (it runs on the reference path from now
     on, said once), else the compiler's (compiled kernels off, said once)."""
-    users = _user_mods(score_mod, mask_mod)
+    users = user_mods(score_mod, mask_mod)
     if not users or compiling():
         compiled.failed(error, "attention with score_mod/mask_mod")
         return
@@ -394,7 +315,7 @@ def _fused_failed(error: BaseException, score_mod, mask_mod) -> None:
         with contextlib.suppress(TypeError):  # not weakly referable: tried again next time
             _eager_only.add(m)
     logger.warning("qkv: FlexAttention could not compile %s (%s: %s); it runs on the reference path (compiled "
-                   "kernels stay on for everything else)", " and ".join(_name(m) for m in users),
+                   "kernels stay on for everything else)", " and ".join(mod_name(m) for m in users),
                    type(error).__name__, first)
 
 

@@ -31,8 +31,8 @@ ROOT = REPO / "qkv"
 #: Whatever a layer may import, the layers above it may import as well (the relation is closed transitively).
 LAYERS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "util": (("qkv.options", "qkv.metrics"), ()),
-    "core.base": (("qkv.hooks", "qkv.compiled", "qkv.background", "qkv.memory", "qkv.masks", "qkv.normalize",
-                   "qkv.mods"), ()),
+    "core.base": (("qkv.hooks", "qkv.compiled", "qkv.compile_cache", "qkv.background", "qkv.memory", "qkv.masks",
+                   "qkv.normalize", "qkv.mods", "qkv.mod_checks", "qkv.eager_form"), ()),
     "core.tiling": (("qkv.tiling",), ("core.base",)),
     "core.scores": (("qkv.scores", "qkv.location"), ("core.tiling",)),
     "core.paths": (("qkv.paths",), ("core.scores",)),

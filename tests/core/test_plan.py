@@ -158,12 +158,17 @@ def test_a_failed_background_compilation_leaves_eager_and_is_said_once(fresh, mo
 def test_calls_made_while_the_background_compiles_take_their_own_paths(gen, monkeypatch):
     """Torch's is-compiling flag is one for the process: while the background thread compiles, a call of another
     thread is still an eager call (the additive score in tiles, the modifiers a block at a time), not a trace."""
+    assert compiled.wait_background(300)  # (a compilation an earlier test started ends first: it clears the state)
     monkeypatch.setattr(torch.compiler, "_is_compiling_flag", True)  # as the background thread's compilation sets it
     monkeypatch.setattr(background, "_busy", [True])
     q, k, v = (torch.randn(2, 2, 64, 8, generator=gen) for _ in range(3))
-    with torch.no_grad(), qkv.trace_paths() as taken:
-        qkv.attention(q, k, v, score=Additive(8, 8, 6))
-        qkv.attention(q, k, v, score_mod=mods.alibi(2), return_weights=True)
+    compiled.set_compile("0")  # (no compilation of these calls' own: the state above stays the test's)
+    try:
+        with torch.no_grad(), qkv.trace_paths() as taken:
+            qkv.attention(q, k, v, score=Additive(8, 8, 6))
+            qkv.attention(q, k, v, score_mod=mods.alibi(2), return_weights=True)
+    finally:
+        compiled.set_compile(None)
     assert taken == ["tiled", "mod_blocks"]
     assert not background.compiling()
     monkeypatch.setattr(background, "_busy", [False])
