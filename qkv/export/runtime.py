@@ -374,6 +374,7 @@ class Transcriber(_Exported):
                            bos_id=bos, eos_id=eos, prefix=scorer, prefix_state=scorer.initial(ctc, frames))
             return [Decoded(d.tokens[:int(n)], d.score, d.attention) for d, n in zip(found, limits, strict=True)]
         weight = float(info.get("ctc_weight", 0.0) if ctc_weight is None else ctc_weight)
+        limits = limits + 1  # max_len and max_rate count characters: the end token is one step more
         limits = np.clip(limits, None, 4 * int(encoded["memory"].shape[1]) + 10)
         limits = np.clip(limits, 1, None)
         limits = np.clip(limits, None, (info.get("model_max_len") or max_len + 2) - 1)
