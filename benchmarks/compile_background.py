@@ -104,7 +104,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if args.what == "additive-eager":
         with tempfile.TemporaryDirectory() as cache:
-            r = child(args.what, 0, cache, args.threads)  # (the loop makes one call; the eager calls follow it)
+            r = child(args.what, 1e-3, cache, args.threads)  # (the loop makes one call, a warm-up; three follow)
         print(f"additive, QKV_COMPILE=0, {args.threads} threads: eager call {r['eager']:.3f} s, textbook "
               f"{r['baseline']:.3f} s = {r['baseline'] / r['eager']:.2f}x, load average {r['load'][0]:.1f} -> "
               f"{r['load'][1]:.1f}")
