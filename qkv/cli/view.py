@@ -107,21 +107,26 @@ def _run_viewer(path: str, device: str, **settings: Any):
     from ..apps import application, load_predictor
     from ..train.checkpoint import load_checkpoint
 
-    checkpoint = load_checkpoint(path)
+    flags = ", ".join("--" + k.replace("_", "-") for k in settings)
+    try:
+        checkpoint = load_checkpoint(path)
+    except FileNotFoundError:
+        if settings:  # said before what is missing: these flags need another kind of model anyway
+            raise ValueError(f"{flags} apply to Hugging Face models and language-model runs; {path} is neither") \
+                from None
+        raise
     takes = getattr(application(checkpoint.task).predictor, "view_takes", ()) if settings else ()
     refused = [k for k in settings if k not in takes]
     if refused:
         flags = ", ".join("--" + k.replace("_", "-") for k in refused)
-        raise ValueError(f"{flags} apply to Hugging Face model directories and language-model runs; {path} is "
-                         f"a {checkpoint.task} run")
+        raise ValueError(f"{flags} apply to Hugging Face models and language-model runs; {path} is a "
+                         f"{checkpoint.task} run")
     predictor = load_predictor(checkpoint, device)
     return predictor.viewing(**settings) if settings else predictor
 
 
-_run_viewer.takes = ("generate", "strategy", "seed")  # type: ignore[attr-defined]
-
-#: ``(recognises(path), viewer(path, device, **settings))`` in order, each viewer saying which settings it
-#: ``takes``; the last takes any directory (a run of any application of the registry)
+#: ``(recognises(path), viewer(path, device, **settings))`` in order, each viewer refusing the settings it does not
+#: take; the last takes any directory (a run of any application of the registry)
 VIEWERS: list[tuple[Callable[[str], bool], Callable[..., Any]]] = [
     (_is_hf_dir, HuggingFaceViewer),
     (lambda path: True, _run_viewer),
@@ -130,13 +135,10 @@ VIEWERS: list[tuple[Callable[[str], bool], Callable[..., Any]]] = [
 
 def viewer_of(path: str, device: str = "auto", **settings: Any):
     """What views the directory ``path``: an object whose ``view(ViewInput)`` gives a page's input. ``settings``
-    (``generate``, ``layers``...) that its viewer does not take are a ``ValueError`` naming their flags."""
+    (``generate``, ``layers``...) that its viewer does not take are refused by the viewer, once, naming their
+    flags."""
     for recognises, viewer in VIEWERS:
         if recognises(path):
-            refused = [k for k in settings if k not in viewer.takes]
-            if refused:
-                flags = ", ".join("--" + k.replace("_", "-") for k in refused)
-                raise ValueError(f"{flags} apply to Hugging Face model directories; {path} is a run")
             return viewer(path, device, **settings)
     raise ValueError(f"{path}: nothing qkv can view")  # pragma: no cover - the last viewer takes anything
 
