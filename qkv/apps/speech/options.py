@@ -85,9 +85,11 @@ class SpeechOptions(TransformerOptions):
     ctc_weight: float = option(0.0, low=0, high=0.99, applies=_ATTENTION,
                                help="las/transformer: weight of a CTC head's loss (> 0: the hybrid CTC/attention "
                                     "model, also used in its joint decoding)")
-    guided: float = option(0.0, low=0, applies=_ATTENTION, help="las/transformer: weight of the guided-attention "
-                           "loss (Tachibana et al. 2017), the attention put far from the diagonal, in the first "
-                           "--guided-until training batches: a prior for the monotonic alignment (0: off)")
+    guided: float | None = option(None, low=0, applies=_ATTENTION, help="las/transformer: weight of the "
+                                  "guided-attention loss (Tachibana et al. 2017), the attention put far from the "
+                                  "diagonal, in the first --guided-until training batches: a prior for the monotonic "
+                                  "alignment (default: 1 for las, measured to align every seed tried; off for the "
+                                  "transformer, not measured; 0: off)")
     guided_until: int = option(1000, low=0, applies=_ATTENTION, help="--guided applies to the training batches "
                                "before this one (counted from the start of this process)")
     label_smoothing: float = option(0.1, low=0, high=0.99, applies=_ATTENTION, help="label smoothing of the "
@@ -113,6 +115,8 @@ class SpeechOptions(TransformerOptions):
             self.n_valid = self.n_valid or sizes[1]
             self.n_test = self.n_test or sizes[2]
             self.n_long = sizes[3] if self.n_long is None else self.n_long
+        if self.guided is None and self.model == "las":  # the other models: None, off
+            self.guided = 1.0
         check_options(self)
         if self.model == "las" and self.score == "content" and (self.filters, self.kernel_size) != (10, 31):
             raise OptionError(ref("filters") + " and " + ref("kernel_size") + " apply to the location-aware score "
