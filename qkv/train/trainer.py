@@ -51,7 +51,8 @@ def train(task: Task, config: TrainConfig, callbacks: Sequence[Callback] = (), *
     """Train ``task``'s model as ``config`` says; see the module docstring and :class:`TrainConfig`.
 
     ``callbacks`` are called after every optimizer step as ``callback(state, logs)`` with
-    ``logs = {"loss", "lr", "count"}`` of that step. A ``KeyboardInterrupt`` (Ctrl-C, or raised by a callback)
+    ``logs = {"loss", "lr", "count", "seconds", "stats"}`` of that step (``stats``: the task's loss statistics, summed
+    over the step's examples in this process). A ``KeyboardInterrupt`` (Ctrl-C, or raised by a callback)
     writes a checkpoint and is raised again; the first Ctrl-C or SIGTERM stops at the end of the current step
     (then :class:`~qkv.train.interrupt.Interrupted`, a ``KeyboardInterrupt`` whose ``exit_code`` is 130 or 143, is
     raised), a second one at once. Under ``torchrun`` every process calls ``train`` with the same arguments.
