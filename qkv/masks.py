@@ -16,6 +16,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from .background import compiling
+
 __all__ = [
     "lengths_to_mask",
     "key_padding_mask",
@@ -34,7 +36,7 @@ def lengths_to_mask(lengths: Tensor, max_len: int | None = None) -> Tensor:
     """
     if lengths.dim() != 1 or lengths.dtype.is_floating_point or lengths.dtype == torch.bool:
         raise ValueError(f"lengths must be a 1-D integer tensor, got shape {tuple(lengths.shape)} {lengths.dtype}")
-    if torch.compiler.is_compiling():  # traced (torch.compile, torch.export): no branch on the values
+    if compiling():  # traced (torch.compile, torch.export): no branch on the values
         if max_len is None:
             raise ValueError("lengths_to_mask needs max_len under torch.compile and torch.export (the longest "
                              "length is a value of the input, not a shape)")
@@ -145,7 +147,7 @@ def broadcast_batch(*shapes: tuple[int, ...]) -> tuple[int, ...] | None:
     GPU kernel of a few hundred.
     """
     first = shapes[0]
-    if not torch.compiler.is_compiling() and all(sh == first for sh in shapes[1:]):
+    if not compiling() and all(sh == first for sh in shapes[1:]):
         return tuple(first)  # the common case, a few times faster (traced, sizes are compared one by one below)
     out: list[int] = []
     for dims in zip(*(((1,) * (max(map(len, shapes)) - len(sh)) + tuple(sh)) for sh in shapes), strict=True):
@@ -182,7 +184,7 @@ def prepare_mask(mask: Tensor | None, tq: int, tk: int,
     if mask.dtype == torch.bool:
         return mask, None
     allowed = mask > float("-inf")
-    if not torch.compiler.is_compiling():  # (traced: no branch on the values)
+    if not compiling():  # (traced: no branch on the values)
         if bool((allowed & (mask < float("inf"))).all()):  # finite everywhere: one check in the common case
             return None, mask
         _check_mask_values(mask)

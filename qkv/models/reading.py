@@ -36,6 +36,7 @@ import torch
 from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
+from ..background import compiling
 from ..functional import compute_scores, normalize_scores, weighted_sum
 from ..layers import Attention, AttentionPooling, TransformerLayer
 from ..layers.transformer import PositionalEncoding
@@ -62,7 +63,7 @@ def _check(context: Tensor, context_mask: Tensor, question: Tensor, question_mas
                              f"{t.dtype}")
     if match is not None and match.shape != context.shape:
         raise ValueError(f"match must be (B, Tc) = {tuple(context.shape)}, got {tuple(match.shape)}")
-    if torch.compiler.is_compiling():  # traced: no branch on the values
+    if compiling():  # traced: no branch on the values
         return
     if not bool(context_mask.any(-1).all()) or not bool(question_mask.any(-1).all()):
         raise ValueError("every context and question needs at least one token")
@@ -270,7 +271,7 @@ def decode_spans(start_logits: Tensor, end_logits: Tensor, mask: Tensor, max_ans
     if start_logits.shape != mask.shape or end_logits.shape != mask.shape:
         raise ValueError(f"logits {tuple(start_logits.shape)}, {tuple(end_logits.shape)} and mask "
                          f"{tuple(mask.shape)} must have one shape")
-    if not torch.compiler.is_compiling() and not bool(mask.any(-1).all()):  # (traced: no branch on the values)
+    if not compiling() and not bool(mask.any(-1).all()):  # (traced: no branch on the values)
         raise ValueError("every row needs at least one real token")
     ls = _masked(start_logits, mask).log_softmax(-1)
     le = _masked(end_logits, mask).log_softmax(-1)

@@ -52,7 +52,8 @@ def hold_run_directory(out: Path | None, dist) -> Iterator[None]:
     if dist.enabled:  # the other ranks must not go on alone
         failed = dist.broadcast(torch.tensor([float(error is not None)], device=dist.device))
         if failed.item() and error is None:
-            error = RunInUseError("{path} (" + ref("out") + "): rank 0 could not lock the run directory", "out", path=out)
+            error = RunInUseError("{path} (" + ref("out") + "): rank 0 could not lock the run directory", "out",
+                                  path=out)
     if error is not None:
         raise error
     try:
