@@ -14,8 +14,8 @@ from .compiled import set_compile
 from .functional import attention, compute_scores, normalize_scores, plan, weighted_sum
 from .layers import Attention, AttentionPooling, KVCache, MultiHeadAttention, SelfAttention
 from .location import Coverage, LocationAware, StatefulScore
+from .path_table import trace_paths
 from .paths.common import set_zero_unseen_keys
-from .paths.table import trace_paths
 
 __all__ = [
     "__version__",

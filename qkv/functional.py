@@ -49,8 +49,8 @@ from .background import compiling
 from .flex import ModCall
 from .masks import broadcast_batch, prepare_mask
 from .normalize import get_normalizer, softmax
+from .path_table import Call, Plan, choose, plan_of, record
 from .paths.common import masked_normalize, scaled_scores, work_dtype
-from .paths.table import Call, Plan, choose, plan_of, record
 from .scores import Score, get_score
 
 __all__ = ["attention", "plan", "compute_scores", "normalize_scores", "weighted_sum"]
@@ -178,7 +178,7 @@ def attention(
 def plan(query: Tensor, key: Tensor, value: Tensor, **kwargs) -> Plan:
     """The path :func:`attention` takes for this call (given the same arguments), and why, without running it.
 
-    Returns a :class:`qkv.paths.table.Plan`: ``path`` (one of :data:`qkv.paths.table.PATHS`' names), ``kernel``
+    Returns a :class:`qkv.path_table.Plan`: ``path`` (one of :data:`qkv.path_table.PATHS`' names), ``kernel``
     (the compiled kernel that path runs, or None), ``compiled`` (whether it runs compiled for this call now:
     with ``QKV_COMPILE=auto`` a kernel is compiled in the background once its calls pay, so a later call of the same
     signature may say ``True``) and ``reason``. Inputs are checked as :func:`attention` checks them.
@@ -191,7 +191,7 @@ def _describe(query: Tensor, key: Tensor, value: Tensor, *, score: ScoreLike = "
               scale: float | None = None, is_causal: bool = False, return_weights: bool = False,
               key_prepared: bool = False, impl: str = "auto", score_mod: Callable | None = None,
               mask_mod: Callable | None = None, q_offset: int = 0) -> Call:
-    """Check the inputs of :func:`attention` and describe the call (:class:`qkv.paths.table.Call`)."""
+    """Check the inputs of :func:`attention` and describe the call (:class:`qkv.path_table.Call`)."""
     sc = get_score(score)
     query, key, value = _autocast_inputs(query, key, value)
     batch = _check_qkv(query, key, value, sc, key_prepared)

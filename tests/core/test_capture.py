@@ -336,7 +336,7 @@ def test_each_attention_runs_once(gen, monkeypatch):
     """Under a capture, a call that did not ask for its weights is not run a second time to get them: every path
     of qkv.attention is entered once per call, as many times as without capturing."""
     from qkv import flex
-    from qkv.paths import table
+    from qkv import path_table as table
 
     calls = []
     for module, name in [(table, "sdpa"), (table, "sdpa_causal"), (table, "dot_weights"),

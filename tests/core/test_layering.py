@@ -37,7 +37,7 @@ LAYERS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "core.scores": (("qkv.scores", "qkv.location"), ("core.tiling",)),
     "core.paths": (("qkv.paths",), ("core.scores",)),
     "core.flex": (("qkv.flex",), ("core.paths",)),
-    "core.table": (("qkv.paths.table",), ("core.flex",)),  # the ordered table of paths, above every path
+    "core.table": (("qkv.path_table",), ("core.flex",)),  # the ordered table of paths, above every path
     "core.functional": (("qkv.functional",), ("core.table",)),
     "core.capture": (("qkv.capture",), ("core.functional",)),
     "data": (("qkv.data",), ("util",)),

@@ -12,7 +12,7 @@ import torch
 
 import qkv
 from qkv import background, compiled, mods
-from qkv.paths.table import PATHS
+from qkv.path_table import PATHS
 from qkv.scores import Additive
 
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -5,7 +5,7 @@ import torch
 from torch import nn
 
 import qkv
-import qkv.paths.table
+import qkv.path_table
 from qkv.masks import from_torch_mask
 from tests.reference import attention_ref
 
@@ -113,7 +113,7 @@ def test_one_new_query_after_the_cache_builds_no_mask(gen, monkeypatch):
         raise AssertionError("a causal mask was built for one query")
 
     monkeypatch.setattr(multihead, "causal_mask", refused)
-    monkeypatch.setattr(qkv.paths.table, "causal_mask", refused)  # where qkv.attention builds one
+    monkeypatch.setattr(qkv.path_table, "causal_mask", refused)  # where qkv.attention builds one
     steps.append(mha(x[:, 5:], is_causal=True, cache=cache))
     torch.testing.assert_close(torch.cat(steps, 1), full, atol=1e-5, rtol=1e-5)
 

@@ -31,14 +31,14 @@ from typing import NamedTuple
 
 from torch import Tensor
 
-from .. import flex, tiling
-from ..masks import causal_mask
-from ..scores import PairwiseScore
-from . import chunked
-from .common import needs_grad, zero_unseen_keys
-from .fast import sdpa, sdpa_causal
-from .tiled import online_softmax
-from .weights import dot_weights, reference
+from . import flex, tiling
+from .masks import causal_mask
+from .paths import chunked
+from .paths.common import needs_grad, zero_unseen_keys
+from .paths.fast import sdpa, sdpa_causal
+from .paths.tiled import online_softmax
+from .paths.weights import dot_weights, reference
+from .scores import PairwiseScore
 
 __all__ = ["Call", "Path", "Plan", "PATHS", "choose", "plan_of", "trace_paths", "record"]
 
