@@ -97,9 +97,14 @@ def test_search_finds_pages(browser, served):
     v.page.goto(f"{served}/index.html")
     box = v.page.locator("input.md-search__input")
     box.click()
-    box.fill("sparsemax")
+    # the index is built in a worker, slowly on a busy machine: wait until it says it is ready, then type key by
+    # key as a person does (the search listens to key events; a value set at once is not seen once it is ready)
+    meta = v.page.locator(".md-search-result__meta")
+    v.page.wait_for_function("m => !/initiali[sz]ing/i.test(m.textContent)", arg=meta.element_handle(),
+                             timeout=90_000)
+    box.press_sequentially("sparsemax")
     results = v.page.locator(".md-search-result__item a")
-    results.first.wait_for(timeout=20_000)
+    results.first.wait_for(timeout=60_000)
     hrefs = [results.nth(i).get_attribute("href") for i in range(results.count())]
     assert any(page in h for h in hrefs for page in ("concepts/stages.html", "api/core.html")), hrefs
     results.first.click()

@@ -79,7 +79,7 @@ def test_qkv_view_writes_the_generation_and_the_induction_table(lm, tmp_path, ti
     capsys.readouterr()
     assert main(["view", str(tiny_run("sentiment")), "a film", "--generate", "3", "--out", str(page)]) == 2
     err = capsys.readouterr().err
-    assert "--generate apply to Hugging Face model directories and language-model runs" in err
+    assert "--generate apply to Hugging Face models and language-model runs" in err
     assert "sentiment run" in err
 
 
