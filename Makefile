@@ -62,7 +62,7 @@ bench-data: data
 # The documentation site into site/ (offline: open site/index.html, or serve the folder); the concept pages'
 # pictures and the command reference are made from the code while it is built.
 docs: $(STAMP)
-	$(PY) -c "import mkdocs, material, mkdocstrings_handlers.python, jupytext" 2>/dev/null || \
+	$(PY) -c "import mkdocs, material, mkdocstrings_handlers.python, jupytext, ziamath" 2>/dev/null || \
 	  $(PY) -m pip install --quiet -e ".[docs]"
 	$(VENV)/bin/mkdocs build --clean --site-dir site
 
