@@ -69,5 +69,10 @@ docs: $(STAMP)
 bench: $(STAMP)
 	$(PY) benchmarks/attention.py --write BENCHMARKS.md
 
+# BENCHMARKS.md from the results files the benchmark scripts write (benchmarks/results/*.json)
+.PHONY: bench-report
+bench-report:
+	$(PY) benchmarks/render.py
+
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis site

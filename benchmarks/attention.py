@@ -1,7 +1,7 @@
 """Speed and memory of qkv's attention paths, measured in one run as ratios.
 
     python benchmarks/attention.py                      # print the table
-    python benchmarks/attention.py --write BENCHMARKS.md  # and replace its section in BENCHMARKS.md
+    python benchmarks/attention.py --record              # and update benchmarks/results/attention.json
     python benchmarks/attention.py --quick               # small sizes, a smoke test
     python benchmarks/attention.py --dot-only --seq 512  # only the scaled-dot-product rows (default allocator)
     python benchmarks/attention.py --additive-only       # only the additive-score rows
@@ -265,7 +265,8 @@ def main():
     ap.add_argument("--dot-only", action="store_true",
                     help="only the scaled dot product rows, default allocator: a quick check of the fast path's ratio")
     ap.add_argument("--additive-only", action="store_true", help="only the additive-score rows")
-    ap.add_argument("--write", metavar="MD", help="replace this script's section of a markdown file")
+    ap.add_argument("--record", action="store_true",
+                    help="update benchmarks/results/attention.json (then: python benchmarks/render.py)")
     ap.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
     ap.add_argument("--dot-child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--keep-memory", action="store_true", help=argparse.SUPPRESS)
@@ -352,16 +353,52 @@ def main():
                             ("training, forward + backward", add_train, train)):
         lines += additive_table(title, cfg, res)
     lines.append(END)
-    section = "\n".join(lines)
-    print(section)
-    if args.write:
-        path = Path(args.write)
-        text = path.read_text() if path.exists() else "# Benchmarks\n\n"
-        if BEGIN in text and END in text:
-            text = text[: text.index(BEGIN)] + section + text[text.index(END) + len(END):]
-        else:
-            text = text.rstrip("\n") + "\n\n" + section + "\n"
-        path.write_text(text)
+    print("\n".join(lines))
+    if args.record:
+        record_results(args, dot, thp, kept, infer, train)
+
+
+def record_results(args, dot, thp, kept, infer, train):
+    """The figures of a full run into benchmarks/results/attention.json (and the compiled tiles' memory in
+    training into compile.json)."""
+    from record import measurement, record
+
+    m = measurement
+    rows = [
+        m("fast", "`qkv.attention` (fast path) vs `F.scaled_dot_product_attention`", dot["sdpa"] / dot["qkv"],
+          "speed", figure=f"{dot['sdpa'] / dot['qkv']:.2f}x"),
+        m("padding", "the same, key padding mask, vs SDPA with the same mask", dot["sdpa_mask"] / dot["qkv_mask"],
+          "speed", figure=f"{dot['sdpa_mask'] / dot['qkv_mask']:.2f}x"),
+    ]
+
+    def weights(suffix, res):
+        return [m(f"weights{suffix}", None, res["qkv_weights"] / res["qkv"], "time",
+                  figure=f"{res['qkv_weights'] / res['qkv']:.2f}x"),
+                m(f"mha-weights{suffix}", None, res["qkv_mha_weights"] / res["qkv_mha"], "time",
+                  figure=f"{res['qkv_mha_weights'] / res['qkv_mha']:.2f}x")]
+
+    rows += weights("", dot)
+    rows.append(m("weights-mask", None, dot["qkv_mask_weights"] / dot["qkv_mask"], "time",
+                  figure=f"{dot['qkv_mask_weights'] / dot['qkv_mask']:.2f}x"))
+    rows.append(m("torch-mha-weights", None, dot["torch_mha_weights"] / dot["torch_mha"], "time",
+                  figure=f"{dot['torch_mha_weights'] / dot['torch_mha']:.2f}x"))
+    if thp is not None:
+        rows.append(weights("-thp", thp)[0])
+    if kept is not None:
+        rows += weights("-kept", kept)
+        rows.append(m("weights-kept-mask", None, kept["qkv_mask_weights"] / kept["qkv_mask"], "time",
+                      figure=f"{kept['qkv_mask_weights'] / kept['qkv_mask']:.2f}x"))
+    for key, res in (("additive", infer), ("additive-train", train)):
+        n, e = res["naive"], res["eager"]
+        rows.append(m(f"{key}-memory", None, e["peak_bytes"] / max(n["peak_bytes"], 1),
+                      f"memory ({gib(e['peak_bytes'])} against {gib(n['peak_bytes'])})",
+                      figure=f"{e['peak_bytes'] / max(n['peak_bytes'], 1):.3f}x"))
+        rows.append(m(f"{key}-time", None, e["seconds"] / n["seconds"], "time",
+                      figure=f"{e['seconds'] / n['seconds']:.2f}x"))
+    record("attention", rows, device=args.device)
+    n, t = train["naive"], train["tiled"]
+    record("compile", [m("additive-training-memory", None, t["peak_bytes"] / max(n["peak_bytes"], 1),
+                         "memory", figure=f"{t['peak_bytes'] / max(n['peak_bytes'], 1):.3f}x")], device=args.device)
 
 
 if __name__ == "__main__":

@@ -94,10 +94,10 @@ def is_met(value, target: str | None) -> bool | None:
     return {">=": value >= bound, "<=": value <= bound, ">": value > bound, "<": value < bound}[m.group(1)]
 
 
-def measurement(key: str, what: str, value=None, unit: str = "", *, figure: str | None = None,
+def measurement(key: str, what: str | None, value=None, unit: str = "", *, figure: str | None = None,
                 target: str | None = None, met: bool | None = None, why: str | None = None) -> dict:
-    """One figure. ``figure`` is the text shown (``value`` formatted when not given); ``met`` is computed from a
-    numeric value and a target of the form ``">= 0.95"`` when not given."""
+    """One figure (``what=None`` keeps the file's description). ``figure`` is the text shown (``value`` formatted
+    when not given); ``met`` is computed from a numeric value and a target of the form ``">= 0.95"`` when not given."""
     if figure is None:
         figure = _fmt(value) if isinstance(value, (int, float)) else str(value)
     if met is None:
@@ -127,6 +127,7 @@ def record(section: str, measurements: list[dict], *, command: str | None = None
     }
     by_key = {m["key"]: m for m in data["measurements"]}
     for new in measurements:
+        new = {k: v for k, v in new.items() if not (k == "what" and v is None)}  # the file's description stays
         old = by_key.get(new["key"])
         item = {**(old or {}), **new, **context}
         if "met" not in new and item.get("value") is not None and item.get("target"):
