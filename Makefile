@@ -67,7 +67,8 @@ docs: $(STAMP)
 	$(VENV)/bin/mkdocs build --clean --site-dir site
 
 bench: $(STAMP)
-	$(PY) benchmarks/attention.py --write BENCHMARKS.md
+	$(PY) benchmarks/attention.py --record
+	$(PY) benchmarks/render.py
 
 # BENCHMARKS.md from the results files the benchmark scripts write (benchmarks/results/*.json)
 .PHONY: bench-report

@@ -23,9 +23,9 @@ INTRO = """\
 # Benchmarks
 
 The current figure of every measurement, one section per capability: its target and whether it is met, the command
-that measures it, the machine and the date; where a target is not met, why. The benchmark scripts write their
-figures into `benchmarks/results/` (one JSON file per capability, with the number of threads, the load average and
-the git revision of each run: `benchmarks/record.py`), and this file is made from them:
+that measures it, the machine and the date; where a target is not met, why. The benchmark scripts, run with
+`--record`, write their figures into `benchmarks/results/` (one JSON file per capability, with the number of threads,
+the load average and the git revision of each run: `benchmarks/record.py`), and this file is made from them:
 
     python benchmarks/render.py       # or: make bench-report
 """
