@@ -131,7 +131,8 @@ def on_page_markdown(markdown, page, config, files):
 
 
 MATH = re.compile(r'<(span|div) class="arithmatex">(.*?)</\1>', re.S)
-MATH_SIZE = 20.0  # the formulas are drawn at this size, then scaled to the text's (1em = MATH_SIZE units)
+MATH_SIZE = 20.0  # the formulas are drawn at this size, then scaled to the text's
+MATH_EM = 1.1  # STIX Two's letters are smaller than the text's sans-serif at the same size: 1.1em reads alike
 
 
 def math_svg(tex: str, display: bool) -> str:
@@ -144,8 +145,9 @@ def math_svg(tex: str, display: bool) -> str:
     depth = math.margin - box.ymin  # below the baseline
     width, height = (box.xmax - box.xmin + 2 * math.margin), (box.ymax - box.ymin + 2 * math.margin)
     label = html.escape(tex.strip(), quote=True)
-    attrs = (f'class="qkv-math" role="img" aria-label="{label}" width="{width / MATH_SIZE:.3f}em" '
-             f'height="{height / MATH_SIZE:.3f}em" style="vertical-align: {-depth / MATH_SIZE:.3f}em"')
+    em = MATH_EM / MATH_SIZE
+    attrs = (f'class="qkv-math" role="img" aria-label="{label}" width="{width * em:.3f}em" '
+             f'height="{height * em:.3f}em" style="vertical-align: {-depth * em:.3f}em"')
     svg = re.sub(r'^<svg ([^>]*?) width="[^"]*" height="[^"]*"', lambda m: f"<svg {m.group(1)} {attrs}", svg, count=1)
     return svg
 
