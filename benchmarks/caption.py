@@ -73,6 +73,8 @@ def main() -> None:
     p.add_argument("--options", default="{}", help="CaptionOptions as JSON, e.g. '{\"doubly_stochastic\": 1.0}'")
     p.add_argument("--out", default="runs/caption-bench")
     p.add_argument("--report", action="store_true", help="print the tables of the results saved in --out")
+    p.add_argument("--record", action="store_true",
+                   help="update benchmarks/results/caption.json (then: python benchmarks/render.py)")
     args = p.parse_args()
     torch.set_num_threads(args.threads)
     Path(args.out).mkdir(parents=True, exist_ok=True)
@@ -83,6 +85,15 @@ def main() -> None:
     else:
         records = [run(m, args) for m in names]
     report(records)
+    if args.record:
+        from record import measurement
+        from record import record as write
+
+        write("caption", [measurement(
+            r["model"], f"{r['model']}, {args.minutes:g} minutes, seed {args.seed}: exact match (grounding "
+            f"{r['test']['grounding']:.3f}, 4-item scenes {r['test']['exact_match_items4']:.3f}, held-out "
+            f"combinations {r['test']['exact_match_unseen']:.3f})", r["test"]["exact_match"],
+            figure=f"{r['test']['exact_match']:.3f}") for r in records], threads=args.threads)
 
 
 if __name__ == "__main__":

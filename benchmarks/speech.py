@@ -88,6 +88,8 @@ def main() -> None:
     parser.add_argument("--json", default=None)
     parser.add_argument("--options", default="{}", help="JSON: SpeechOptions fields for every model")
     parser.add_argument("--train", default="{}", help="JSON: TrainConfig fields for every model")
+    parser.add_argument("--record", action="store_true",
+                        help="update benchmarks/results/speech.json (then: python benchmarks/render.py)")
     args = parser.parse_args()
     names = [n for n in args.models.split(",") if n]  # --models '': the pocketsphinx baseline alone
     if set(names) - set(MODELS):
@@ -137,8 +139,29 @@ def main() -> None:
         print("pocketsphinx_continuous is not installed: no baseline (apt install pocketsphinx pocketsphinx-en-us)")
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2) + "\n")
+    if args.record and not args.quick:
+        record_results(args, results)
     if not args.out:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def record_results(args, results: dict) -> None:
+    from record import measurement, record
+
+    rows = []
+    for name, r in results.items():
+        if name == "pocketsphinx":
+            rows.append(measurement(f"{args.data}-pocketsphinx", f"{args.data}, pocketsphinx (en-us): test WER "
+                                    f"(test CER {r['test_cer']:.1f}%)", r["test_wer"], "test WER",
+                                    figure=f"{r['test_wer']:.1f}%"))
+            continue
+        rows.append(measurement(f"{args.data}-{name}", f"{args.data}, {args.minutes:g} minutes, {name}, beam "
+                                f"{args.beam} ({r['steps']:,} steps): test CER (test WER {r['test_wer']:.1f}%)",
+                                r["test_cer"], "test CER", figure=f"{r['test_cer']:.1f}%"))
+        ratio = r["long_cer"] / max(r["test_cer"], 1e-9)
+        rows.append(measurement(f"{args.data}-{name}-long", f"{args.data}, {name}: `long` CER / test CER "
+                                f"({r['long_cer']:.1f} against {r['test_cer']:.1f}%)", ratio, figure=f"{ratio:.2f}x"))
+    record("speech", rows, threads=1)
 
 
 if __name__ == "__main__":

@@ -68,6 +68,8 @@ def main():
     ap.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
     ap.add_argument("--max-pairs", type=int, default=None)
     ap.add_argument("--json", help="also write the results as JSON")
+    ap.add_argument("--record", action="store_true",
+                    help="update benchmarks/results/translate.json (then: python benchmarks/render.py)")
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -98,6 +100,17 @@ def main():
     print_tables(rows, corpus=args.what == "corpus")
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=2))
+    if args.record:
+        from record import measurement, record
+
+        prefix = "dates" if args.what == "dates" else f"{Path(args.data).name.split('.')[0]}"
+        record("translate", [measurement(
+            f"{prefix}-{r['model']}",
+            f"{prefix}, {args.minutes:g} minutes, {r['model']}: test {'exact match' if prefix == 'dates' else 'BLEU'}"
+            + (f" (99% on valid after {r['reach99']:.0f} s)" if r.get("reach99") is not None else ""),
+            r["test"]["exact_match"] if prefix == "dates" else r["test"]["bleu"],
+            figure=f"{r['test']['exact_match']:.4f}" if prefix == "dates" else f"{r['test']['bleu']:.1f}")
+            for r in rows])
 
 
 def print_tables(rows: list[dict], corpus: bool) -> None:
