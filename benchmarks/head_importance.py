@@ -64,6 +64,8 @@ def main() -> None:
     ap.add_argument("--width", type=int, default=768)
     ap.add_argument("--batch", type=int, default=8, help="ablated heads per forward pass")
     ap.add_argument("--no-brute", action="store_true", help="skip the brute force")
+    ap.add_argument("--record", action="store_true",
+                    help="update benchmarks/results/inside.json (then: python benchmarks/render.py)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     from qkv.integrations.importance import head_importance
@@ -84,8 +86,19 @@ def main() -> None:
     brute, brute_cpu = time.perf_counter() - t, time.process_time() - c
     print(f"{brute_cpu / ours_cpu:.2f}x |\n| brute force ({args.layers * args.heads} forward passes, sdpa, hooks) | "
           f"{brute:.1f} s | {brute_cpu:.1f} s | 1.00x |")
-    print(f"largest difference: {float((got - want).abs().max()):.2e} nats (largest importance "
-          f"{float(want.abs().max()):.3f} nats)")
+    diff = float((got - want).abs().max())
+    print(f"largest difference: {diff:.2e} nats (largest importance {float(want.abs().max()):.3f} nats)")
+    if args.record:
+        from record import measurement, record
+
+        size = f"{args.layers * args.heads} heads, {args.tokens} tokens"
+        record("inside", [
+            measurement("head-importance", f"`head_importance` on a GPT-2-sized model ({size}): CPU time of the brute "
+                        f"force ({args.layers * args.heads} ablated forward passes) / qkv's", brute_cpu / ours_cpu,
+                        "less CPU time", figure=f"{brute_cpu / ours_cpu:.2f}x"),
+            measurement("head-importance-time", "the same, qkv's wall time", ours, figure=f"{ours:,.1f} s"),
+            measurement("head-importance-diff", "largest difference from the brute force's importances", diff,
+                        figure=f"{diff:.2g}")])
 
 
 if __name__ == "__main__":

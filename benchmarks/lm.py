@@ -41,6 +41,8 @@ def main() -> None:
     ap.add_argument("--eval-tokens", type=int, default=200_000)
     ap.add_argument("--out", default=None, help="run directory (default: a temporary one)")
     ap.add_argument("--json", default=None)
+    ap.add_argument("--record", action="store_true",
+                    help="update benchmarks/results/lm.json (then: python benchmarks/render.py)")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     options = LMOptions(data=a.data, dim=a.dim, num_layers=a.num_layers, context=a.context,
@@ -68,6 +70,14 @@ def main() -> None:
         Path(a.json).write_text(json.dumps({"data": a.data, "minutes": a.minutes, "seconds": seconds,
                                             "steps": result.state.global_step, "params": params, "test": test,
                                             "samples": samples, "machine": machine}, indent=2) + "\n")
+    if a.record:
+        from record import measurement, record
+
+        record("lm", [measurement(
+            f"bpc-{a.minutes:g}-w{a.dim}-l{a.num_layers}-c{a.context}",
+            f"{a.minutes:g} minutes, width {a.dim}, {a.num_layers} layers, context {a.context}, "
+            f"{result.state.global_step:,} steps", test["bpc"], "bits per character", figure=f"{test['bpc']:.3f}")],
+            threads=a.threads)
 
 
 if __name__ == "__main__":

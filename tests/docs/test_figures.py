@@ -128,8 +128,8 @@ FIGURES = [
     ("docs/performance-guide.md", "compile", "additive-training"),
     ("docs/inside/huggingface.md", "huggingface", "bert-2048-attn"),
     ("docs/inside/huggingface.md", "huggingface", "llama-2048-attn"),
-    ("README.md", "lm", "bpc-5-small"),
-    ("README.md", "lm", "bpc-30"),
+    ("README.md", "lm", "bpc-5-w96-l3-c64"),
+    ("README.md", "lm", "bpc-30-w128-l4-c128"),
 ]
 
 
