@@ -109,6 +109,8 @@ def main() -> int:
     ap.add_argument("--ensemble", type=int, default=1, help="models per fold (seeds --seed, --seed + 1, ...), "
                     "scored by their mean class probabilities")
     ap.add_argument("--quick", action="store_true", help="30 steps per model: a smoke test, not a result")
+    ap.add_argument("--record", action="store_true",
+                    help="update benchmarks/results/sentiment.json (then: python benchmarks/render.py)")
     ap.add_argument("-v", "--verbose", action="store_true")
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(message)s")
@@ -191,7 +193,29 @@ def main() -> int:
         for name, test, *_ in rows:
             print(f"{name}: {' '.join(f'{100 * a:.2f}' for a in test)}  ")
     print("\nReference (Pang & Lee MR, 10-fold, Kim 2014): CNN-rand 76.1%, CNN-static (word2vec) 81.5%.")
+    if args.record and not args.quick:
+        record_results(args, rows, what)
     return 0
+
+
+def record_results(args, rows, what: str) -> None:
+    """The models' test accuracy against the bag-of-words floor of the same folds, into sentiment.json."""
+    from record import measurement, record
+
+    def figure(values):
+        return _fmt(values).replace("+-", "±")
+
+    floor = 100 * statistics.mean(rows[0][1])
+    items = [measurement("bow", f"bag-of-words logistic regression, {what}", floor, "accuracy",
+                         figure=figure(rows[0][1]))]
+    for name, test, _, _seconds, epochs in rows[1:]:
+        key = "-".join(part for part in (args.models if len(rows) == 2 else name.split(" (")[0],
+                                         f"folds-{args.only_folds}" if args.only_folds else "") if part)
+        key = "".join(c if c.isalnum() else "-" for c in key.lower()).strip("-")
+        items.append(measurement(key, f"{name}, {args.minutes:g} minutes a run, {epochs} epochs, {what}",
+                                 100 * statistics.mean(test), "accuracy", figure=figure(test),
+                                 target=f">= {floor:.1f}%"))
+    record("sentiment", items)
 
 
 @torch.no_grad()
