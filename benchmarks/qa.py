@@ -108,6 +108,8 @@ def main(argv=None) -> None:
     p.add_argument("--quick", action="store_true")
     p.add_argument("--runs", nargs="+", help="score these trained runs (e.g. benchmarks/budget.py's) instead of "
                                              "training")
+    p.add_argument("--record", action="store_true",
+                   help="update benchmarks/results/qa.json, one figure per seed (then: python benchmarks/render.py)")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     torch.set_num_threads(args.threads)
@@ -151,6 +153,29 @@ def main(argv=None) -> None:
     for r in rows:
         print(f"| {r['lang']} | {r['scored']} | {r['model']} | "
               + " | ".join(f"{100 * r['kinds'][k]:.1f}" for k in QUESTION_KINDS) + " |")
+    if args.record and not args.quick:
+        record_results(rows, len(args.runs or []))
+
+
+def record_results(rows: list[dict], runs: int) -> None:
+    """Exact match per scored language, the runs' figures side by side ("a / b / c"), into qa.json."""
+    from record import measurement, record
+
+    def pct(x):
+        return "100" if x == 1 else f"{100 * x:.1f}"
+
+    items = []
+    for lang in dict.fromkeys(r["scored"] for r in rows):
+        mine = [r for r in rows if r["scored"] == lang]
+        runs_text = f"{runs} runs" if runs else f"{len(mine)} readers ({', '.join(r['model'] for r in mine)})"
+        for key, field, what in (("entities", "test_exact_match", "held-out entities"),
+                                 ("phrasings", "test_phrasings_exact_match", "held-out phrasings"),
+                                 ("handwritten", "handwritten_fresh_exact_match", "hand-written questions, fresh set")):
+            values = [r[field] for r in mine]
+            items.append(measurement(f"{key}-{lang}", f"{what}, {lang}, {runs_text}", 100 * min(values), "% exact",
+                                     figure=" / ".join(pct(v) for v in values)))
+    record("qa", items)
+
 
 if __name__ == "__main__":
     main()
