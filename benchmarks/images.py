@@ -129,6 +129,8 @@ def main() -> int:
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
     p.add_argument("--data-root", default=None, help="Fashion-MNIST IDX folder (default: the Debian package's)")
     p.add_argument("--quick", action="store_true", help="10 steps per variant, a smoke test")
+    p.add_argument("--record", action="store_true",
+                   help="update benchmarks/results/images.json (then: python benchmarks/render.py)")
     args = p.parse_args()
     if args.quick:
         args.max_steps, args.epochs = 10, "1"
@@ -181,6 +183,16 @@ def main() -> int:
               f"{r['images'] / n_train:.2f}{' (time)' if r['stopped'] == 'time' else ''} | {r['train_s'] / 60:.1f} min"
               f" | {r['valid']:.2%} "
               f"| {r['test']:.2%} | {r['test_tta']:.2%} |")
+    if args.record and not args.quick:
+        from record import measurement, record
+
+        plain = next((r for r in rows if r["attn"] == "none"), None)
+        record("images", [measurement(
+            r["attn"].replace("_", "").replace("-", ""),
+            f"{LABELS.get(r['attn'], r['attn'])}, {r['images'] / n_train:.2f} epochs"
+            + (f" ({1 - r['images_per_s'] / plain['images_per_s']:.0%} fewer images/s)"
+               if plain is not None and r is not plain else ""),
+            100 * r["test"], "test accuracy", figure=f"{r['test']:.2%}") for r in rows])
     return 0
 
 

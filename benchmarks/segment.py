@@ -103,6 +103,8 @@ def main() -> None:
     parser.add_argument("--report", action="store_true", help="print the tables of the saved results")
     parser.add_argument("--latency-only", action="store_true", help="measure the CPU latency only")
     parser.add_argument("--repeats", type=int, default=20, help="forward passes timed at 64x64 (a fifth at 512x512)")
+    parser.add_argument("--record", action="store_true",
+                        help="update benchmarks/results/segment.json (then: python benchmarks/render.py)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     variants = [v.strip() for v in args.variants.split(",") if v.strip()]
@@ -123,6 +125,19 @@ def main() -> None:
             records.append(run(v, args, data))
             print(f"{v}: test mIoU {records[-1]['test']['miou']:.4f} after {records[-1]['steps']} steps", flush=True)
         report(records)
+        if args.record:
+            from record import measurement, record
+
+            keys = {"bisenet-noarm": "arm", "bisenet-noffm": "ffm", "bisenet-context": "context-only"}
+            items = []
+            for r in records:
+                m, held = r["test"], r["test"].get("miou_held_out", float("nan"))
+                items.append(measurement(keys.get(r["variant"], r["variant"]), f"{r['variant']}, seed {args.seed}, "
+                                         f"{r['steps']:,} steps: test mIoU (held-out combinations {held:.3f})",
+                                         m["miou"], figure=f"{m['miou']:.3f}"))
+                if r["variant"] == "bisenet":
+                    items.append(measurement("bisenet-heldout", None, held, figure=f"{held:.3f}"))
+            record("segment", items, threads=args.threads)
     print(f"\nCPU latency, batch 1, {args.threads} thread(s), images/s:")
     print("| variant | 64x64 | 512x512 |")
     print("|---|---|---|")
