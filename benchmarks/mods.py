@@ -117,8 +117,8 @@ def child(name: str, b, h, t, d, device_name: str) -> dict:
     return {"first": first, "again": again, "peak": max(peak, 0)}
 
 
-def row(t: int, times: dict, mem: dict, what: str, a: str, ref: str, cost: bool = False) -> None:
-    """One table row: ``a`` against ``ref`` (speed-up = ref / a; with ``cost``, a / ref)."""
+def row(t: int, times: dict, mem: dict, what: str, a: str, ref: str, cost: bool = False) -> float:
+    """One table row: ``a`` against ``ref`` (speed-up = ref / a; with ``cost``, a / ref); returns the ratio."""
     ratio = times[a] / times[ref] if cost else times[ref] / times[a]
 
     def peak(n):
@@ -127,6 +127,30 @@ def row(t: int, times: dict, mem: dict, what: str, a: str, ref: str, cost: bool 
     compile_s = f"{mem[a]['first'] - mem[a]['again']:.1f} s" if a in mem and a.endswith("_qkv") else "-"
     print(f"| {t} | {what} | {1e3 * times[a]:.1f} ms | {1e3 * times[ref]:.1f} ms | {ratio:.2f}x | {peak(a)} | "
           f"{peak(ref)} | {compile_s} |")
+    if a in mem and ref in mem:
+        what += f" (peak {peak(a)} against {peak(ref)})"
+    FOUND.append((t, a, what, ratio, "time" if cost else "speed"))
+    return ratio
+
+
+FOUND: list[tuple] = []  # (T, variant, what, ratio, unit) of every row printed, for --record
+KEYS = {"alibi_qkv": "alibi-{t}", "window_qkv": "window-{t}", "plain_qkv": "plain-{t}", "alibi_weights": "weights",
+        "alibi_reference": "reference", "plain_weights": "plain-weights", "train_qkv": "training", "t5_qkv": "t5",
+        "softcap_qkv": "softcap", "document_qkv": "documents", "prefix_qkv": "prefix"}
+
+
+def record_results(args) -> None:
+    """The rows into benchmarks/results/mods.json: the keys of the file, T=1024 unless the key names T."""
+    from record import measurement, record
+
+    threads = f"-{args.threads}t" if args.threads and args.threads != 1 else ""
+    items = []
+    for t, a, what, ratio, unit in FOUND:
+        key = KEYS[a].format(t=t)
+        key += "" if "{t}" in KEYS[a] or t == 1024 else f"-{t}"
+        key += "-kept" if args.keep_memory else ""
+        items.append(measurement(key + threads, f"{what}, T={t}", ratio, unit, figure=f"{ratio:.2f}x"))
+    record("mods", items)
 
 
 def main() -> int:
@@ -145,6 +169,8 @@ def main() -> int:
                     "CPU, blocks of query rows, checkpointed) vs SDPA + (H, T, T) bias, times and peaks")
     ap.add_argument("--keep-memory", action="store_true", help="keep freed CPU memory for reuse "
                     "(qkv.memory.keep_freed_memory, as the qkv command does): no fresh pages for the weights per call")
+    ap.add_argument("--record", action="store_true",
+                    help="update benchmarks/results/mods.json (then: python benchmarks/render.py)")
     ap.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.keep_memory and not keep_freed_memory():
@@ -213,6 +239,8 @@ def main() -> int:
         row(t, times, mem, "no modifier, with weights vs without (cost; plain path)", "plain_weights", "plain_qkv",
             cost=True)
         row(t, times, mem, "no modifier: qkv vs SDPA (speed)", "plain_qkv", "plain_sdpa")
+    if args.record and not args.quick:
+        record_results(args)
     return 0
 
 
