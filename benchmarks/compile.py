@@ -109,6 +109,8 @@ def main(argv=None) -> int:
     parser.add_argument("--first-call", action="store_true")
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--record", action="store_true",
+                        help="update benchmarks/results/compile.json (then: python benchmarks/render.py)")
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -129,7 +131,31 @@ def main(argv=None) -> int:
         print("| first call, fresh process | " + " | ".join(
             f"QKV_COMPILE={m}: {s:.2f} s ({s / first['0']:.2f}x eager)" for m, s in first.items()) + " |")
     print(json.dumps(res))
+    if args.record and not args.quick:
+        record_results(res, torch.get_num_threads())
     return 0
+
+
+def record_results(res: dict, threads: int) -> None:
+    from record import measurement, record
+
+    suffix = "" if threads == 2 else f"-{threads}t"
+    items = []
+    for phase, ts in res["warm"].items():
+        key = "additive-" + phase
+        what = "additive score, compiled, " + ("inference" if phase == "inference" else "training (forward + backward)")
+        ratio = ts["textbook"] / ts["compiled"]
+        items.append(measurement(key + suffix, f"{what} vs the textbook formula, {threads} thread(s)", ratio, "speed",
+                                 figure=f"{ratio:.1f}x"))
+    if "first" in res:
+        first = res["first"]
+        items.append(measurement("first-call", None, first["auto"] / first["0"], "time",
+                                 figure=f"{first['auto'] / first['0']:.2f}x"))
+        cold = first["1 (empty cache)"]
+        items.append(measurement("first-call-compile", f"first call, `QKV_COMPILE=1`, empty inductor cache (warm "
+                                 f"cache: {first['1 (warm cache)']:.1f} s; eager {first['0']:.2f} s)", cold,
+                                 figure=f"{cold:.1f} s"))
+    record("compile", items, threads=threads)
 
 
 if __name__ == "__main__":
