@@ -89,6 +89,8 @@ def main() -> None:
     p.add_argument("--debian-file", default=None)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--out", default="runs/bench-summarize")
+    p.add_argument("--record", action="store_true",
+                   help="update benchmarks/results/summarize.json (then: python benchmarks/render.py)")
     args = p.parse_args()
     torch.set_num_threads(args.threads)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s: %(message)s")
@@ -132,6 +134,30 @@ def main() -> None:
         pct = functools.partial(_percent, r)
         print(f"| {r['name']} | {r.get('steps') or ''} | {r['rouge1']:.2f} | {r['rouge2']:.2f} | {r['rougeL']:.2f} | "
               f"{pct('repeated_trigrams', 2)} | {pct('copied')} | {pct('copied_oov')} | {pct('exact_match')} |")
+    if args.record:
+        record_results(rows, args)
+
+
+def record_results(rows: list[dict], args) -> None:
+    """ROUGE-L of every row (and repeated trigrams, exact match where a row has them) into summarize.json; keys
+    ``rougeL-NAME``, ``repeats-NAME``, ``exact-NAME``."""
+    from record import measurement, record
+
+    items = []
+    for r in rows:
+        name, steps = r["name"], f", {r['steps']:,} steps" if r.get("steps") else ""
+        if "rougeL" in r and not name.startswith("facts"):
+            items.append(measurement(f"rougeL-{name}", f"{name}, {args.minutes:g} minutes{steps}, beam {args.beam}: "
+                                     "ROUGE-L", r["rougeL"], figure=f"{r['rougeL']:.2f}"))
+        if r.get("repeated_trigrams") is not None:
+            items.append(measurement(f"repeats-{name}", f"{name}: repeated trigrams", 100 * r["repeated_trigrams"],
+                                     figure=f"{100 * r['repeated_trigrams']:.2f}%"))
+        if name.startswith("facts") and r.get("exact_match") is not None:
+            items.append(measurement(f"exact-{name}", f"answers written out, {name}, {args.facts_minutes:g} "
+                                     f"minutes{steps}: exact match", 100 * r["exact_match"],
+                                     figure=f"{100 * r['exact_match']:.1f}%"))
+    record("summarize", items, threads=args.threads)
+
 
 if __name__ == "__main__":
     main()
