@@ -354,7 +354,7 @@ def main():
         lines += additive_table(title, cfg, res)
     lines.append(END)
     print("\n".join(lines))
-    if args.record:
+    if args.record and not args.quick:
         record_results(args, dot, thp, kept, infer, train)
 
 

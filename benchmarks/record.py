@@ -31,7 +31,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-RESULTS = ROOT / "benchmarks" / "results"
+RESULTS = Path(os.environ.get("QKV_BENCH_RESULTS") or ROOT / "benchmarks" / "results")  # another folder: a trial run
 FIELDS = ("key", "what", "figure", "value", "unit", "target", "met", "why", "command", "machine", "threads", "load",
           "date", "revision")
 _START_LOAD = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
