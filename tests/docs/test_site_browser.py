@@ -92,6 +92,22 @@ def test_navigation_reaches_every_section(browser, served):
     assert v.errors == [] and v.outside(served) == []
 
 
+def test_a_concept_page_shows_maths_outputs_and_diagrams(browser, served):
+    """Formulas are SVG drawn into the page (no script, no font fetched), outputs sit under their blocks, the
+    diagram loads, and nothing is requested from outside the site."""
+    v = Visit(browser)
+    v.page.goto(f"{served}/concepts/stages.html")
+    v.page.wait_for_load_state("networkidle")
+    maths = v.page.locator("article svg.qkv-math")
+    assert maths.count() >= 10
+    box = maths.first.bounding_box()
+    assert box and box["width"] > 5 and 8 < box["height"] < 60  # drawn at the text's size
+    output = v.page.locator("article .qkv-output").first
+    assert output.is_visible() and "0.5667" in output.inner_text()
+    assert v.page.locator("article img[src='stages.svg']").count() == 1 and v.images_loaded()
+    assert v.errors == [] and v.outside(served) == []
+
+
 def test_search_finds_pages(browser, served):
     v = Visit(browser)
     v.page.goto(f"{served}/index.html")
