@@ -136,11 +136,7 @@ class LocationAware(StatefulScore):
         self.location_proj = nn.Linear(self.filters, self.hidden_dim, bias=False, device=device, dtype=dtype)  # U
 
     def check(self, query, key, *, key_prepared=False):
-        key_dim = self.hidden_dim if key_prepared else self.key_dim
-        if query.shape[-1] != self.query_dim or key.shape[-1] != key_dim:
-            raise ValueError(f"{type(self).__name__} score built for query_dim={self.query_dim}, "
-                             f"key_dim={self.key_dim} got query {tuple(query.shape)} and "
-                             f"{'prepared ' if key_prepared else ''}key {tuple(key.shape)}")
+        self.check_built(query, key, key_prepared, self.hidden_dim)
 
     def prepare_key(self, key):
         return self.key_proj(key)

@@ -64,6 +64,16 @@ class Score(nn.Module):
                 f"{tuple(query.shape)} and key {tuple(key.shape)}; use General or Additive for different sizes"
             )
 
+    def check_built(self, query: Tensor, key: Tensor, key_prepared: bool, prepared_dim: int) -> None:
+        """:meth:`check` for a score built for ``self.query_dim`` and ``self.key_dim``, whose prepared keys are
+        ``prepared_dim`` wide."""
+        key_dim = prepared_dim if key_prepared else self.key_dim
+        if query.shape[-1] != self.query_dim or key.shape[-1] != key_dim:
+            raise ValueError(
+                f"{type(self).__name__} score built for query_dim={self.query_dim}, key_dim={self.key_dim} got "
+                f"query {tuple(query.shape)} and {'prepared ' if key_prepared else ''}key {tuple(key.shape)}"
+            )
+
     def prepare_key(self, key: Tensor) -> Tensor:
         """The part of the score that depends on the key alone (a projection, a normalisation).
 
@@ -155,12 +165,7 @@ class General(Score):
         self.key_proj = nn.Linear(key_dim, query_dim, bias=bias, device=device, dtype=dtype)
 
     def check(self, query, key, *, key_prepared=False):
-        key_dim = self.query_dim if key_prepared else self.key_dim
-        if query.shape[-1] != self.query_dim or key.shape[-1] != key_dim:
-            raise ValueError(
-                f"General score built for query_dim={self.query_dim}, key_dim={self.key_dim} got query "
-                f"{tuple(query.shape)} and {'prepared ' if key_prepared else ''}key {tuple(key.shape)}"
-            )
+        self.check_built(query, key, key_prepared, self.query_dim)
 
     def prepare_key(self, key):
         return self.key_proj(key)
@@ -198,12 +203,7 @@ class PairwiseScore(Score):
         raise NotImplementedError
 
     def check(self, query, key, *, key_prepared=False):
-        key_dim = self.hidden_dim if key_prepared else self.key_dim
-        if query.shape[-1] != self.query_dim or key.shape[-1] != key_dim:
-            raise ValueError(
-                f"{type(self).__name__} score built for query_dim={self.query_dim}, key_dim={self.key_dim} got "
-                f"query {tuple(query.shape)} and {'prepared ' if key_prepared else ''}key {tuple(key.shape)}"
-            )
+        self.check_built(query, key, key_prepared, self.hidden_dim)
 
     def prepare_key(self, key):
         return self.key_proj(key)

@@ -35,6 +35,7 @@ from ..train.task import Task
 from ..viz.page import PageInput
 from .predictor import (
     Accepts,
+    ImagePredictor,
     Predictor,
     ViewInput,
     evaluating,
@@ -49,9 +50,9 @@ from .run import LoadedRun, load_run, model_from_spec, upgrade_options
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["Application", "Accepts", "Command", "ApplicationTask", "Predictor", "PageInput", "ViewInput", "load_run",
-           "upgrade_options", "model_from_spec", "LoadedRun", "need_text", "text_inputs", "file_inputs",
-           "refuse_settings", "jsonable", "length_batches", "evaluating"]
+__all__ = ["Application", "Accepts", "Command", "ApplicationTask", "Predictor", "ImagePredictor", "PageInput",
+           "ViewInput", "load_run", "upgrade_options", "model_from_spec", "LoadedRun", "need_text", "text_inputs",
+           "file_inputs", "refuse_settings", "jsonable", "length_batches", "evaluating"]
 
 
 def about_of(name: str) -> dict[str, Any] | None:

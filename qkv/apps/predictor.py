@@ -22,8 +22,8 @@ from .run import load_run, upgrade_options
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["Predictor", "Accepts", "ViewInput", "need_text", "text_inputs", "file_inputs", "refuse_settings",
-           "jsonable", "length_batches", "evaluating"]
+__all__ = ["Predictor", "ImagePredictor", "Accepts", "ViewInput", "need_text", "text_inputs", "file_inputs",
+           "refuse_settings", "jsonable", "length_batches", "evaluating"]
 
 
 @dataclasses.dataclass
@@ -248,6 +248,20 @@ class Predictor(ABC):
     def device(self) -> torch.device:
         return next(self.model.parameters()).device
 
+
+
+
+class ImagePredictor(Predictor, ABC):
+    """A :class:`Predictor` whose inputs are images: ``qkv view`` takes ``--image`` (a file) or ``--index`` (an
+    image of the run's test split), and each string given to ``qkv predict`` is an image file."""
+
+    view_inputs = ("image", "index")
+    input_kind = "image file"
+
+    def inputs_from_strings(self, strings: Sequence[str], **given: Any) -> list[Any]:
+        """Each string an image file (read by :meth:`predict`)."""
+        self.check_settings(given, "predict")
+        return file_inputs(strings, "image")
 
 
 def length_batches(items: Sequence[Any], batch_size: int) -> Iterator[list[int]]:

@@ -35,6 +35,7 @@ import random
 import re
 from dataclasses import dataclass, field
 
+from .corpus import Splits
 from .fact_templates import (  # noqa: F401 - the tables, also imported from here by tests
     _EN_CREWS,
     _EN_FACTS,
@@ -83,21 +84,12 @@ class QAExample:
 
 
 @dataclass
-class QACorpus:
+class QACorpus(Splits[QAExample]):
     """Examples by split name (``train``, ``valid``, ``test`` and, for generated facts, ``test_phrasings``), and
     their ``language``: ``en``, ``zh`` or ``both`` (mixed)."""
 
     splits: dict[str, list[QAExample]] = field(default_factory=dict)
     language: str = "en"
-
-    def split(self, name: str) -> list[QAExample]:
-        if name not in self.splits:
-            raise ValueError(f"no split {name!r}; one of {', '.join(self.splits)}")
-        return self.splits[name]
-
-    @property
-    def train(self) -> list[QAExample]:
-        return self.splits["train"]
 
 
 # ------------------------------------------------------------------------------------------------ entities

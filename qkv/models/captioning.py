@@ -62,6 +62,7 @@ and :mod:`~qkv.models.caption_transformer`, all re-exported here.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -292,19 +293,11 @@ class _LSTMCaptioner(CaptionLosses, nn.Module):
 
 
 class SoftCaptioner(_LSTMCaptioner):
-    """Deterministic soft attention with the gate ``beta`` (see the module docstring)."""
+    """Deterministic soft attention with the gate ``beta`` (see the module docstring); ``options``: those of every
+    LSTM captioner."""
 
-    def __init__(self, vocab_size: int, *, in_channels: int = 1, widths: Sequence[int] = (16, 32, 64, 128),
-                 embed_dim: int = 64, hidden_dim: int = 128, attn_dim: int = 128, score: str = "additive",
-                 dropout: float = 0.3, coords: bool = True, where: bool = False, deep_output: str = "full",
-                 content_ids: Sequence[int] = (), padding: str = "zeros", keys: str = "features",
-                 init_state: str = "mean", glimpse: bool = False, salience: str = "features",
-                 glimpse_features: str = "grid", naming: bool = False):
-        super().__init__(vocab_size, in_channels=in_channels, widths=widths, embed_dim=embed_dim,
-                         hidden_dim=hidden_dim, attn_dim=attn_dim, score=score, dropout=dropout, coords=coords,
-                         where=where, deep_output=deep_output, content_ids=content_ids, padding=padding,
-                         keys=keys, init_state=init_state, glimpse=glimpse, salience=salience,
-                         glimpse_features=glimpse_features, naming=naming)
+    def __init__(self, vocab_size: int, **options: Any):
+        super().__init__(vocab_size, **options)
         self.f_beta = nn.Linear(self.hidden_dim, 1)
 
     def auxiliary_loss(self, out, log_likelihood, mask, *, doubly_stochastic=0.0, **_):
@@ -327,18 +320,9 @@ class HardCaptioner(_LSTMCaptioner):
     its attention is then that one-hot map). It may be changed on a built model (``model.test_attention = ...``).
     """
 
-    def __init__(self, vocab_size: int, *, in_channels: int = 1, widths: Sequence[int] = (16, 32, 64, 128),
-                 embed_dim: int = 64, hidden_dim: int = 128, attn_dim: int = 128, score: str = "additive",
-                 dropout: float = 0.3, coords: bool = True, where: bool = False, deep_output: str = "full",
-                 content_ids: Sequence[int] = (), padding: str = "zeros", keys: str = "features",
-                 init_state: str = "mean", glimpse: bool = False, salience: str = "features",
-                 glimpse_features: str = "grid", test_attention: str = "expectation", expected_share: float = 0.5,
-                 naming: bool = False):
-        super().__init__(vocab_size, in_channels=in_channels, widths=widths, embed_dim=embed_dim,
-                         hidden_dim=hidden_dim, attn_dim=attn_dim, score=score, dropout=dropout, coords=coords,
-                         where=where, deep_output=deep_output, content_ids=content_ids, padding=padding,
-                         keys=keys, init_state=init_state, glimpse=glimpse, salience=salience,
-                         glimpse_features=glimpse_features, naming=naming)
+    def __init__(self, vocab_size: int, *, test_attention: str = "expectation", expected_share: float = 0.5,
+                 **options: Any):
+        super().__init__(vocab_size, **options)
         if test_attention not in ("expectation", "argmax"):
             raise ValueError(f"test_attention must be 'expectation' or 'argmax', got {test_attention!r}")
         if not 0.0 <= expected_share <= 1.0:

@@ -51,8 +51,8 @@ from torch import Tensor
 from ..data.tokenize import BOS_ID, EOS_ID, UNK_ID
 from ..layers import KVCache
 
-__all__ = ["Hypothesis", "Decodable", "PrefixScorer", "reorder_state", "search", "beam_search", "greedy_decode",
-           "length_penalty_wu", "coverage_penalty_wu", "repeated_ngram_ban"]
+__all__ = ["Hypothesis", "Decodable", "PrefixScorer", "reorder_state", "teacher_forced", "search", "beam_search",
+           "greedy_decode", "length_penalty_wu", "coverage_penalty_wu", "repeated_ngram_ban"]
 
 _COVERAGE_FLOOR = 1e-10
 
@@ -107,6 +107,18 @@ class PrefixScorer:
         """The state of the kept hypotheses: extension ``tokens (N,)`` of hypotheses ``rows (N,)``. Default: the
         rows of a state that does not depend on the next token."""
         return reorder_state(candidates, rows)
+
+
+def teacher_forced(step: Callable[..., tuple[Any, ...]], tokens: Tensor,
+                   state: Any) -> tuple[list[Tensor], Any]:
+    """Teacher forcing: ``step(tokens[:, t], state) -> (*outputs, state)`` at every position ``t`` of
+    ``tokens (B, T)``, each given the state the one before returned. Returns each output stacked along dim 1
+    (``(B, T, ...)``) and the last state."""
+    rows = []
+    for t in range(tokens.shape[1]):
+        *outputs, state = step(tokens[:, t], state)
+        rows.append(outputs)
+    return [torch.stack(x, dim=1) for x in zip(*rows, strict=True)], state
 
 
 def length_penalty_wu(lengths: Tensor, alpha: float) -> Tensor:

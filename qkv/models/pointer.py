@@ -46,6 +46,7 @@ from ..functional import attention
 from ..layers import TransformerLayer
 from ..location import Coverage
 from ..scores import create_score
+from .decoding import teacher_forced
 from .seq2seq import RNNConfig, RNNEncoder, check_source
 from .transformer import TransformerConfig, TransformerSeq2Seq
 
@@ -176,12 +177,10 @@ class PointerGenerator(nn.Module):
                 *, use_coverage: bool = True) -> PointerOutput:
         """Teacher forcing: ``tgt_in (B, T)`` starts with ``<bos>``, copied ids ``>= V`` read as ``<unk>``;
         ``use_coverage=False`` feeds zero coverage (before ``--coverage-from``)."""
-        state = self.encode(src, src_mask, src_ext, n_ext)
-        rows: list[tuple[Tensor, ...]] = []
-        for t in range(tgt_in.shape[1]):
-            probs, w, p_gen, cov, state = self.step(self.feed_tokens(tgt_in[:, t]), state, use_coverage)
-            rows.append((probs, w, cov, p_gen))
-        probs, w, cov, p_gen = (torch.stack(x, dim=1) for x in zip(*rows, strict=True))
+        def step(tokens: Tensor, state: dict[str, Any]):
+            return self.step(self.feed_tokens(tokens), state, use_coverage)
+
+        (probs, w, p_gen, cov), _ = teacher_forced(step, tgt_in, self.encode(src, src_mask, src_ext, n_ext))
         return PointerOutput(_log(probs), w, cov, p_gen)
 
     coverage_loss = staticmethod(coverage_loss)

@@ -79,9 +79,21 @@ def _from_config(model_cls: type[nn.Module], config_cls: type) -> _Builder:
 def _from_kwargs(fn: Callable[..., nn.Module], accepts: tuple[str, ...] | None = None, **preset) -> _Builder:
     """``fn(**preset, **config)``, taking ``accepts`` (default: ``fn``'s keyword arguments but the preset ones)."""
     if accepts is None:
-        accepts = tuple(n for n, p in inspect.signature(fn).parameters.items()
-                        if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and n not in preset)
+        accepts = tuple(n for n in _keywords(fn) if n not in preset)
     return _Builder(partial(fn, **preset), accepts)
+
+
+def _keywords(fn: Callable[..., nn.Module]) -> list[str]:
+    """The keyword arguments ``fn`` takes; a class whose ``__init__`` passes ``**options`` on to its base's takes
+    the base's too."""
+    names: list[str] = []
+    for f in ([c.__init__ for c in fn.__mro__ if "__init__" in vars(c)] if isinstance(fn, type) else [fn]):
+        params = inspect.signature(f).parameters.values()
+        names += [p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+                  and p.name != "self" and p.name not in names]
+        if not any(p.kind is p.VAR_KEYWORD for p in params):
+            break
+    return names
 
 
 #: every model name and its builder

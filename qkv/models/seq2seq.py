@@ -36,7 +36,7 @@ from torch import Tensor, nn
 
 from ..functional import attention
 from ..scores import create_score
-from .decoding import reorder_state
+from .decoding import reorder_state, teacher_forced
 
 __all__ = ["EncoderDecoder", "RNNConfig", "FixedContextSeq2Seq", "BahdanauSeq2Seq", "LuongSeq2Seq",
            "reorder_state", "check_source", "RNN_MODELS"]
@@ -175,14 +175,9 @@ class _RNNSeq2Seq(EncoderDecoder):
     def forward(self, src: Tensor, src_mask: Tensor, tgt_in: Tensor, *, return_attention: bool = False):
         # step by step, with the output layer applied once to every step's features: one (B*T, F) x (F, V)
         # product and one weight gradient instead of T of each (the largest layer)
-        state = self.encode(src, src_mask)
-        features, attns = [], []
-        for t in range(tgt_in.shape[1]):
-            f, attn, state = self.step_features(tgt_in[:, t], state)
-            features.append(f)
-            attns.append(attn)
-        logits = self.out(torch.stack(features, dim=1))
-        return (logits, torch.stack(attns, dim=1)) if return_attention else logits
+        (features, attns), _ = teacher_forced(self.step_features, tgt_in, self.encode(src, src_mask))
+        logits = self.out(features)
+        return (logits, attns) if return_attention else logits
 
     def decode_step(self, y_prev, state):
         f, attn, state = self.step_features(y_prev, state)

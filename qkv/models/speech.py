@@ -36,6 +36,7 @@ from ..data.tokenize import PAD_ID
 from ..functional import attention
 from ..location import LocationAware
 from ..scores import create_score
+from .decoding import teacher_forced
 
 __all__ = ["Listener", "LAS", "CTCModel", "SpeechOutput", "SpellerAttention", "frames_mask", "attention_median",
            "attention_window", "SPEECH_MODELS"]
@@ -231,14 +232,9 @@ class LAS(nn.Module):
 
     def forward(self, features: Tensor, lengths: Tensor, tgt_in: Tensor) -> SpeechOutput:
         """Teacher forcing: ``features (B, F, M)``, ``lengths (B,)``, ``tgt_in (B, T)`` (``<bos>`` first)."""
-        state = self.encode(features, lengths)
-        logits, weights = [], []
-        for t in range(tgt_in.shape[1]):
-            step, w, state = self.decode_step(tgt_in[:, t], state)
-            logits.append(step)
-            weights.append(w)
+        (logits, weights), state = teacher_forced(self.decode_step, tgt_in, self.encode(features, lengths))
         ctc = self.ctc_head(state["memory"]) if self.ctc_head is not None else None
-        return SpeechOutput(torch.stack(logits, 1), torch.stack(weights, 1), ctc, state["lengths"])
+        return SpeechOutput(logits, weights, ctc, state["lengths"])
 
 
 class CTCModel(nn.Module):

@@ -14,7 +14,7 @@ import torch
 from torch import Tensor, nn
 
 from ...options import OptionError, ref
-from ..base import Accepts, PageInput, Predictor, ViewInput, file_inputs, jsonable, upgrade_options
+from ..base import Accepts, ImagePredictor, PageInput, ViewInput, file_inputs, jsonable, upgrade_options
 from ..stopped import stopped_note
 from .data import CaptionData
 from .decode import Caption, caption_images, evaluate_captions
@@ -39,12 +39,10 @@ def _as_built(options: CaptionOptions, model_config: dict[str, Any]) -> CaptionO
     return dataclasses.replace(options, **built)
 
 
-class Captioner(Predictor):
+class Captioner(ImagePredictor):
     """A trained captioning run: ``Captioner.load(run_dir).predict(images, beam=3)``."""
 
     task_class = CaptionTask
-    view_inputs = ("image", "index")
-    input_kind = "image file"
     settings = CaptionSettings
     #: an image file of any size is resized and centre-cropped to the trained size (a tensor must have it)
     accepts = Accepts(min_image=1)

@@ -15,7 +15,7 @@ from torch import Tensor, nn
 
 from ...data.images import IMAGE_DATASETS, ImageData, normalize
 from ...options import OptionError, ref
-from ..base import Accepts, PageInput, Predictor, ViewInput, file_inputs, jsonable, upgrade_options
+from ..base import Accepts, ImagePredictor, PageInput, ViewInput, jsonable, upgrade_options
 from .maps import AttentionView, attention_view
 from .options import ImageOptions, ImageSettings
 from .task import ImageTask, load_data, predict_logits
@@ -32,13 +32,11 @@ class ImagePrediction:
     probabilities: dict[str, float]
 
 
-class ImageClassifier(Predictor):
+class ImageClassifier(ImagePredictor):
     """A trained image run: ``ImageClassifier.load(run_dir).predict(images)``; :meth:`attention` gives the maps
     of ``qkv show-attention``, :meth:`view` every attention for ``qkv view``."""
 
     task_class = ImageTask
-    view_inputs = ("image", "index")
-    input_kind = "image file"
     settings = ImageSettings
     #: an image file of any size is resized to the trained size (a tensor must have it)
     accepts = Accepts(min_image=1)
@@ -122,11 +120,6 @@ class ImageClassifier(Predictor):
             out.append(ImagePrediction(self.class_names[k], float(p[k]),
                                        {n: float(v) for n, v in zip(self.class_names, p, strict=True)}))
         return out
-
-    def inputs_from_strings(self, strings: Sequence[str], **given: Any) -> list[str]:
-        """Each string an image file (read by :meth:`predict`, which takes ``invert``)."""
-        self.check_settings(given, "predict")
-        return file_inputs(strings, "image")
 
     def result_row(self, result: ImagePrediction) -> dict[str, Any]:
         """``output`` (the label and its probability), the ``label``, its ``probability`` and every class's."""

@@ -15,7 +15,7 @@ import torch
 from torch import Tensor, nn
 
 from ...options import OptionError, ref
-from ..base import Accepts, PageInput, Predictor, ViewInput, file_inputs, jsonable, upgrade_options
+from ..base import Accepts, ImagePredictor, PageInput, ViewInput, jsonable, upgrade_options
 from .options import SegmentOptions, SegmentSettings
 from .scenes import SegmentationData
 from .task import SegmentTask, load_data, normalize, score
@@ -40,13 +40,11 @@ class Segmentation:
         return {n: float(c) / self.labels.numel() for n, c in zip(self.class_names, counts, strict=True) if c}
 
 
-class Segmenter(Predictor):
+class Segmenter(ImagePredictor):
     """A trained segmentation run: ``Segmenter.load(run_dir).predict(images)``; :meth:`view` gives the ARM/FFM
     channel attention of one image for ``qkv view``."""
 
     task_class = SegmentTask
-    view_inputs = ("image", "index")
-    input_kind = "image file"
     settings = SegmentSettings
     #: a circularly padded model's (scenes): see :func:`smallest_side`; a run's own is set when it is loaded
     accepts = Accepts(min_image=3)
@@ -108,11 +106,6 @@ class Segmenter(Predictor):
             out.append(Segmentation(labels, confidence, self.class_names,
                                     {k: v[0].flatten().float().cpu() for k, v in maps.items()}))
         return out
-
-    def inputs_from_strings(self, strings: Sequence[str], **given: Any) -> list[str]:
-        """Each string an image file (read at its own size by :meth:`predict`)."""
-        self.check_settings(given, "predict")
-        return file_inputs(strings, "image")
 
     def result_row(self, result: Segmentation) -> dict[str, Any]:
         """``output`` (the classes the image holds, most pixels first), each one's ``shares`` of the pixels, the

@@ -29,6 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ...data.corpus import Splits
 from ...data.files import table_rows, text_lines
 from ...options import OptionError, ref
 from .split import (
@@ -51,28 +52,16 @@ FORMATS = ("auto", "jsonl", "csv", "tsv", "stories")
 
 
 @dataclass
-class SummaryCorpus:
+class SummaryCorpus(Splits[SummaryExample]):
     """Examples by split name; the rows skipped when reading (``on_error="skip"``) by reason."""
 
     splits: dict[str, list[SummaryExample]]
     skip_reasons: dict[str, int] = field(default_factory=dict)
     origin: str = ""
 
-    def split(self, name: str) -> list[SummaryExample]:
-        if name not in self.splits:
-            raise ValueError(f"no split {name!r}; one of {', '.join(self.splits)}")
-        return self.splits[name]
-
-    @property
-    def train(self) -> list[SummaryExample]:
-        return self.splits["train"]
-
     @property
     def skipped(self) -> int:
         return sum(self.skip_reasons.values())
-
-    def sizes(self) -> dict[str, int]:
-        return {k: len(v) for k, v in self.splits.items()}
 
 
 class _Rows:
