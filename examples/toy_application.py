@@ -10,7 +10,6 @@ import torch.nn.functional as F
 from qkv.apps import register_application
 from qkv.apps.base import Application, ApplicationTask, PageInput, Predictor, jsonable, text_inputs
 from qkv.apps.export import text_classifier_graphs
-from qkv.capture import capture_attention
 from qkv.data import train_tokenizer
 from qkv.data.text_classification import collate_texts
 from qkv.options import check_options, option
@@ -92,10 +91,8 @@ class ToyPredictor(Predictor):
         self.check_settings({"threshold": threshold})
         return accuracy(self.model, self.tokenizer, self.dataset(data)[split][:limit], threshold)
 
-    def view(self, given):
-        with capture_attention(self.model) as records:
-            (result,) = self.predict([given.text])
-        return PageInput(records, self.tokenizer.tokens(given.text), title=f"seven: {result['p']:.2f}")
+    def view_page(self, records, text, result):
+        return PageInput(records, self.tokenizer.tokens(text), title=f"seven: {result['p']:.2f}")
 
     def result_row(self, result):
         return jsonable({"output": "seven" if result["seven"] else "no seven", "p": result["p"]})

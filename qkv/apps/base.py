@@ -38,6 +38,8 @@ from .predictor import (
     ImagePredictor,
     Predictor,
     ViewInput,
+    a_run,
+    check_index,
     evaluating,
     file_inputs,
     jsonable,
@@ -51,8 +53,8 @@ from .run import LoadedRun, load_run, model_from_spec, upgrade_options
 logger = logging.getLogger(__name__)
 
 __all__ = ["Application", "Accepts", "Command", "ApplicationTask", "Predictor", "ImagePredictor", "PageInput",
-           "ViewInput", "load_run", "upgrade_options", "model_from_spec", "LoadedRun", "need_text", "text_inputs",
-           "file_inputs", "refuse_settings", "jsonable", "length_batches", "evaluating"]
+           "ViewInput", "a_run", "load_run", "upgrade_options", "model_from_spec", "LoadedRun", "need_text",
+           "text_inputs", "file_inputs", "check_index", "refuse_settings", "jsonable", "length_batches", "evaluating"]
 
 
 def about_of(name: str) -> dict[str, Any] | None:

@@ -14,7 +14,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, ClassVar
 
 import torch
-from torch import nn
+from torch import Tensor, nn
 
 from ..options import OptionError, ref
 from ..viz.page import PageInput
@@ -22,8 +22,8 @@ from .run import load_run, upgrade_options
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["Predictor", "ImagePredictor", "Accepts", "ViewInput", "need_text", "text_inputs", "file_inputs",
-           "refuse_settings", "jsonable", "length_batches", "evaluating"]
+__all__ = ["Predictor", "ImagePredictor", "Accepts", "ViewInput", "a_run", "need_text", "text_inputs", "file_inputs",
+           "check_index", "refuse_settings", "jsonable", "length_batches", "evaluating"]
 
 
 @dataclasses.dataclass
@@ -36,10 +36,15 @@ class ViewInput:
     question: str | None = None
 
 
+def a_run(name: str) -> str:
+    """``"a translate run"``, ``"an images run"``, ``"an lm run"``: an application's runs, in a sentence."""
+    return f"{'an' if name[:1] in 'aeiou' or name == 'lm' else 'a'} {name} run"
+
+
 def need_text(text: str | None, what: str) -> str:
-    """``text``, or a ``ValueError`` saying that ``what`` needs one."""
+    """``text``, or a ``ValueError`` saying that ``what`` (an application's name) needs one."""
     if text is None or not text.strip():
-        raise ValueError(f"a {what} run needs a text to look at")
+        raise ValueError(f"{a_run(what)} needs a text to look at")
     return text
 
 
@@ -164,9 +169,31 @@ class Predictor(ABC):
                  **settings: Any) -> dict[str, float]:
         """The application's metrics on ``split`` of the run's data (or of ``data``), at most ``limit`` examples."""
 
-    @abstractmethod
-    def view(self, given: ViewInput) -> PageInput:
-        """Every attention of the model on one input, for :func:`qkv.viz.page.save_attention_page`."""
+    def view(self, given: ViewInput, **options: Any) -> PageInput:
+        """Every attention of the model on one input, for :func:`qkv.viz.page.save_attention_page`: the input
+        read from ``given`` (:meth:`view_input`), its prediction made with every attention of the model recorded
+        (:meth:`view_predict`, given ``options``), and the page's tokens, title and notes (:meth:`view_page`)."""
+        from ..capture import capture_attention
+
+        x = self.view_input(given)
+        with torch.no_grad(), capture_attention(self.model) as records:
+            result = self.view_predict(x, **options)
+        return self.view_page(records, x, result)
+
+    def view_input(self, given: ViewInput) -> Any:
+        """The input :meth:`view` shows, read from ``given``: by default its text (a ``ValueError`` when there is
+        none)."""
+        return need_text(given.text, self.application)
+
+    def view_predict(self, x: Any, **options: Any) -> Any:
+        """The prediction :meth:`view` records: by default ``predict([x])``'s one result."""
+        (result,) = self.predict([x], **options)
+        return result
+
+    def view_page(self, records: list, x: Any, result: Any) -> PageInput:
+        """The page of ``x``: its ``records`` (every attention of :meth:`view_predict`), the tokens of their
+        queries and keys, a title and notes."""
+        raise NotImplementedError(f"{type(self).__name__} shows no page: it writes no view_page")
 
     def note(self, result: Any, settings: Mapping[str, Any]) -> str | None:
         """What ``result`` (one of :meth:`predict`'s, made with ``settings``) left out, in words (a source cut at the
@@ -258,10 +285,36 @@ class ImagePredictor(Predictor, ABC):
     view_inputs = ("image", "index")
     input_kind = "image file"
 
+    @abstractmethod
+    def test_image(self, index: int) -> Tensor:
+        """Image ``index`` of the run's test split as :meth:`read` gives a file; an ``OptionError`` naming
+        ``index`` when the split has no such image."""
+
+    def read(self, path: str | os.PathLike) -> Tensor:
+        """An image file as this model's input."""
+        raise NotImplementedError(f"{type(self).__name__} reads no image file: it writes no read")
+
+    def view_input(self, given: ViewInput) -> Tensor:
+        """``given.index`` (an image of the test split), or ``given.image`` (a file, read; or a tensor as it is)."""
+        if given.index is not None:
+            return self.test_image(given.index)
+        if given.image is None:
+            raise OptionError(a_run(self.application) + " needs " + ref("image") + " (a file) or " + ref("index") +
+                              " (an image of its test split)", "image", "index")
+        return self.read(given.image) if isinstance(given.image, str | os.PathLike) else given.image
+
     def inputs_from_strings(self, strings: Sequence[str], **given: Any) -> list[Any]:
         """Each string an image file (read by :meth:`predict`)."""
         self.check_settings(given, "predict")
         return file_inputs(strings, "image")
+
+
+def check_index(index: int, size: int, what: str = "images") -> int:
+    """``index`` of an example of a test split of ``size`` ``what``; an ``OptionError`` naming it when out of range."""
+    if not 0 <= index < size:
+        raise OptionError(ref("index") + " {n} is out of range: the test split has {size} " + what, "index",
+                          n=index, size=size)
+    return index
 
 
 def length_batches(items: Sequence[Any], batch_size: int) -> Iterator[list[int]]:

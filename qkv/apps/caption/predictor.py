@@ -14,7 +14,7 @@ import torch
 from torch import Tensor, nn
 
 from ...options import OptionError, ref
-from ..base import Accepts, ImagePredictor, PageInput, ViewInput, file_inputs, jsonable, upgrade_options
+from ..base import Accepts, ImagePredictor, PageInput, file_inputs, jsonable, upgrade_options
 from ..stopped import stopped_note
 from .data import CaptionData
 from .decode import Caption, caption_images, evaluate_captions
@@ -143,20 +143,17 @@ class Captioner(ImagePredictor):
             return evaluate_captions(self.model, self.tokenizer, self.dataset(data, on_error), split, limit=limit,
                                      beam=beam, max_len=max_len)
 
-    def view(self, given: ViewInput) -> PageInput:
-        """Every attention of the model captioning one image (a file, a tensor, or ``index`` in the test split),
-        greedily: the decoding itself is recorded."""
-        from ...capture import capture_attention
+    def test_image(self, index: int) -> Tensor:
+        """Image ``index`` of the run's test split, ``(C, S, S)`` uint8 as :meth:`read` gives a file."""
+        return self.test_images([index])[0][0]
 
-        image = given.image
-        if given.index is not None:
-            image = self.test_images([given.index])[0][0]
-        if image is None:
-            raise OptionError("a captioning run needs " + ref("image") + " (a file) or " + ref("index") +
-                              " (an image of its test split)", "image", "index")
-        x = self.read(image) if isinstance(image, (str, os.PathLike)) else image
-        with torch.no_grad(), capture_attention(self.model) as records:
-            (caption,) = self.predict(x[None], beam=1)
+    def view_predict(self, x: Tensor, **options: Any) -> Caption:
+        """The greedy caption of one image: the decoding itself is recorded."""
+        (caption,) = self.predict(x[None], beam=1, **options)
+        return caption
+
+    def view_page(self, records: list, x: Tensor, caption: Caption) -> PageInput:
+        """Every attention of the model captioning the image, a row per word; the caption as its title."""
         words = list(caption.words)
         notes = [f"{self.options.model} captioning model, greedy decoding; pick a word as the query of the image view"]
         notes += [n for n in [self.note(caption, {})] if n]

@@ -14,8 +14,7 @@ import torch
 from torch import Tensor, nn
 
 from ...data.images import IMAGE_DATASETS, ImageData, normalize
-from ...options import OptionError, ref
-from ..base import Accepts, ImagePredictor, PageInput, ViewInput, jsonable, upgrade_options
+from ..base import Accepts, ImagePredictor, PageInput, check_index, jsonable, upgrade_options
 from .maps import AttentionView, attention_view
 from .options import ImageOptions, ImageSettings
 from .task import ImageTask, load_data, predict_logits
@@ -150,23 +149,12 @@ class ImageClassifier(ImagePredictor):
         metrics = task.evaluate(self.model, split)
         return {**metrics, "examples": float(len(labels[:limit]))}
 
-    def view(self, given: ViewInput) -> PageInput:
-        """Every attention of the model classifying one image: ``given.image`` (a file or an ``(H, W)`` tensor) or
-        ``given.index`` (an image of the run's test split)."""
-        from ...capture import capture_attention
+    def test_image(self, index: int) -> Tensor:
+        """Image ``index`` of the run's test split, ``(H, W)`` in [0, 1] as :meth:`read` gives a file."""
+        test = self.test_images()[0]
+        return test[check_index(index, len(test))].float() / 255
 
-        image = given.image
-        if given.index is not None:
-            test = self.test_images()[0]
-            if not 0 <= given.index < len(test):
-                raise OptionError(ref("index") + " {n} is out of range: the test split has {size} images", "index",
-                                  n=given.index, size=len(test))
-            image = test[given.index].float() / 255
-        if image is None:
-            raise OptionError("an images run needs " + ref("image") + " (a file) or " + ref("index") +
-                              " (an image of its test split)", "image", "index")
-        x = self.read(image) if isinstance(image, str | os.PathLike) else image
-        with capture_attention(self.model) as records:
-            (pred,) = self.predict([x])
+    def view_page(self, records: list, x: Tensor, pred: ImagePrediction) -> PageInput:
+        """The image's page: its attention maps, the predicted label as its title."""
         return PageInput(records, None, x, title=f"{pred.label} ({pred.probability:.2f})",
                          notes=[f"{self.options.arch} with attention {self.options.attn}"])

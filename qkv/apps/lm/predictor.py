@@ -10,7 +10,7 @@ from typing import Any
 import torch
 
 from ...options import OptionError, ref
-from ..base import PageInput, Predictor, ViewInput, jsonable, need_text
+from ..base import PageInput, Predictor, ViewInput, jsonable
 from .options import LMSettings
 from .task import LMTask, evaluate_lm
 
@@ -160,24 +160,31 @@ class LanguageModel(Predictor):
                          f"{row['previous']:.3f}, copying {row['copying']:.2f}")
         return notes
 
-    def view(self, given: ViewInput) -> PageInput:
+    def view(self, given: ViewInput, **options: Any) -> PageInput:
         """Every attention of the model reading ``given.text`` (each layer's causal self-attention, per head), and
         its induction-head table; after :meth:`viewing` with ``generate``, its generation step by step."""
-        from ...capture import capture_attention
-
-        text = need_text(given.text, "language-model")
         viewing = getattr(self, "_viewing", None)
         if viewing and viewing["generate"]:
-            return self._view_generation(text, **viewing)
-        ids = [self.tokenizer.eos_id] + self._read(text)  # read as the start of a document
+            return self._view_generation(self.view_input(given), **viewing)
+        return super().view(given, **options)
+
+    def view_predict(self, text: str) -> tuple[list[int], bool]:
+        """The model reading ``text`` as the start of a document (``<eos>`` first), cut to its context: the ids
+        read and whether the text was cut."""
+        ids = [self.tokenizer.eos_id] + self._read(text)
+        cut = self.context is not None and len(ids) > self.context
+        if cut:  # its first context tokens, said on the page
+            ids = ids[: self.context]
+            logger.warning("the text was cut to its first %d tokens (the model's context)", self.context - 1)
+        self.model(torch.tensor([ids], device=self.device))
+        return ids, cut
+
+    def view_page(self, records: list, text: str, result: tuple[list[int], bool]) -> PageInput:
+        ids, cut = result
         notes = [f"{self.options.num_layers}-layer causal language model; row t attends over tokens 0..t "
                  "(the first, <eos>, marks the start of a document)"] + self._backward_note()
-        if self.context is not None and len(ids) > self.context:  # its first context tokens, said on the page
-            ids = ids[: self.context]
+        if cut:
             notes.append(f"the text was cut to its first {self.context - 1} tokens (the model's context)")
-            logger.warning("the text was cut to its first %d tokens (the model's context)", self.context - 1)
-        with capture_attention(self.model) as records, torch.no_grad():
-            self.model(torch.tensor([ids], device=self.device))
         return PageInput(records, self.tokenizer.tokens_of_ids(ids), title=text[:80],
                          notes=notes + self._induction_notes())
 

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ...options import OptionError, ref
-from ..base import PageInput, Predictor, ViewInput, jsonable, need_text, text_inputs
+from ..base import PageInput, Predictor, ViewInput, a_run, jsonable, need_text, text_inputs
 from .decode import Answer, predict_examples, question_cut_note
 from .encode import Encoded, encode_example, token_offsets, windows
 from .options import QASettings
@@ -128,18 +128,24 @@ class Reader(Predictor):
             raise ValueError(f"no split {split!r}; one of {', '.join(s for s in corpus.splits if s != 'train')}")
         return self.score(corpus.split(split)[:limit], chars=chars_of(corpus.language))
 
-    def view(self, given: ViewInput) -> PageInput:
-        """The attention of the reader answering ``given.question`` about ``given.text`` (the context): the
-        prediction's own forward pass, recorded."""
-        from ...capture import capture_attention
-
-        context = need_text(given.text, "question-answering")
+    def view_input(self, given: ViewInput) -> tuple[str, str]:
+        """``(context, question)``: ``given.text`` and ``given.question``, neither empty."""
+        context = need_text(given.text, self.application)
         question = given.question
         if not question or not question.strip():
-            raise OptionError("a question-answering run needs " + ref("question") + " as well as the context",
+            raise OptionError(a_run(self.application) + " needs " + ref("question") + " as well as the context",
                               "question")
-        with capture_attention(self.model) as records:
-            (answer,) = self.predict([(context, question)], batch_size=1 << 30)  # one batch: a row per window
+        return context, question
+
+    def view_predict(self, x: tuple[str, str], **options: Any) -> Answer:
+        """The answer to one question, its windows in one batch (a row of the records per window)."""
+        (answer,) = self.predict([x], batch_size=1 << 30, **options)
+        return answer
+
+    def view_page(self, records: list, x: tuple[str, str], answer: Answer) -> PageInput:
+        """The attention of the reader answering the question about the context: the prediction's own forward
+        pass, recorded (the window the answer came from, when the context took several)."""
+        context, question = x
         if answer.windows > 1:  # the window the answer came from (its row of the batch; all are max_context long)
             row = windows(len(answer.tokens), self.options.max_context, self.options.stride).index(answer.window)
             records = [dataclasses.replace(r, weights=r.weights[row:][:1]) for r in records]

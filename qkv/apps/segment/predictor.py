@@ -14,8 +14,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from ...options import OptionError, ref
-from ..base import Accepts, ImagePredictor, PageInput, ViewInput, jsonable, upgrade_options
+from ..base import Accepts, ImagePredictor, PageInput, ViewInput, check_index, jsonable, upgrade_options
 from .options import SegmentOptions, SegmentSettings
 from .scenes import SegmentationData
 from .task import SegmentTask, load_data, normalize, score
@@ -153,23 +152,14 @@ class Segmenter(ImagePredictor):
     def test_image(self, index: int) -> Tensor:
         """Image ``index`` of the run's test split, ``(C, H, W)`` uint8."""
         test = self.dataset().splits["test"]
-        if not 0 <= index < len(test):
-            raise OptionError(ref("index") + " {n} is out of range: the test split has {size} images", "index",
-                              n=index, size=len(test))
-        return test.images[index]
+        return test.images[check_index(index, len(test))]
 
-    def view(self, given: ViewInput) -> PageInput:
-        """The ARM and FFM channel weights of the model segmenting one image: ``given.image`` (a file or a
-        tensor) or ``given.index`` (an image of the run's test split)."""
-        from ...capture import capture_attention
+    def view_input(self, given: ViewInput) -> Tensor:
+        """One image (``given.image`` or ``given.index``), checked as :meth:`predict` checks it."""
+        return self._picture(super().view_input(given), 0)
 
-        image = self.test_image(given.index) if given.index is not None else given.image
-        if image is None:
-            raise OptionError("a segment run needs " + ref("image") + " (a file) or " + ref("index") +
-                              " (an image of its test split)", "image", "index")
-        x = self._picture(image, 0)
-        with capture_attention(self.model) as records:
-            (seg,) = self.predict([x])
+    def view_page(self, records: list, x: Tensor, seg: Segmentation) -> PageInput:
+        """The ARM and FFM channel weights of the model segmenting the image; the largest classes as its title."""
         shares = ", ".join(f"{n} {v:.0%}" for n, v in sorted(seg.shares().items(), key=lambda kv: -kv[1])[:4])
         notes = [f"{self.options.variant}: {', '.join(seg.attention) or 'no'} channel attention"]
         return PageInput(records, None, x.float().mean(0) / 255, title=f"segmented: {shares}", notes=notes)

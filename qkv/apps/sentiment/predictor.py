@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from ...data.text_classification import collate_texts
-from ..base import PageInput, Predictor, ViewInput, jsonable, need_text
+from ..base import PageInput, Predictor, jsonable
 from .options import SentimentOptions, SentimentSettings
 from .task import SentimentTask, encode_texts, evaluate_classifier, make_splits
 
@@ -133,13 +133,8 @@ class SentimentClassifier(Predictor):
             raise ValueError(f"the {split} split of {options.data} is empty")
         return {**evaluate_classifier(self.model, examples, self.regression), "examples": float(len(examples))}
 
-    def view(self, given: ViewInput) -> PageInput:
-        """The attention of the model classifying ``given.text`` (the prediction's own forward pass, recorded)."""
-        from ...capture import capture_attention
-
-        text = need_text(given.text, "sentiment")
-        with capture_attention(self.model) as records:
-            (pred,) = self.predict([text])
+    def view_page(self, records: list, text: str, pred: SentimentPrediction) -> PageInput:
+        """The attention of the model classifying ``text`` (the prediction's own forward pass, recorded)."""
         label = f"{pred.value:+.2f}" if self.regression else f"{pred.label} ({pred.probability:.2f})"
         tokens: dict[str, list[str]] | list[str] = pred.tokens
         if getattr(self.model, "pooling", None) == "cls":  # a [CLS] query in front of the tokens, attending over them

@@ -12,7 +12,7 @@ import torch
 from torch import Tensor, nn
 
 from ...options import OptionError, ref
-from ..base import PageInput, Predictor, ViewInput, file_inputs, jsonable
+from ..base import PageInput, Predictor, ViewInput, check_index, file_inputs, jsonable
 from ..fusion import LanguageModelFusion
 from ..stopped import stopped_note
 from .decode import Transcript, transcribe_batch, utterance_features
@@ -152,27 +152,29 @@ class Transcriber(LanguageModelFusion, Predictor):
             figures["skipped"] = float(bad)
         return figures
 
-    def view(self, given: ViewInput) -> PageInput:
-        """Every attention of the model transcribing one utterance (an audio file given as the text, or ``index``
-        in the test split), greedily: the decoding itself is recorded."""
-        from ...capture import capture_attention
-
+    def view_input(self, given: ViewInput) -> tuple[str, Tensor]:
+        """One utterance, ``(audio file, its features)``: the file given as the text, or ``given.index`` in the test
+        split."""
         audio = given.text  # an audio file's path
         if given.index is not None:
             part = self.dataset().split("test")
-            if not 0 <= given.index < len(part):
-                raise OptionError(ref("index") + " {n} is out of range: the test split has {size} utterances",
-                                  "index", n=given.index, size=len(part))
-            audio = part[given.index].audio
+            audio = part[check_index(given.index, len(part), "utterances")].audio
         if not audio:
             raise OptionError("a speech run needs an audio file (the text) or " + ref("index") +
                               " (an utterance of its test split)", "index")
         if not hasattr(self.model, "decode_step"):
             raise ValueError("a CTC run has no attention to show; its alignment is drawn by the transcriber's plot "
                              "(Transcriber.plot, or transcribing with a plot folder)")
-        features = self.features(audio)
-        with torch.no_grad(), capture_attention(self.model) as records:
-            (result,) = self.transcribe([features], beam=1, ctc_weight=0.0)
+        return audio, self.features(audio)
+
+    def view_predict(self, x: tuple[str, Tensor], **options: Any) -> Transcript:
+        """The greedy transcript of the utterance: the decoding itself is recorded."""
+        (result,) = self.transcribe([x[1]], beam=1, ctc_weight=0.0, **options)
+        return result
+
+    def view_page(self, records: list, x: tuple[str, Tensor], result: Transcript) -> PageInput:
+        """Every attention of the model transcribing the utterance; source positions are the listener's frames."""
+        audio, features = x
         frames = _frames(self.model, features.shape[0])
         hop = features.shape[0] / max(frames, 1) * 0.01
         tokens: dict[str, list[str]] = {"source": [f"{t * hop:.2f}s" for t in range(frames)]}

@@ -131,7 +131,7 @@ class Summarizer(LanguageModelFusion, Predictor):
     def view(self, given: ViewInput, *, max_len: int | None = None) -> PageInput:
         """Every attention of the model summarising ``given.text`` greedily (the decoding itself, recorded: a row
         per output word, the end included); the notes give each word's ``p_gen`` and whether it was copied."""
-        text = need_text(given.text, "summarisation")
+        text = need_text(given.text, self.application)
         records: list = []
         (s,) = summarize_batch(self.model, self.tokenizer, [text], beam=1,
                                max_len=max_len or self.options.max_decode_len, max_source=self.options.max_source,

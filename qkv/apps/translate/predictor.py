@@ -8,7 +8,7 @@ from typing import Any
 import torch
 
 from ...options import OptionError, ref
-from ..base import PageInput, Predictor, ViewInput, jsonable, need_text
+from ..base import PageInput, Predictor, jsonable
 from ..fusion import LanguageModelFusion
 from ..stopped import stopped_note
 from .decode import Translation, source_ids, translate_batch
@@ -71,18 +71,22 @@ class Translator(LanguageModelFusion, Predictor):
                                      buckets=parse_buckets(buckets) if buckets else (), length_unit=length_unit,
                                      lm=self.language_model(lm), lm_weight=lm_weight, length_reward=length_reward)
 
-    def view(self, given: ViewInput, *, max_len: int = 100) -> PageInput:
-        """Every attention of the model translating ``given.text`` greedily: the decoding itself is recorded (its
-        steps joined), so the target rows are the tokens it produced, ``<eos>`` included."""
-        from ...capture import capture_attention
-        from ...data import EOS_ID
+    def view_predict(self, text: str, *, max_len: int = 100) -> tuple[list[int], int, Any]:
+        """The greedy translation of ``text``, decoded step by step (each step's attention recorded): the source
+        ids read, how many were cut, and the hypothesis."""
         from ...models.decoding import greedy_decode
 
-        text = need_text(given.text, "translation")
         src_ids, cut = source_ids(self.src_tokenizer, text)
         src = torch.tensor([src_ids], device=self.device)
-        with capture_attention(self.model) as records:
-            hyp = greedy_decode(self.model, src, torch.ones_like(src, dtype=torch.bool), max_len=max_len)[0]
+        hyp = greedy_decode(self.model, src, torch.ones_like(src, dtype=torch.bool), max_len=max_len)[0]
+        return src_ids, cut, hyp
+
+    def view_page(self, records: list, text: str, result: tuple[list[int], int, Any]) -> PageInput:
+        """Every attention of the model translating ``text`` greedily: the decoding's steps joined, so the target
+        rows are the tokens it produced, ``<eos>`` included."""
+        from ...data import EOS_ID
+
+        src_ids, cut, hyp = result
         out = hyp.tokens
         finished = hyp.attention.shape[0] > len(out)  # the step that chose the end has a row too
         produced = out + [EOS_ID] if finished else out
