@@ -11,6 +11,8 @@ main metric when both were run.
     python benchmarks/busy.py --only caption --busy-only --seeds 0 1 2
     python benchmarks/busy.py --only translate --busy-only --threads 2   # the fixed count, for comparison
     python benchmarks/busy.py --busy                                     # only the busy process, until Ctrl-C
+    python benchmarks/busy.py --seeds 0 1 2 --json rows.json --record    # both, three seeds; into BENCHMARKS.md
+    python benchmarks/busy.py --rows a.json b.json --record              # record rows written before (--json)
 
 A "quiet" figure is only quiet if nothing else runs on the machine: the load average at the start and end of each
 run is printed with it.
@@ -111,9 +113,17 @@ def main() -> None:
     p.add_argument("--busy", action="store_true", help="run only the busy process, until interrupted")
     p.add_argument("--root", type=Path, default=Path("runs/busy"))
     p.add_argument("--json", type=Path, help="write every row here")
+    p.add_argument("--rows", type=Path, nargs="+", help="train nothing: the rows of earlier runs (their --json); "
+                   "a later file's row of the same application and seed replaces an earlier one's")
+    p.add_argument("--record", action="store_true", help="write the busy/quiet ratios into benchmarks/results")
     a = p.parse_args()
     if a.busy:
         busy_loop()
+    if a.rows:
+        rows = list({(r["name"], r["seed"]): r for f in a.rows for r in json.loads(f.read_text())}.values())
+        if a.record:
+            record_rows(rows)
+        return
     rows = []
     print(f"machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}", flush=True)
     for name in a.only:
@@ -127,6 +137,35 @@ def main() -> None:
             rows.append(row)
     if a.json:
         a.json.write_text(json.dumps(rows, indent=1))
+    if a.record:
+        record_rows(rows)
+
+
+def record_rows(rows: list[dict]) -> None:
+    """Each application's busy/quiet ratio of its main metric, over the seeds with both runs, into
+    ``benchmarks/results/training.json`` (target: at least 0.8 for every seed)."""
+    from record import measurement, record
+
+    found = []
+    for name in RUNS:
+        pairs = sorted((r["seed"], r) for r in rows if r["name"] == name and "ratio" in r)
+        if not pairs:
+            continue
+        args, minutes, metric = RUNS[name]
+        ratios = [r["ratio"] for _, r in pairs]
+        seeds = " / ".join(str(seed) for seed, _ in pairs)
+
+        def fig(kind, pairs=pairs, metric=metric):
+            return " / ".join(f"{r[kind]['main']:.3g}" for _, r in pairs)
+
+        found.append(measurement(
+            f"busy-{name}", f"{name}, {minutes:g} minutes, the defaults, seeds {seeds}: {metric} beside one busy "
+            f"core / on the quiet machine ({fig('busy')} against {fig('quiet')}; steps "
+            + " / ".join(f"{r['busy']['steps']} against {r['quiet']['steps']}" for _, r in pairs) + ")",
+            min(ratios), "ratio", figure=" / ".join(f"{x:.2f}" for x in ratios), target=">= 0.8"))
+    if found:
+        record("training", found, command="python benchmarks/busy.py --only " + " ".join(
+            n for n in RUNS if any(r["name"] == n for r in rows)) + " --seeds 0 1 2 --record")
 
 
 if __name__ == "__main__":

@@ -75,6 +75,8 @@ FIGURES = [
     ("docs/apps/translate.md", "translate", "tatoeba-30"),
     ("docs/apps/translate.md", "translate", "tatoeba-30-beam"),
     ("docs/apps/translate.md", "training", "threads-steps"),
+    ("docs/apps/translate.md", "training", "busy-translate"),
+    ("docs/apps/caption.md", "training", "busy-caption"),
     ("docs/apps/caption.md", "caption", "exact"),
     ("docs/apps/caption.md", "caption", "grounding"),
     ("docs/apps/caption.md", "caption", "grounding-without"),
