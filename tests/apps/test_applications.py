@@ -43,8 +43,11 @@ def test_every_application_has_the_same_parts(name):
     # the base) on device "auto" by default
     assert issubclass(app.predictor, Predictor) and not inspect.isabstract(app.predictor)
     assert issubclass(app.task, ApplicationTask) and app.predictor.task_class is app.task
-    for method in ("predict", "evaluate", "view", "result_row"):
+    for method in ("predict", "evaluate", "result_row"):
         assert method in vars(app.predictor), f"{name}: {method} not defined"
+    # its page: the base's view (input, recorded prediction) ending in the application's view_page, or a view of its own
+    assert any(m in vars(c) for c in app.predictor.__mro__[:-1] if c is not Predictor for m in ("view_page", "view")), \
+        f"{name}: no view_page"
     assert "load" not in vars(app.predictor), f"{name}: its own load"
     for method in ("config", "save_assets", "load_assets"):  # the base's, once for all
         assert method not in vars(app.task), f"{name}: its own {method}"
