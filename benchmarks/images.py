@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import platform
 import statistics
 import sys
 import time
@@ -38,22 +37,14 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from record import cpu_name  # noqa: E402 - benchmarks/ is the script's own folder
+
 from qkv.apps.images import ImageOptions, ImageTask, count_parameters, load_data  # noqa: E402
 from qkv.memory import keep_freed_memory  # noqa: E402
 from qkv.train import TrainConfig, train  # noqa: E402
 
 VARIANTS = ("none", "se", "eca", "cbam", "sk", "non_local")
 LABELS = {"none": "no attention", "se": "SE", "eca": "ECA", "cbam": "CBAM", "sk": "SK", "non_local": "Non-local"}
-
-
-def cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def train_config(args, **overrides) -> TrainConfig:

@@ -37,7 +37,8 @@ FIELDS = ("key", "what", "figure", "value", "unit", "target", "met", "why", "com
 _START_LOAD = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
 
 
-def _cpu_name() -> str:
+def cpu_name() -> str:
+    """The CPU's model name (``/proc/cpuinfo``), or what the platform says."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
@@ -51,7 +52,7 @@ def machine(device: str = "cpu") -> str:
     """The machine in words: cores, CPU, the GPU where ``device`` is one, torch's version."""
     import torch
 
-    text = f"{os.cpu_count()} cores, {platform.machine()} {_cpu_name()}"
+    text = f"{os.cpu_count()} cores, {platform.machine()} {cpu_name()}"
     if str(device).startswith("cuda") and torch.cuda.is_available():
         text += f", {torch.cuda.get_device_name(torch.device(device))}"
     return f"{text}, torch {torch.__version__}"

@@ -169,8 +169,6 @@ def _skip(ax, x0, y0, x1, y1, low=-0.95):
 
 def se_cbam() -> str:
     """SE: squeeze, excite, scale. CBAM: a channel gate, then a spatial gate."""
-    from matplotlib.patches import Rectangle
-
     fig, ax = _figure(10.4, 5.6, (13.0, 7.0))
     fx = "#dfe6f3"
     ax.text(0.1, 6.7, "Squeeze-and-Excitation", ha="left", va="center", fontsize=12.5, weight="bold")
@@ -206,29 +204,29 @@ def se_cbam() -> str:
     _arrow(ax, (2.8, y + 1.05), (3.2, y + 0.7))
     _arrow(ax, (2.8, y + 0.05), (3.2, y + 0.4))
     _box(ax, 3.85, y + 0.55, 1.2, 0.75, "shared\nMLP, +, σ", OP, size=9.5)
-    ax.add_patch(Rectangle(
-        (1.5, y - 0.55), 3.1, 2.45, fc="none", ec="#3f51b5", lw=1.0, ls=(0, (3, 2)), zorder=1))
-    ax.text(3.05, y + 2.0, "channel attention $M_c$: $C{\\times}1{\\times}1$", ha="center", va="bottom",
-            fontsize=9.5, color="#3f51b5")
-    _arrow(ax, (4.45, y + 0.55), (4.95, y + 0.55))
-    _circle(ax, 5.2, y + 0.55, 0.25, r"$\times$", size=13)
-    _skip(ax, 0.52, y - 0.2, 5.2, y + 0.3)
+    _module(ax, 1.5, y, "channel attention $M_c$: $C{\\times}1{\\times}1$", "#3f51b5", 0.52)
     _arrow(ax, (5.45, y + 0.55), (5.8, y + 0.55))
     _cuboid(ax, 5.85, y - 0.2, 0.45, 1.1, 0.9, "#c9d7f8", "F′", above=True)
     _arrow(ax, (6.85, y + 0.55), (7.3, y + 0.55))
     _box(ax, 8.0, y + 0.55, 1.3, 0.75, "avg & max\nover channels", OP, size=9.5)
     _arrow(ax, (8.65, y + 0.55), (8.95, y + 0.55))
     _box(ax, 9.6, y + 0.55, 1.2, 0.75, "7×7 conv\nsigmoid", OP, size=9.5)
-    ax.add_patch(Rectangle(
-        (7.2, y - 0.55), 3.1, 2.45, fc="none", ec="#2e7d32", lw=1.0, ls=(0, (3, 2)), zorder=1))
-    ax.text(8.75, y + 2.0, "spatial attention $M_s$: $1{\\times}H{\\times}W$", ha="center", va="bottom",
-            fontsize=9.5, color="#2e7d32")
-    _arrow(ax, (10.2, y + 0.55), (10.6, y + 0.55))
-    _circle(ax, 10.85, y + 0.55, 0.25, r"$\times$", size=13)
-    _skip(ax, 6.07, y - 0.2, 10.85, y + 0.3)
-    _arrow(ax, (11.1, y + 0.55), (11.45, y + 0.55))
+    _module(ax, 7.2, y, "spatial attention $M_s$: $1{\\times}H{\\times}W$", "#2e7d32", 6.07)
+    _arrow(ax, (11.15, y + 0.55), (11.45, y + 0.55))
     _cuboid(ax, 11.5, y - 0.2, 0.45, 1.1, 0.9, "#b9e4bd", "F″", above=True)
     return _svg(fig)
+
+
+def _module(ax, x: float, y: float, label: str, colour: str, skip_from: float) -> None:
+    """One of CBAM's two attention modules: a dashed frame 3.1 wide from ``x`` with its ``label`` above, then the
+    product of its map with the features that skip around it from ``skip_from``."""
+    from matplotlib.patches import Rectangle
+
+    ax.add_patch(Rectangle((x, y - 0.55), 3.1, 2.45, fc="none", ec=colour, lw=1.0, ls=(0, (3, 2)), zorder=1))
+    ax.text(x + 1.55, y + 2.0, label, ha="center", va="bottom", fontsize=9.5, color=colour)
+    _arrow(ax, (x + 2.95, y + 0.55), (x + 3.45, y + 0.55))
+    _circle(ax, x + 3.7, y + 0.55, 0.25, r"$\times$", size=13)
+    _skip(ax, skip_from, y - 0.2, x + 3.7, y + 0.3)
 
 
 DIAGRAMS = {"concepts/stages.svg": stages, "concepts/context.svg": context, "concepts/se-cbam.svg": se_cbam}
