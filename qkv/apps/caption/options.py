@@ -4,6 +4,7 @@ preset (:func:`train_defaults`)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from ...options import OptionError, check_options, option, ref
 from ..option_groups import TRANSFORMER, TransformerOptions, on_error_setting
@@ -15,6 +16,12 @@ _RNN = {"model": ("soft", "hard", "fixed")}
 ATTENDING = ("soft", "hard")  #: the recurrent captioners that attend
 _ATTENDING_RNN = {"model": ATTENDING}
 _SCENES = {"data": ("scenes",)}
+
+
+def _soft_hard(default: Any, *, when: str = "", help: str, **kwargs: Any) -> Any:
+    """An option of the LSTM captioners that attend (soft, hard), which its help says first (``when``: a further
+    condition, the glimpse or the grounded output)."""
+    return option(default, applies=_ATTENDING_RNN, help=f"soft/hard{', ' + when if when else ''}: {help}", **kwargs)
 
 
 @dataclass
@@ -53,38 +60,40 @@ class CaptionOptions(TransformerOptions):
                                  help="the CNN's padding mode; 'circular': an item gives the same features in every "
                                       "cell (exactly, for shifts by multiples of 8 pixels; default: circular for "
                                       "models that attend on scenes, zeros otherwise)")
-    keys: str | None = option(None, choices=("features", "both", "positions"), applies=_ATTENDING_RNN,
-                              help="soft/hard: the attention's keys: the features (the paper), the features plus an "
-                                   "embedding of their grid position ('both'), or the positions alone scored with "
-                                   "the query plus a salience of the features that no query or position changes "
-                                   "(default: positions on scenes, features otherwise)")
-    init_state: str = option("mean", choices=("mean", "learned"), applies=_ATTENDING_RNN,
-                             help="soft/hard: the LSTM's h_0, c_0 from the mean annotation (the paper) or learned "
-                                  "(the decoder knows nothing of the image before it looks)")
-    where: bool = option(True, applies=_ATTENDING_RNN, help="soft/hard: give the decoder the attended location "
-                         "(the alpha-weighted grid (y, x)) apart from the context")
-    deep_output: str | None = option(None, choices=("full", "context", "grounded"), applies=_ATTENDING_RNN,
-                                     help="soft/hard: item words from e + L_z z + L_h h (+ location) ('full'), from "
-                                          "e + L_z z alone ('context'), or that and an LSTM that never sees the "
-                                          "context or the item named ('grounded'; default on scenes, else full)")
-    salience: str = option("features", choices=("features", "local"), applies=_ATTENDING_RNN,
-                           help="soft/hard: the salience (keys=positions, grounded) from the grid features or from "
-                                "the CNN's second stage, averaged onto the grid: what each place holds itself")
-    glimpse: bool | None = option(None, applies=_ATTENDING_RNN, help="soft/hard, grounded: the item words read the "
-                                  "features in a Gaussian window at the attended location, weighted by salience "
-                                  "(the same window in every cell; default: on for scenes)")
-    glimpse_features: str | None = option(None, choices=("grid", "local", "mid"), applies=_ATTENDING_RNN,
-                                          help="soft/hard, glimpse: what the window reads: the grid features "
-                                               "(they see 54 pixels, so a place beside an item names it too), "
-                                               "the CNN's third stage (local: 22 pixels, less than an item: an item "
-                                               "word is right only with the window on the item), or the "
-                                               "convolution after it (mid: 38 pixels, about an item); "
-                                               "BENCHMARKS.md, captioning, compares them")
-    naming: float | None = option(None, low=0, applies=_ATTENDING_RNN,
-                                  help="soft/hard, glimpse: weight of a second reading of each item word in "
-                                       "training, from the CNN's third stage (22 pixels seen) through the same "
-                                       "window: it names the item only with the window on it, so its loss draws the "
-                                       "attention onto the items (0 = off; default: 1 for soft with the glimpse)")
+    keys: str | None = _soft_hard(
+        None, choices=("features", "both", "positions"),
+        help="the attention's keys: the features (the paper), the features plus an embedding of their grid position "
+             "('both'), or the positions alone scored with the query plus a salience of the features that no query "
+             "or position changes (default: positions on scenes, features otherwise)")
+    init_state: str = _soft_hard(
+        "mean", choices=("mean", "learned"),
+        help="the LSTM's h_0, c_0 from the mean annotation (the paper) or learned (the decoder knows nothing of the "
+             "image before it looks)")
+    where: bool = _soft_hard(True, help="give the decoder the attended location (the alpha-weighted grid (y, x)) "
+                                        "apart from the context")
+    deep_output: str | None = _soft_hard(
+        None, choices=("full", "context", "grounded"),
+        help="item words from e + L_z z + L_h h (+ location) ('full'), from e + L_z z alone ('context'), or that and "
+             "an LSTM that never sees the context or the item named ('grounded'; default on scenes, else full)")
+    salience: str = _soft_hard(
+        "features", choices=("features", "local"),
+        help="the salience (keys=positions, grounded) from the grid features or from the CNN's second stage, "
+             "averaged onto the grid: what each place holds itself")
+    glimpse: bool | None = _soft_hard(
+        None, when="grounded",
+        help="the item words read the features in a Gaussian window at the attended location, weighted by salience "
+             "(the same window in every cell; default: on for scenes)")
+    glimpse_features: str | None = _soft_hard(
+        None, when="glimpse", choices=("grid", "local", "mid"),
+        help="what the window reads: the grid features (they see 54 pixels, so a place beside an item names it "
+             "too), the CNN's third stage (local: 22 pixels, less than an item: an item word is right only with the "
+             "window on the item), or the convolution after it (mid: 38 pixels, about an item); BENCHMARKS.md, "
+             "captioning, compares them")
+    naming: float | None = _soft_hard(
+        None, when="glimpse", low=0,
+        help="weight of a second reading of each item word in training, from the CNN's third stage (22 pixels seen) "
+             "through the same window: it names the item only with the window on it, so its loss draws the "
+             "attention onto the items (0 = off; default: 1 for soft with the glimpse)")
     embed_dim: int = option(64, low=1, applies=_RNN, help="LSTMs: word embedding size")
     hidden_dim: int = option(128, low=1, applies=_RNN, help="LSTMs: decoder state size")
     attn_dim: int = option(128, low=1, applies=_ATTENDING_RNN, help="hidden size of the additive/MLP score")
