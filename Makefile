@@ -68,7 +68,6 @@ docs: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) benchmarks/attention.py --record
-	$(PY) benchmarks/render.py
 
 # BENCHMARKS.md from the results files the benchmark scripts write (benchmarks/results/*.json)
 .PHONY: bench-report

@@ -37,6 +37,8 @@ import torch.nn.functional as F
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from record import record_flag  # noqa: E402
+
 import qkv  # noqa: E402
 from qkv.memory import can_keep_freed_memory, keep_freed_memory  # noqa: E402
 from qkv.scores import Additive  # noqa: E402
@@ -265,8 +267,7 @@ def main():
     ap.add_argument("--dot-only", action="store_true",
                     help="only the scaled dot product rows, default allocator: a quick check of the fast path's ratio")
     ap.add_argument("--additive-only", action="store_true", help="only the additive-score rows")
-    ap.add_argument("--record", action="store_true",
-                    help="update benchmarks/results/attention.json (then: python benchmarks/render.py)")
+    record_flag(ap, "attention")
     ap.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
     ap.add_argument("--dot-child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--keep-memory", action="store_true", help=argparse.SUPPRESS)

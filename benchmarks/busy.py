@@ -30,6 +30,8 @@ import sys
 import time
 from pathlib import Path
 
+from record import record_flag  # benchmarks/ is the script's own folder
+
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT.parent / "shared" / "data"
 
@@ -115,7 +117,7 @@ def main() -> None:
     p.add_argument("--json", type=Path, help="write every row here")
     p.add_argument("--rows", type=Path, nargs="+", help="train nothing: the rows of earlier runs (their --json); "
                    "a later file's row of the same application and seed replaces an earlier one's")
-    p.add_argument("--record", action="store_true", help="write the busy/quiet ratios into benchmarks/results")
+    record_flag(p, "training", "the busy/quiet ratios")
     a = p.parse_args()
     if a.busy:
         busy_loop()

@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 import torch
+from record import record_flag
 
 from qkv.apps.caption import Captioner, CaptionOptions, CaptionTask, train_defaults
 from qkv.train import train
@@ -73,8 +74,7 @@ def main() -> None:
     p.add_argument("--options", default="{}", help="CaptionOptions as JSON, e.g. '{\"doubly_stochastic\": 1.0}'")
     p.add_argument("--out", default="runs/caption-bench")
     p.add_argument("--report", action="store_true", help="print the tables of the results saved in --out")
-    p.add_argument("--record", action="store_true",
-                   help="update benchmarks/results/caption.json (then: python benchmarks/render.py)")
+    record_flag(p, "caption")
     args = p.parse_args()
     torch.set_num_threads(args.threads)
     Path(args.out).mkdir(parents=True, exist_ok=True)

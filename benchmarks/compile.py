@@ -36,6 +36,8 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from record import record_flag  # noqa: E402 - benchmarks/ is the script's own folder
+
 import qkv  # noqa: E402
 from qkv import compiled  # noqa: E402
 from qkv.scores import Additive  # noqa: E402
@@ -109,8 +111,7 @@ def main(argv=None) -> int:
     parser.add_argument("--first-call", action="store_true")
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--threads", type=int, default=None)
-    parser.add_argument("--record", action="store_true",
-                        help="update benchmarks/results/compile.json (then: python benchmarks/render.py)")
+    record_flag(parser, "compile")
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)

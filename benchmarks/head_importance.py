@@ -16,6 +16,7 @@ import argparse
 import time
 
 import torch
+from record import record_flag
 
 
 def build(layers: int, heads: int, width: int, positions: int):
@@ -64,8 +65,7 @@ def main() -> None:
     ap.add_argument("--width", type=int, default=768)
     ap.add_argument("--batch", type=int, default=8, help="ablated heads per forward pass")
     ap.add_argument("--no-brute", action="store_true", help="skip the brute force")
-    ap.add_argument("--record", action="store_true",
-                    help="update benchmarks/results/inside.json (then: python benchmarks/render.py)")
+    record_flag(ap, "inside")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     from qkv.integrations.importance import head_importance

@@ -37,7 +37,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from record import cpu_name  # noqa: E402 - benchmarks/ is the script's own folder
+from record import cpu_name, record_flag  # noqa: E402 - benchmarks/ is the script's own folder
 
 from qkv.apps.images import ImageOptions, ImageTask, count_parameters, load_data  # noqa: E402
 from qkv.memory import keep_freed_memory  # noqa: E402
@@ -120,8 +120,7 @@ def main() -> int:
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
     p.add_argument("--data-root", default=None, help="Fashion-MNIST IDX folder (default: the Debian package's)")
     p.add_argument("--quick", action="store_true", help="10 steps per variant, a smoke test")
-    p.add_argument("--record", action="store_true",
-                   help="update benchmarks/results/images.json (then: python benchmarks/render.py)")
+    record_flag(p, "images")
     args = p.parse_args()
     if args.quick:
         args.max_steps, args.epochs = 10, "1"

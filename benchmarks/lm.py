@@ -23,6 +23,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from record import record_flag  # noqa: E402
+
 from qkv.apps.lm import LanguageModel, LMOptions, LMTask, train_defaults  # noqa: E402
 from qkv.train import train  # noqa: E402
 
@@ -41,8 +43,7 @@ def main() -> None:
     ap.add_argument("--eval-tokens", type=int, default=200_000)
     ap.add_argument("--out", default=None, help="run directory (default: a temporary one)")
     ap.add_argument("--json", default=None)
-    ap.add_argument("--record", action="store_true",
-                    help="update benchmarks/results/lm.json (then: python benchmarks/render.py)")
+    record_flag(ap, "lm")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     options = LMOptions(data=a.data, dim=a.dim, num_layers=a.num_layers, context=a.context,

@@ -32,6 +32,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from attention import RssPeak, machine, sync, timeit  # noqa: E402
+from record import record_flag  # noqa: E402
 
 import qkv  # noqa: E402
 from qkv import compiled, mods  # noqa: E402
@@ -169,8 +170,7 @@ def main() -> int:
                     "CPU, blocks of query rows, checkpointed) vs SDPA + (H, T, T) bias, times and peaks")
     ap.add_argument("--keep-memory", action="store_true", help="keep freed CPU memory for reuse "
                     "(qkv.memory.keep_freed_memory, as the qkv command does): no fresh pages for the weights per call")
-    ap.add_argument("--record", action="store_true",
-                    help="update benchmarks/results/mods.json (then: python benchmarks/render.py)")
+    record_flag(ap, "mods")
     ap.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.keep_memory and not keep_freed_memory():

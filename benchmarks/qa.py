@@ -40,6 +40,8 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from record import record_flag  # noqa: E402
+
 from qkv.apps.qa import QAOptions, QATask, Reader, train_defaults  # noqa: E402
 from qkv.apps.qa.squad import read_qa_tsv  # noqa: E402
 from qkv.data.facts import QUESTION_KINDS  # noqa: E402
@@ -108,8 +110,7 @@ def main(argv=None) -> None:
     p.add_argument("--quick", action="store_true")
     p.add_argument("--runs", nargs="+", help="score these trained runs (e.g. benchmarks/budget.py's) instead of "
                                              "training")
-    p.add_argument("--record", action="store_true",
-                   help="update benchmarks/results/qa.json, one figure per seed (then: python benchmarks/render.py)")
+    record_flag(p, "qa", "one figure per seed")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     torch.set_num_threads(args.threads)

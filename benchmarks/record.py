@@ -10,7 +10,9 @@ A benchmark script calls :func:`record` once it has its figures::
 Each measurement is updated in place by its key (a new key is added at the end) with its figure, unit, the command
 that produced it (this process's command line), the machine, the number of torch threads, the load average at the
 start and at the end of the run, the date and ``git rev-parse --short HEAD``. What a script does not say (the
-target, a "why not met" note) is kept from the file. ``python benchmarks/render.py`` then writes BENCHMARKS.md.
+target, a "why not met" note) is kept from the file, and BENCHMARKS.md is written again from the results
+(``benchmarks/render.py``; not for a trial run into another folder). A script adds the option with
+:func:`record_flag`.
 
 A file holds ``{"title", "order", "note", "measurements": [...]}``; a measurement holds ``key``, ``what``,
 ``figure`` (the text shown), ``value`` (a number, or null where the figure is not one), ``unit``, ``target``
@@ -31,7 +33,8 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-RESULTS = Path(os.environ.get("QKV_BENCH_RESULTS") or ROOT / "benchmarks" / "results")  # another folder: a trial run
+DEFAULT_RESULTS = ROOT / "benchmarks" / "results"
+RESULTS = Path(os.environ.get("QKV_BENCH_RESULTS") or DEFAULT_RESULTS)  # another folder: a trial run
 FIELDS = ("key", "what", "figure", "value", "unit", "target", "met", "why", "command", "machine", "threads", "load",
           "date", "revision")
 _START_LOAD = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
@@ -111,9 +114,17 @@ def measurement(key: str, what: str | None, value=None, unit: str = "", *, figur
     return item
 
 
+def record_flag(parser, section: str, what: str = "") -> None:
+    """Add ``--record`` to a benchmark script's ``parser``: its figures go into ``benchmarks/results/SECTION.json``
+    (``what``: which, when not all) and BENCHMARKS.md."""
+    parser.add_argument("--record", action="store_true",
+                        help=f"update benchmarks/results/{section}.json{', ' + what if what else ''} and BENCHMARKS.md")
+
+
 def record(section: str, measurements: list[dict], *, command: str | None = None, threads: int | None = None,
            device: str = "cpu", title: str | None = None, results: Path | None = None) -> Path:
-    """Update ``benchmarks/results/<section>.json`` with ``measurements`` (dicts from :func:`measurement`)."""
+    """Update ``benchmarks/results/<section>.json`` with ``measurements`` (dicts from :func:`measurement`), and
+    BENCHMARKS.md with it when the results are the project's own."""
     path = (results or RESULTS) / f"{section}.json"
     data = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {
         "title": title or section.capitalize(), "order": 100, "note": "", "measurements": []}
@@ -143,4 +154,16 @@ def record(section: str, measurements: list[dict], *, command: str | None = None
         by_key[new["key"]] = item
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    if path.parent == DEFAULT_RESULTS:  # the project's own results, not a trial run's
+        _render(DEFAULT_RESULTS, ROOT / "BENCHMARKS.md")
     return path
+
+
+def _render(results: Path, out: Path) -> None:
+    """``out`` (BENCHMARKS.md) from ``results`` by ``render.py`` beside this file, however this module was imported."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("benchmarks_render", Path(__file__).with_name("render.py"))
+    render = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(render)
+    render.main(["--results", str(results), "--out", str(out)])

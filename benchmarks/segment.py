@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 import torch
+from record import record_flag
 
 from qkv.apps.segment import SegmentOptions, SegmentTask, model_spec, train_defaults
 from qkv.models import create
@@ -103,8 +104,7 @@ def main() -> None:
     parser.add_argument("--report", action="store_true", help="print the tables of the saved results")
     parser.add_argument("--latency-only", action="store_true", help="measure the CPU latency only")
     parser.add_argument("--repeats", type=int, default=20, help="forward passes timed at 64x64 (a fifth at 512x512)")
-    parser.add_argument("--record", action="store_true",
-                        help="update benchmarks/results/segment.json (then: python benchmarks/render.py)")
+    record_flag(parser, "segment")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     variants = [v.strip() for v in args.variants.split(",") if v.strip()]

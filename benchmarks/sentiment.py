@@ -41,6 +41,8 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from record import record_flag  # noqa: E402
+
 from qkv.apps.sentiment import SentimentOptions, SentimentTask, make_splits, train_defaults  # noqa: E402
 from qkv.data.text_classification import read_movie_reviews  # noqa: E402
 from qkv.train import TrainConfig, train  # noqa: E402
@@ -109,8 +111,7 @@ def main() -> int:
     ap.add_argument("--ensemble", type=int, default=1, help="models per fold (seeds --seed, --seed + 1, ...), "
                     "scored by their mean class probabilities")
     ap.add_argument("--quick", action="store_true", help="30 steps per model: a smoke test, not a result")
-    ap.add_argument("--record", action="store_true",
-                    help="update benchmarks/results/sentiment.json (then: python benchmarks/render.py)")
+    record_flag(ap, "sentiment")
     ap.add_argument("-v", "--verbose", action="store_true")
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(message)s")

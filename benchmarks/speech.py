@@ -43,6 +43,8 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from record import record_flag  # noqa: E402
+
 from qkv.apps.speech import (  # noqa: E402
     SpeechOptions,
     SpeechTask,
@@ -88,8 +90,7 @@ def main() -> None:
     parser.add_argument("--json", default=None)
     parser.add_argument("--options", default="{}", help="JSON: SpeechOptions fields for every model")
     parser.add_argument("--train", default="{}", help="JSON: TrainConfig fields for every model")
-    parser.add_argument("--record", action="store_true",
-                        help="update benchmarks/results/speech.json (then: python benchmarks/render.py)")
+    record_flag(parser, "speech")
     args = parser.parse_args()
     names = [n for n in args.models.split(",") if n]  # --models '': the pocketsphinx baseline alone
     if set(names) - set(MODELS):

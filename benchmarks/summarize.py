@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 import torch
+from record import record_flag
 
 from qkv.apps.summarize import (
     SummarizeOptions,
@@ -89,8 +90,7 @@ def main() -> None:
     p.add_argument("--debian-file", default=None)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--out", default="runs/bench-summarize")
-    p.add_argument("--record", action="store_true",
-                   help="update benchmarks/results/summarize.json (then: python benchmarks/render.py)")
+    record_flag(p, "summarize")
     args = p.parse_args()
     torch.set_num_threads(args.threads)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s: %(message)s")

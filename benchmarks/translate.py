@@ -26,6 +26,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from record import record_flag  # noqa: E402
+
 from qkv.apps.translate import TranslateOptions, TranslateTask, translate_batch  # noqa: E402
 from qkv.metrics import bleu_by_length, translation_metrics  # noqa: E402
 from qkv.train import TrainConfig, train  # noqa: E402
@@ -68,8 +70,7 @@ def main():
     ap.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
     ap.add_argument("--max-pairs", type=int, default=None)
     ap.add_argument("--json", help="also write the results as JSON")
-    ap.add_argument("--record", action="store_true",
-                    help="update benchmarks/results/translate.json (then: python benchmarks/render.py)")
+    record_flag(ap, "translate")
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)

@@ -107,20 +107,20 @@ def _run_viewer(path: str, device: str, **settings: Any):
     from ..apps import application, load_predictor
     from ..train.checkpoint import load_checkpoint
 
-    flags = ", ".join("--" + k.replace("_", "-") for k in settings)
+    def refuse(keys, what: str) -> ValueError:
+        flags = ", ".join("--" + k.replace("_", "-") for k in keys)
+        return ValueError(f"{flags} apply to Hugging Face models and language-model runs; {path} is {what}")
+
     try:
         checkpoint = load_checkpoint(path)
     except FileNotFoundError:
         if settings:  # said before what is missing: these flags need another kind of model anyway
-            raise ValueError(f"{flags} apply to Hugging Face models and language-model runs; {path} is neither") \
-                from None
+            raise refuse(settings, "neither") from None
         raise
     takes = getattr(application(checkpoint.task).predictor, "view_takes", ()) if settings else ()
     refused = [k for k in settings if k not in takes]
     if refused:
-        flags = ", ".join("--" + k.replace("_", "-") for k in refused)
-        raise ValueError(f"{flags} apply to Hugging Face models and language-model runs; {path} is a "
-                         f"{checkpoint.task} run")
+        raise refuse(refused, f"a {checkpoint.task} run")
     predictor = load_predictor(checkpoint, device)
     return predictor.viewing(**settings) if settings else predictor
 

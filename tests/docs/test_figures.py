@@ -177,3 +177,16 @@ def test_record_updates_a_results_file_by_key(tmp_path):
     assert (b["what"], b["figure"], b["target"], b["met"], b["why"], b["threads"]) == (
         "second", "1.40x", "<= 1.5x", True, None, 2)
     assert record.is_met(0.9, ">= 0.95x") is False and record.is_met(3, "< 5%") and record.is_met(1, "a few") is None
+
+
+def test_a_record_into_the_projects_results_writes_benchmarks_md_again(tmp_path, monkeypatch):
+    own, trial = tmp_path / "results", tmp_path / "trial"
+    monkeypatch.setattr(record, "ROOT", tmp_path)
+    monkeypatch.setattr(record, "DEFAULT_RESULTS", own)
+    record.record("demo", [record.measurement("a", "a trial figure", 7.5)], command="x", threads=1, results=trial)
+    assert not (tmp_path / "BENCHMARKS.md").exists()  # a trial run leaves the report alone
+    record.record("demo", [record.measurement("a", "the figure of a run", 1.25, "x", target=">= 1x")],
+                  command="x", threads=1, results=own)
+    text = (tmp_path / "BENCHMARKS.md").read_text(encoding="utf-8")
+    assert text == render.render(render.load(own)) and "| the figure of a run | 1.25 x | >= 1x | yes |" in text
+
