@@ -17,6 +17,7 @@ import torch
 from torch import Tensor, nn
 
 from ..options import OptionError, ref
+from ..train.threads import follow_threads
 from ..viz.page import PageInput
 from .run import load_run, upgrade_options
 
@@ -317,12 +318,15 @@ def check_index(index: int, size: int, what: str = "images") -> int:
     return index
 
 
-def length_batches(items: Sequence[Any], batch_size: int) -> Iterator[list[int]]:
+def length_batches(items: Sequence[Any], batch_size: int, *,
+                   device: torch.device | str | None = None) -> Iterator[list[int]]:
     """The indices of ``items`` (texts, token lists: anything with a length) in batches of at most ``batch_size``,
-    shortest first: batches of similar lengths pad less."""
+    shortest first: batches of similar lengths pad less. Torch's threads follow the machine while the batches are
+    used (:func:`~qkv.train.threads.follow_threads`, their units the items' lengths), when the work runs on
+    ``device`` (``None``: the CPU)."""
     order = sorted(range(len(items)), key=lambda i: len(items[i]))
-    for start in range(0, len(order), batch_size):
-        yield order[start:start + batch_size]
+    batches = [order[start:start + batch_size] for start in range(0, len(order), batch_size)]
+    return follow_threads(batches, lambda idx: sum(len(items[i]) for i in idx), device=device)
 
 
 @contextlib.contextmanager

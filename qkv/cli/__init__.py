@@ -12,6 +12,7 @@ Ctrl-C); ``-v`` adds the traceback. An error never advises a flag the command do
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gzip
 import json
 import logging
@@ -215,14 +216,16 @@ def main(argv: list[str] | None = None) -> int:
         print(f"qkv: error: {_one_line(e)}", file=sys.stderr)
         return 2
     logging.basicConfig(level=logging.INFO if options.verbose else logging.WARNING, format="%(message)s")
-    import torch
+    fixed = contextlib.nullcontext()
+    if options.threads is not None:  # that count, kept by every loop that follows the machine
+        from ..train.threads import threads_held
 
-    if options.threads is not None:
-        torch.set_num_threads(options.threads)
+        fixed = threads_held(options.threads)
     if not options.release_memory:
         keep_freed_memory()
     try:
-        return args.func(args)
+        with fixed:
+            return args.func(args)
     except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM (qkv.train.interrupt.Interrupted carries its exit code)
         print(_interrupted(args, e), file=sys.stderr)
         return getattr(e, "exit_code", 130)

@@ -13,20 +13,41 @@ sooner when the steps become much slower than at the last check (the machine cha
 Every change is returned as one line that says what changed and why, for the trainer to log. The tuner knows nothing
 of the trainer: it is fed ``(seconds, units)`` per step and the time, so tests drive it with fake timings.
 A thread count fixed by the user (``--threads N``, ``TrainConfig.threads``, ``OMP_NUM_THREADS``) is never changed.
+
+Long predictions and evaluations follow the machine the same way: :func:`follow_threads` passes a loop's batches
+through and feeds each batch's time to a tuner (none when the count is fixed, on an accelerator, with one core, inside
+a training or inside another such loop), and puts the count it found back when the loop ends.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import statistics
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterable, Iterator, Sized
+from typing import Any, TypeVar
 
 import torch
 
-__all__ = ["ThreadTuner", "fixed_threads", "thread_tuner", "follow_machine"]
+__all__ = ["ThreadTuner", "fixed_threads", "thread_tuner", "follow_machine", "threads_held", "loop_tuner",
+           "follow_threads", "LOOP_TUNER", "TRIAL_NEEDS"]
 
 log = logging.getLogger("qkv.train.trainer")
+apps_log = logging.getLogger("qkv.apps")  # the changes of the loops of predictions and evaluations
+
+T = TypeVar("T")
+
+#: the tuner of a loop over batches (:func:`follow_threads`): the first trial after 2 s of batches and past two
+#: batches of warm-up, with 2 slots a count (A B B A: a steady drift of the batches' cost, such as length-sorted
+#: batches growing longer, favours neither count)
+LOOP_TUNER: dict[str, Any] = {"start_after": 2.0, "skip": 2, "slots": 2, "work": "batches"}
+#: a trial starts only while the batches left are expected to take at least this many seconds (their number times
+#: the mean time of a batch so far): a loop of a few seconds never runs a slot with the other count
+TRIAL_NEEDS = 10.0
+
+_held = 0  # the blocks of threads_held now running: while any runs, follow_threads changes nothing
 
 
 def fixed_threads(configured: int | None) -> int | None:
@@ -53,18 +74,19 @@ class ThreadTuner:
         slower: a step time per unit this many times the last trial's winner starts a trial early ...
         min_gap: ... but not within this many seconds of the last one.
         set_threads, get_threads: torch's, or fakes in tests.
+        work: what a recorded unit of time is, in the line of a change (``"steps"``, ``"batches"``).
     """
 
     def __init__(self, most: int, *, now: float = 0.0, start_after: float = 0.0, skip: int = 2,
                  recheck_every: float = 120.0, slot_seconds: float = 0.5, slots: int = 3, margin: float = 0.1,
                  slower: float = 1.5, min_gap: float = 30.0,
                  set_threads: Callable[[int], None] = torch.set_num_threads,
-                 get_threads: Callable[[], int] = torch.get_num_threads):
+                 get_threads: Callable[[], int] = torch.get_num_threads, work: str = "steps"):
         if most < 1 or slots < 1:
             raise ValueError(f"most and slots must be >= 1, got most={most}, slots={slots}")
         self.most, self.start_after, self.recheck_every = most, start_after, recheck_every
         self.slot_seconds, self.slots, self.margin = slot_seconds, slots, margin
-        self.slower, self.min_gap = slower, min_gap
+        self.slower, self.min_gap, self.work = slower, min_gap, work
         self._set, self._get = set_threads, get_threads
         self.threads = get_threads()  # the count now in force
         self.next_check = now + start_after
@@ -140,7 +162,7 @@ class ThreadTuner:
         self.changes += 1
         faster = rate[was] / rate[best]
         why = "the cores are busy with other work" if best < was else "the cores are free again"
-        return (f"torch threads {was} -> {best}: steps ran {faster:.1f}x faster with {best} than with {was} "
+        return (f"torch threads {was} -> {best}: {self.work} ran {faster:.1f}x faster with {best} than with {was} "
                 f"({why}; checked again every {self.recheck_every / 60:g} min; --threads N fixes the number)")
 
     def _use(self, n: int) -> None:
@@ -172,3 +194,70 @@ def follow_machine(trainer, logs: dict) -> dict[str, int]:
         trainer.metrics.write({"event": "threads", "global_step": trainer.state.global_step, "threads": tuner.threads,
                                "was": tuner.previous, "why": line, "time": round(trainer.state.elapsed, 3)})
     return {"threads": tuner.threads}
+
+
+@contextlib.contextmanager
+def threads_held(n: int | None = None) -> Iterator[None]:
+    """Inside the block the thread count is its caller's, and :func:`follow_threads` changes nothing: ``n`` threads
+    when given (put in force, and the count before put back at the end: ``qkv --threads N``), else whatever the
+    caller chooses (a training with its own tuner, a loop that already follows the machine)."""
+    global _held
+    before = torch.get_num_threads()
+    if n is not None and before != n:
+        torch.set_num_threads(n)
+    _held += 1
+    try:
+        yield
+    finally:
+        _held -= 1
+        if n is not None and torch.get_num_threads() != before:
+            torch.set_num_threads(before)
+
+
+def loop_tuner(configured: int | None = None, device: torch.device | str | None = None) -> ThreadTuner | None:
+    """The tuner of a loop over batches (:data:`LOOP_TUNER`): ``None`` when the count is fixed (``configured``,
+    ``OMP_NUM_THREADS``, inside :func:`threads_held`), when the work runs on an accelerator (``device``; ``None``
+    is the CPU) or with one thread."""
+    if _held or fixed_threads(configured) is not None or (device is not None and torch.device(device).type != "cpu"):
+        return None
+    most = torch.get_num_threads()
+    return ThreadTuner(most, **LOOP_TUNER) if most > 1 else None
+
+
+def follow_threads(batches: Iterable[T], units: Callable[[T], float] = len, *,
+                   device: torch.device | str | None = None, configured: int | None = None,
+                   tuner: ThreadTuner | None = None, clock: Callable[[], float] = time.perf_counter,
+                   logger: logging.Logger = apps_log) -> Iterator[T]:
+    """The items of ``batches``, unchanged and in order, while torch's thread count follows the machine.
+
+    The time of an item is the consumer's (from its yield to the next resume); with its ``units`` (counted after
+    that work: the batch's size, its tokens; ``0`` counts as 1) it is fed to ``tuner`` (by default
+    :func:`loop_tuner` of ``configured`` and ``device``), and each change it makes is logged once on ``logger``,
+    at INFO. A trial starts only while enough work is left (:data:`TRIAL_NEEDS`; any amount when ``batches`` has
+    no length). Without a tuner the items pass through (inside :func:`threads_held` of ``configured``). The loop
+    holds the count while it runs (a loop inside it follows nothing), and the count in force before it is put back
+    when it ends, stops early or is closed, as the trainer puts it back after a training: the next loop starts from
+    it and measures again. ``clock`` is the time in seconds (fakes in tests).
+    """
+    if tuner is None:
+        tuner = loop_tuner(configured, device)
+    if tuner is None:
+        with threads_held(configured):
+            yield from batches
+        return
+    total = len(batches) if isinstance(batches, Sized) else None
+    before, done, spent = tuner.threads, 0, 0.0
+    with threads_held():
+        start = clock()
+        try:
+            for batch in batches:
+                began = clock()
+                yield batch
+                ended = clock()
+                done, spent = done + 1, spent + (ended - began)
+                if tuner.trying or total is None or (total - done) * spent / done >= TRIAL_NEEDS:
+                    line = tuner.record(ended - began, units(batch), ended - start)
+                    if line is not None:
+                        logger.info("%s", line)
+        finally:
+            tuner._use(before)

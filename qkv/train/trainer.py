@@ -36,7 +36,7 @@ from .rundir import find_checkpoint, hold_run_directory, load_resumed_weights, r
 from .schedule import derive_seed, epoch_batches, lr_factor, num_batches
 from .state import TrainResult, TrainState
 from .task import Task
-from .threads import follow_machine, thread_tuner
+from .threads import follow_machine, thread_tuner, threads_held
 
 __all__ = ["train", "Trainer", "TrainState", "TrainResult"]
 
@@ -84,7 +84,8 @@ class Trainer:
         self.dist = distributed.setup(self.config.device)
         threads = torch.get_num_threads()  # put back at the end: the tuner or config.threads may change it
         try:
-            with terminate_raises(), hold_run_directory(self.out, self.dist):
+            # threads_held: the loops of its evaluations follow nothing (the count is its tuner's or config.threads)
+            with terminate_raises(), hold_run_directory(self.out, self.dist), threads_held():
                 return self._fit()
         finally:
             torch.set_num_threads(threads)

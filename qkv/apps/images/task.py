@@ -11,6 +11,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ...data.images import ImageData, ImageExamples, load_image_splits, normalize, random_shift_flip
+from ...train.threads import follow_threads
 from ..base import ApplicationTask
 from .options import ImageOptions
 from .upgrade import upgrade_config
@@ -46,7 +47,9 @@ def predict_logits(model: nn.Module, x: Tensor, batch_size: int = 500) -> Tensor
     """Logits of ``x (N, C, H, W)`` in batches, on the model's device; returned on the CPU as float32."""
     device = next(model.parameters()).device
     with torch.no_grad():
-        out = [model(x[i:i + batch_size].to(device)).float().cpu() for i in range(0, len(x), batch_size)]
+        out = [model(x[i:i + batch_size].to(device)).float().cpu()
+               for i in follow_threads(range(0, len(x), batch_size), lambda i: min(batch_size, len(x) - i),
+                                       device=device)]
     return torch.cat(out) if out else torch.empty(0)
 
 

@@ -10,6 +10,7 @@ from typing import Any
 import torch
 
 from ...options import OptionError, ref
+from ...train.threads import follow_threads
 from ..base import PageInput, Predictor, ViewInput, jsonable
 from .options import LMSettings
 from .task import LMTask, evaluate_lm
@@ -83,7 +84,9 @@ class LanguageModel(Predictor):
                              "top_p": top_p, "greedy": greedy, "seed": seed}, "predict")
         generator = None if seed is None else torch.Generator(device=self.device).manual_seed(seed)
         results = []
-        for n, text in enumerate(prompts, 1):
+        # a prompt's units: the model's steps, known once it is written (units are counted after the consumer's work)
+        for n, text in follow_threads(list(enumerate(prompts, 1)), lambda _: len(results[-1].tokens) + 1,
+                                      device=self.device):
             ids = self._prompt_ids(text, n)
             room = max_new_tokens if self.context is None else min(max_new_tokens, self.context - len(ids))
             caches = self.model.new_caches()

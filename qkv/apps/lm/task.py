@@ -18,6 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ...train.threads import follow_threads
 from ..base import ApplicationTask
 from .options import ARCHITECTURE, LMOptions
 
@@ -80,7 +81,8 @@ def evaluate_lm(model: nn.Module, tokenizer, documents: list[str], *, context: i
     device = next(model.parameters()).device
     total, count = 0.0, 0
     chunks = windows(ids, context)
-    for i in range(0, len(chunks), batch_size):
+    for i in follow_threads(range(0, len(chunks), batch_size), lambda i: sum(map(len, chunks[i:i + batch_size])),
+                            device=device):
         batch = _pad(chunks[i:i + batch_size]).to(device)
         lengths = torch.tensor([len(c) for c in chunks[i:i + batch_size]], device=device)
         logits = model(batch[:, :-1]).float()

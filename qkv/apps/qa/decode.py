@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
+from ...train.threads import follow_threads
 from .encode import Encoded, collate_qa, crop, windows
 
 __all__ = ["Answer", "predict_examples", "answer_metrics", "question_cut_note"]
@@ -71,7 +72,8 @@ def predict_examples(model: nn.Module, encoded: list[Encoded], contexts: list[st
              for w, (a, b) in enumerate(windows(len(e.context), max_context, stride))]
     order = sorted(range(len(parts)), key=lambda k: len(parts[k][2].context))
     best: dict[int, tuple[float, int, int, int, list[float]]] = {}  # example -> (prob, window, start, end, attention)
-    for s in range(0, len(order), batch_size):
+    for s in follow_threads(range(0, len(order), batch_size),
+                            lambda s: sum(len(parts[k][2].context) for k in order[s:s + batch_size]), device=device):
         idx = order[s:s + batch_size]
         batch = collate_qa([parts[k][2] for k in idx])
         b = {k: v.to(device) for k, v in batch.items()}

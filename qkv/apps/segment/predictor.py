@@ -14,6 +14,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from ...train.threads import follow_threads
 from ..base import Accepts, ImagePredictor, PageInput, ViewInput, check_index, jsonable, upgrade_options
 from .options import SegmentOptions, SegmentSettings
 from .scenes import SegmentationData
@@ -96,7 +97,7 @@ class Segmenter(ImagePredictor):
         if not pictures:
             raise ValueError("no images to segment")
         out = []
-        for x in pictures:
+        for x in follow_threads(pictures, lambda x: x.shape[-2] * x.shape[-1], device=self.device):
             with torch.no_grad():
                 logits, _, maps = self.model(normalize(x[None], self.mean, self.std).to(self.device),
                                              return_aux=True, return_attention=True)

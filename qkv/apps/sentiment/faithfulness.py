@@ -8,6 +8,8 @@ from collections.abc import Sequence
 
 import torch
 
+from ...train.threads import follow_threads
+
 __all__ = ["comprehensiveness"]
 
 
@@ -35,7 +37,8 @@ def comprehensiveness(clf, texts: Sequence[str], *, k: int = 1, draws: int = 5, 
         b = collate_texts([(x, 0) for x in batch_ids])
         return clf.model(b["ids"].to(clf.device), b["mask"].to(clf.device)).logits.float().softmax(-1).cpu()
 
-    for start in range(0, len(texts), 64):
+    for start in follow_threads(range(0, len(texts), 64), lambda s: sum(map(len, texts[s:s + 64])),
+                                device=clf.device):
         chunk = [t for t in texts[start:start + 64] if isinstance(t, str) and t.strip()]
         ids = [x[: clf.max_len] for x in clf.tokenizer.encode_batch(chunk)]
         keep = [i for i, x in enumerate(ids) if len(x) > k]

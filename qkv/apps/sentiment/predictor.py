@@ -13,6 +13,7 @@ import torch
 from torch import nn
 
 from ...data.text_classification import collate_texts
+from ...train.threads import follow_threads
 from ..base import PageInput, Predictor, jsonable
 from .options import SentimentOptions, SentimentSettings
 from .task import SentimentTask, encode_texts, evaluate_classifier, make_splits
@@ -76,7 +77,8 @@ class SentimentClassifier(Predictor):
             if not isinstance(t, str) or not t.strip():
                 raise ValueError(f"text {i + 1} is empty: nothing to classify")
         out: list[SentimentPrediction] = []
-        for s in range(0, len(texts), batch_size):
+        for s in follow_threads(range(0, len(texts), batch_size), lambda s: sum(map(len, texts[s:s + batch_size])),
+                                device=self.device):
             chunk = texts[s:s + batch_size]
             full = self.tokenizer.encode_batch(chunk)
             for k, x in enumerate(full):

@@ -18,6 +18,7 @@ from torch import nn
 
 from ...data.text_classification import collate_texts
 from ...options import OptionError, ref
+from ...train.threads import follow_threads
 from ..base import ApplicationTask
 from .options import SentimentOptions
 from .upgrade import upgrade_config
@@ -113,7 +114,8 @@ def evaluate_classifier(model: nn.Module, examples: list[tuple[list[int], Any]],
     device = next(model.parameters()).device
     preds, ys = [], []
     order = sorted(range(len(examples)), key=lambda i: len(examples[i][0]))
-    for s in range(0, len(order), batch_size):
+    for s in follow_threads(range(0, len(order), batch_size),
+                            lambda s: sum(len(examples[i][0]) for i in order[s:s + batch_size]), device=device):
         batch = collate_texts([examples[i] for i in order[s:s + batch_size]], regression=regression)
         preds.append(model(batch["ids"].to(device), batch["mask"].to(device)).logits.float().cpu())
         ys.append(batch["labels"])

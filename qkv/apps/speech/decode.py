@@ -13,6 +13,7 @@ import torch
 from torch import Tensor, nn
 
 from ...options import OptionError, ref
+from ...train.threads import follow_threads
 
 __all__ = ["Transcript", "utterance_features", "transcribe_batch", "limited_step", "eos_threshold_step",
            "speech_metrics", "pad_features"]
@@ -111,7 +112,9 @@ def transcribe_batch(model: nn.Module, tokenizer, features: Sequence[Tensor], *,
         raise ValueError(f"eos_threshold must be in [0, 1], got {eos_threshold}")
     fusion = _lm_fusion(lm, lm_weight, length_reward, tokenizer, attending)
     with torch.no_grad():
-        for start in range(0, len(order), batch_size):
+        frames = [f.shape[0] for f in features]
+        for start in follow_threads(range(0, len(order), batch_size),
+                                    lambda s: sum(frames[i] for i in order[s:s + batch_size]), device=device):
             idx = order[start:start + batch_size]
             x, lengths = pad_features([features[i] for i in idx])
             state = model.encode(x.to(device), lengths.to(device))

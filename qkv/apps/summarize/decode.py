@@ -182,7 +182,7 @@ def summarize_batch(model: nn.Module, tok, texts: Sequence[str], *, beam: int = 
     out: dict[int, Summary] = {}
     fusion = fusion_scorer(lm, tok, weight=lm_weight, reward=length_reward, eos_id=EOS_ID)
     with evaluating(model):
-        for idx in length_batches(texts, batch_size):
+        for idx in length_batches(texts, batch_size, device=device):
             enc = [encode_example(tok, texts[i], max_source=max_source) for i in idx]
             b = collate(enc)
             src, mask, ext = b.src.to(device), b.src_mask.to(device), b.src_ext.to(device)

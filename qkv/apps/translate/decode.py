@@ -61,7 +61,7 @@ def translate_batch(model: nn.Module, src_tok, tgt_tok, texts: list[str], *, bea
     results: dict[int, Translation] = {}
     fusion = fusion_scorer(lm, tgt_tok, weight=lm_weight, reward=length_reward, eos_id=EOS_ID)
     with evaluating(model):
-        for idx in length_batches(texts, batch_size):
+        for idx in length_batches(texts, batch_size, device=device):
             read = [source_ids(src_tok, texts[i], i + 1) for i in idx]
             ids = [x for x, _ in read]
             src, _, mask = pad_sequences(ids)
