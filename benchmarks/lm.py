@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from record import record_flag  # noqa: E402
 
-from qkv.apps.lm import LanguageModel, LMOptions, LMTask, train_defaults  # noqa: E402
+from qkv.apps.lm import LanguageModel, LMOptions, LMTask, budget_defaults, train_defaults  # noqa: E402
 from qkv.train import train  # noqa: E402
 
 PROMPTS = ("The ", "I think that ", "Where is ")
@@ -37,20 +37,26 @@ def main() -> None:
     ap.add_argument("--minutes", type=float, default=5.0)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--dim", type=int, default=128)
-    ap.add_argument("--num-layers", type=int, default=4)
-    ap.add_argument("--context", type=int, default=128)
+    ap.add_argument("--dim", type=int, default=None, help="model width (default: what qkv train lm gives the budget)")
+    ap.add_argument("--num-layers", type=int, default=None)
+    ap.add_argument("--context", type=int, default=None)
+    ap.add_argument("--options", default="{}", help="JSON: further LMOptions fields")
+    ap.add_argument("--train", default="{}", help="JSON: TrainConfig fields over the defaults")
     ap.add_argument("--eval-tokens", type=int, default=200_000)
     ap.add_argument("--out", default=None, help="run directory (default: a temporary one)")
     ap.add_argument("--json", default=None)
     record_flag(ap, "lm")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
-    options = LMOptions(data=a.data, dim=a.dim, num_layers=a.num_layers, context=a.context,
-                        eval_tokens=a.eval_tokens)
     out = Path(a.out or tempfile.mkdtemp(prefix="qkv-lm-"))
-    config = train_defaults(options).replace(max_minutes=a.minutes, out=str(out), progress=False, seed=a.seed,
-                                             final_splits=())
+    given = {k: v for k, v in {"dim": a.dim, "num_layers": a.num_layers, "context": a.context}.items()
+             if v is not None}
+    given.update(json.loads(a.options))
+    config = train_defaults(LMOptions()).replace(max_minutes=a.minutes, out=str(out), progress=False, seed=a.seed,
+                                                 final_splits=(), **json.loads(a.train))
+    # the model's size for the budget, as qkv train lm gives it, under what was given
+    options = LMOptions(data=a.data, eval_tokens=a.eval_tokens,
+                        **{**budget_defaults(LMOptions(data=a.data), config), **given})
     t0 = time.perf_counter()
     result = train(LMTask(options), config)
     seconds = time.perf_counter() - t0
@@ -75,8 +81,8 @@ def main() -> None:
         from record import measurement, record
 
         record("lm", [measurement(
-            f"bpc-{a.minutes:g}-w{a.dim}-l{a.num_layers}-c{a.context}",
-            f"{a.minutes:g} minutes, width {a.dim}, {a.num_layers} layers, context {a.context}, "
+            f"bpc-{a.minutes:g}-w{options.dim}-l{options.num_layers}-c{options.context}",
+            f"{a.minutes:g} minutes, width {options.dim}, {options.num_layers} layers, context {options.context}, "
             f"{result.state.global_step:,} steps", test["bpc"], "bits per character", figure=f"{test['bpc']:.3f}")],
             threads=a.threads)
 

@@ -136,13 +136,14 @@ def test_a_short_budget_gets_the_smaller_model_and_flags_win(tmp_path, capsys):
     base = ["train", "lm", "--data", "x.txt", "--out", str(tmp_path / "r")]
     short, _ = read_train_options(build_parser().parse_args(base + ["--max-minutes", "5"]), app.options,
                                   app.train_defaults, app.budget_defaults)
-    assert (short.dim, short.num_layers, short.context) == (96, 3, 64)
-    mine, _ = read_train_options(build_parser().parse_args(base + ["--max-minutes", "5", "--dim", "64"]),
+    assert (short.dim, short.num_layers, short.context, short.dropout) == (96, 3, 64, 0.0)
+    mine, _ = read_train_options(build_parser().parse_args(base + ["--max-minutes", "5", "--dim", "64",
+                                                                   "--dropout", "0.2"]),
                                  app.options, app.train_defaults, app.budget_defaults)
-    assert (mine.dim, mine.num_layers) == (64, 3)
+    assert (mine.dim, mine.num_layers, mine.dropout) == (64, 3, 0.2)
     long, _ = read_train_options(build_parser().parse_args(base + ["--max-minutes", "30"]), app.options,
                                  app.train_defaults, app.budget_defaults)
-    assert (long.dim, long.num_layers, long.context) == (128, 4, 128)
+    assert (long.dim, long.num_layers, long.context, long.dropout) == (128, 4, 128, 0.1)
 
 
 def test_view_reads_up_to_the_context_and_says_where_it_cut(pattern_run, caplog):
