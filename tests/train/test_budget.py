@@ -46,8 +46,10 @@ class TimedToy(ToyTask):
 
 
 def cfg(**kw):
+    """One fixed thread: the fake clock's steps give the tuner nothing to choose between (with two threads its
+    trial slots would move the first timed evaluation)."""
     base = dict(epochs=50, batch_size=16, lr=PEAK, device="cpu", warmup_steps=10, log_every=1, progress=False,
-                max_minutes=1.0)
+                max_minutes=1.0, threads=1)
     return TrainConfig(**{**base, **kw})
 
 
