@@ -137,6 +137,8 @@ FIGURES = [
     ("docs/inside/huggingface.md", "huggingface", "bert-2048-attn"),
     ("docs/inside/huggingface.md", "huggingface", "llama-2048-attn"),
     ("README.md", "lm", "bpc-5-w96-l3-c64"),
+    ("docs/apps/lm.md", "lm", "bpc-5-w96-l3-c64"),
+    ("docs/apps/lm.md", "lm", "bpc-5-w128-l4-c128"),
     ("README.md", "lm", "bpc-30-w128-l4-c128"),
 ]
 
