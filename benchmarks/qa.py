@@ -48,7 +48,7 @@ from qkv.data.facts import QUESTION_KINDS  # noqa: E402
 from qkv.train import train  # noqa: E402
 
 MODELS = ("reader", "bidaf", "transformer")
-HANDWRITTEN = {name: ROOT / "tests" / "data" / "qa" / f"handwritten-{name}.tsv" for name in ("design", "fresh")}
+HANDWRITTEN = {name: ROOT / "tests" / "fixtures" / "qa" / f"handwritten-{name}.tsv" for name in ("design", "fresh")}
 # options other than the `qkv train qa` defaults (the Transformer overfits the training names without more <unk>s)
 PRESETS = {"transformer": {"dim": 64, "dropout": 0.0, "word_dropout": 0.3}}
 
