@@ -11,15 +11,16 @@ batches joined two by two; ``window``, ``max_rate``, ``eos_threshold``, ``length
 ``--train`` (JSON) any :class:`qkv.train.TrainConfig` field (``lr``, ``batch_size``...).
 
 Each model trains with the project's trainer and the ``qkv train speech`` defaults (batch 32, lr 1e-3, cosine) on
-one CPU thread for ``--minutes`` (the trainer's ``max_minutes``: the schedule ends with the budget); the best
+``--threads`` CPU threads (default 1) for ``--minutes`` (the trainer's ``max_minutes``: the schedule ends with the budget); the best
 weights on the validation split (unseen texts, training voices) are then scored (greedy, or ``--beam``) on
 
 * ``test``: unseen texts spoken by voices never heard in training (speaker-independent);
 * ``long``: 2-3 test texts joined, longer than any training utterance (Chorowski et al.'s claim: content-only
   attention loses its place there, location-aware attention keeps it).
 
-Models: ``las-content``, ``las-location`` (Listen, Attend and Spell with either score), ``hybrid`` (las-location with
-a CTC head, ``--ctc-weight 0.3``, decoded jointly with CTC prefix scores at beam 4), ``ctc`` (no attention),
+Models: ``las-content``, ``las-location`` (Listen, Attend and Spell with either score, no CTC head), ``hybrid``
+(las-location with a CTC head, ``--ctc-weight 0.3``: the ``qkv train speech`` default; decoded jointly with CTC
+prefix scores, at beam 4 when ``--beam`` is 1), ``ctc`` (no attention),
 ``transformer``. ``pocketsphinx`` (``pocketsphinx_continuous`` with ``pocketsphinx-en-us``, a recogniser trained on
 real speech with a general English language model) transcribes the same test audio when it is installed.
 Printed: WER and CER (%, jiwer) per split, the training time and steps, and the parameters.
@@ -56,8 +57,8 @@ from qkv.apps.speech import (  # noqa: E402
 from qkv.train import train  # noqa: E402
 
 MODELS = {
-    "las-content": {"model": "las", "score": "content"},
-    "las-location": {"model": "las", "score": "location"},
+    "las-content": {"model": "las", "score": "content", "ctc_weight": 0.0},
+    "las-location": {"model": "las", "score": "location", "ctc_weight": 0.0},
     "hybrid": {"model": "las", "score": "location", "ctc_weight": 0.3},
     "ctc": {"model": "ctc"},
     "transformer": {"model": "transformer"},
@@ -82,6 +83,7 @@ def main() -> None:
     parser.add_argument("--models", default=",".join(MODELS), help="comma-separated, of: " + ", ".join(MODELS))
     parser.add_argument("--minutes", type=float, default=4.0, help="training budget per model")
     parser.add_argument("--beam", type=int, default=1)
+    parser.add_argument("--threads", type=int, default=1, help="torch threads of each model's training")
     parser.add_argument("--n-train", type=int, default=None)
     parser.add_argument("--max-test", type=int, default=200, help="utterances scored per split")
     parser.add_argument("--quick", action="store_true")
@@ -95,13 +97,13 @@ def main() -> None:
     names = [n for n in args.models.split(",") if n]  # --models '': the pocketsphinx baseline alone
     if set(names) - set(MODELS):
         parser.error(f"--models: unknown {', '.join(sorted(set(names) - set(MODELS)))} (one of {', '.join(MODELS)})")
-    torch.set_num_threads(1)
+    torch.set_num_threads(args.threads)
     logging.basicConfig(level=logging.WARNING)
     extra = {"n_train": 200, "n_valid": 20, "n_test": 20, "n_long": 10} if args.quick else \
         ({"n_train": args.n_train} if args.n_train else {})
     data = load_data(SpeechOptions(data=args.data, **extra))
     print(f"# speech, {args.data}: {', '.join(f'{len(u)} {s}' for s, u in data.splits.items())}; "
-          f"{platform.machine()}, torch {torch.__version__}, 1 thread, {args.minutes} min per model; "
+          f"{platform.machine()}, torch {torch.__version__}, {args.threads} thread(s), {args.minutes} min per model; "
           f"options {args.options}, train {args.train}, beam {args.beam}")
     results = {}
     tmp = tempfile.mkdtemp(prefix="qkv-speech-")
@@ -162,7 +164,7 @@ def record_results(args, results: dict) -> None:
         ratio = r["long_cer"] / max(r["test_cer"], 1e-9)
         rows.append(measurement(f"{args.data}-{name}-long", f"{args.data}, {name}: `long` CER / test CER "
                                 f"({r['long_cer']:.1f} against {r['test_cer']:.1f}%)", ratio, figure=f"{ratio:.2f}x"))
-    record("speech", rows, threads=1)
+    record("speech", rows, threads=args.threads)
 
 
 if __name__ == "__main__":

@@ -91,10 +91,17 @@ def test_cli_explain_other_scores(capsys):
     assert main(["explain", "--score", "additive"]) == 0
 
 
-def test_cli_threads_option(capsys):
+def test_cli_threads_option_holds_the_count_while_the_command_runs(capsys, monkeypatch):
+    import qkv.cli.explain as explain
+
     before = torch.get_num_threads()
+    seen = []
+    fmt = explain._fmt
+    monkeypatch.setattr(explain, "_fmt", lambda t: seen.append(torch.get_num_threads()) or fmt(t))
     try:
-        assert main(["--threads", "1", "explain"]) == 0 and torch.get_num_threads() == 1
+        torch.set_num_threads(2)
+        assert main(["--threads", "1", "explain"]) == 0
+        assert seen and set(seen) == {1} and torch.get_num_threads() == 2  # 1 inside, the count before put back
         assert main(["--threads", "0", "explain"]) == 2
         assert "--threads must be" in capsys.readouterr().err
     finally:

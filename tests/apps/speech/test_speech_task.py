@@ -225,9 +225,11 @@ def test_options_refuse_what_does_not_apply():
     with pytest.raises(ValueError, match="window does not apply to ctc_weight"):
         SpeechOptions(ctc_weight=0.3, window=(4, 16))
     with pytest.raises(ValueError, match="two frame counts"):
-        SpeechOptions(window=(4,))
-    # the window is the location-aware LAS's default only; another is given explicitly
-    assert decoding_options(SpeechOptions())["window"] == (8, 32)
+        SpeechOptions(ctc_weight=0, window=(4,))
+    # the window is the default of the location-aware LAS without a CTC head only; another is given explicitly
+    assert SpeechOptions().ctc_weight == 0.3 and decoding_options(SpeechOptions())["window"] == ()
+    assert decoding_options(SpeechOptions(ctc_weight=0))["window"] == (8, 32)
+    assert SpeechOptions(model="transformer").ctc_weight == 0 and SpeechOptions(model="ctc").ctc_weight is None
     assert decoding_options(SpeechOptions(score="content"))["window"] == ()
     assert decoding_options(SpeechOptions(ctc_weight=0.3), window=(2, 4))["window"] == (2, 4)
 
