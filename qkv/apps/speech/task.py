@@ -21,7 +21,8 @@ logger = logging.getLogger(__name__)
 
 #: what to do when the attention has not aligned (:class:`~qkv.train.alignment.AlignmentCheck`)
 ALIGN_ADVICE = ("its transcripts will not follow the audio; train again with another --seed, or give the attention "
-                "a CTC head (--ctc-weight 0.3) or a prior for the diagonal (--guided 1)")
+                "a CTC head (--ctc-weight 0.3) and a prior for the diagonal (--guided 1, longer with --guided-until "
+                "2000): the defaults of las")
 
 __all__ = ["load_data", "model_spec", "SpeechTask", "speech_tokenizer", "read_features", "join_pairs",
            "decoding_options", "evaluate_transcripts"]
