@@ -11,8 +11,9 @@ batches joined two by two; ``window``, ``max_rate``, ``eos_threshold``, ``length
 ``--train`` (JSON) any :class:`qkv.train.TrainConfig` field (``lr``, ``batch_size``...).
 
 Each model trains with the project's trainer and the ``qkv train speech`` defaults (batch 32, lr 1e-3, cosine) on
-``--threads`` CPU threads (default 1) for ``--minutes`` (the trainer's ``max_minutes``: the schedule ends with the budget); the best
-weights on the validation split (unseen texts, training voices) are then scored (greedy, or ``--beam``) on
+``--threads`` CPU threads (default 1) for ``--minutes`` (the trainer's ``max_minutes``: the schedule ends with the
+budget); the best weights on the validation split (unseen texts, training voices) are then scored (greedy, or
+``--beam``) on
 
 * ``test``: unseen texts spoken by voices never heard in training (speaker-independent);
 * ``long``: 2-3 test texts joined, longer than any training utterance (Chorowski et al.'s claim: content-only
