@@ -49,9 +49,11 @@ class SpeechOptions(TransformerOptions):
     spec_augment: bool = option(False, help="SpecAugment on the training features: 2 frequency masks (<= 8 "
                                 "channels) and 2 time masks (<= 20 frames); off by default: in budgets of minutes "
                                 "it slows learning more than it helps on unseen voices")
-    warp: float = option(0.0, low=0, high=0.3, help="training: stretch each utterance's features in time and along "
-                         "the mel channels by factors drawn in [1 - warp, 1 + warp] (speed and vocal tract length "
-                         "perturbation, on the features; 0: off)")
+    warp: float | None = option(None, low=0, high=0.3, help="training: stretch each utterance's features in time "
+                                "and along the mel channels by factors drawn in [1 - warp, 1 + warp] (speed and vocal "
+                                "tract length perturbation, on the features; 0: off; default: 0.1 for las, measured "
+                                "on digits to make a tenth fewer errors on unseen voices over three seeds; 0 for "
+                                "the others, not measured)")
     concat: float = option(0.0, low=0, high=1, help="share of training batches whose utterances are joined two by "
                            "two (features end to end, transcripts with a space): utterances twice as long in "
                            "training at the same cost, so that decoding holds on longer ones")
@@ -124,6 +126,8 @@ class SpeechOptions(TransformerOptions):
             self.guided = 1.0
         if self.ctc_weight is None and self.model != "ctc":  # a CTC model: None (it is all CTC)
             self.ctc_weight = 0.3 if self.model == "las" else 0.0
+        if self.warp is None:
+            self.warp = 0.1 if self.model == "las" else 0.0
         check_options(self)
         if self.model == "las" and self.score == "content" and (self.filters, self.kernel_size) != (10, 31):
             raise OptionError(ref("filters") + " and " + ref("kernel_size") + " apply to the location-aware score "

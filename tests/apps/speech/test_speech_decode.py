@@ -139,7 +139,7 @@ def test_joined_pairs_and_joined_training_batches(gen):
     # the task joins the training batches it collates (evaluation decodes each utterance alone, never collated)
     utt = Utterance("x.wav", "one")
     corpus = SpeechCorpus({"train": [utt], "valid": [utt], "test": [Utterance("y.wav", "nine")]})
-    task = SpeechTask(SpeechOptions(data="clips.tsv", concat=1.0, concat_from=2, spec_augment=False, n_mels=8),
+    task = SpeechTask(SpeechOptions(data="clips.tsv", concat=1.0, concat_from=2, spec_augment=False, warp=0, n_mels=8),
                       corpus)
     assert [task.collate(examples[:4])["features"].shape[0] for _ in range(2)] == [4, 4]  # not yet joined
     batch = task.collate(examples[:4])

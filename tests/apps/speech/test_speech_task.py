@@ -230,6 +230,7 @@ def test_options_refuse_what_does_not_apply():
     assert SpeechOptions().ctc_weight == 0.3 and decoding_options(SpeechOptions())["window"] == ()
     assert decoding_options(SpeechOptions(ctc_weight=0))["window"] == (8, 32)
     assert SpeechOptions(model="transformer").ctc_weight == 0 and SpeechOptions(model="ctc").ctc_weight is None
+    assert (SpeechOptions().warp, SpeechOptions(model="ctc").warp, SpeechOptions(warp=0).warp) == (0.1, 0.0, 0.0)
     assert decoding_options(SpeechOptions(score="content"))["window"] == ()
     assert decoding_options(SpeechOptions(ctc_weight=0.3), window=(2, 4))["window"] == (2, 4)
 
