@@ -32,7 +32,7 @@ from typing import Any, TypeVar
 import torch
 
 __all__ = ["ThreadTuner", "fixed_threads", "thread_tuner", "follow_machine", "threads_held", "loop_tuner",
-           "follow_threads", "LOOP_TUNER", "TRIAL_NEEDS"]
+           "follow_threads", "batch_starts", "LOOP_TUNER", "TRIAL_NEEDS"]
 
 log = logging.getLogger("qkv.train.trainer")
 apps_log = logging.getLogger("qkv.apps")  # the changes of the loops of predictions and evaluations
@@ -261,3 +261,9 @@ def follow_threads(batches: Iterable[T], units: Callable[[T], float] = len, *,
                         logger.info("%s", line)
         finally:
             tuner._use(before)
+
+
+def batch_starts(n: int, batch_size: int, *, device: torch.device | str | None = None) -> Iterator[int]:
+    """The first index of each batch of at most ``batch_size`` of ``n`` items, through :func:`follow_threads` (a
+    batch's units: its size)."""
+    return follow_threads(range(0, n, batch_size), lambda start: min(batch_size, n - start), device=device)

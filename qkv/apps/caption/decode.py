@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from ...train.threads import follow_threads
+from ...train.threads import batch_starts
 from .data import CaptionData
 
 __all__ = ["Caption", "caption_images", "caption_metrics", "evaluate_captions"]
@@ -43,8 +43,7 @@ def caption_images(model: nn.Module, tokenizer, images: Tensor, *, beam: int = 1
     out: list[Caption] = []
     try:
         with torch.no_grad():
-            for start in follow_threads(range(0, len(images), batch_size),
-                                        lambda s: min(batch_size, len(images) - s), device=device):
+            for start in batch_starts(len(images), batch_size, device=device):
                 x = images[start:start + batch_size]
                 x = (x.float() / 255.0 if x.dtype == torch.uint8 else x.float()).to(device)
                 for hyp in beam_search(model, x, beam=beam, max_len=max_len, length_penalty=length_penalty):

@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ...data.images import ImageData, ImageExamples, load_image_splits, normalize, random_shift_flip
-from ...train.threads import follow_threads
+from ...train.threads import batch_starts
 from ..base import ApplicationTask
 from .options import ImageOptions
 from .upgrade import upgrade_config
@@ -48,8 +48,7 @@ def predict_logits(model: nn.Module, x: Tensor, batch_size: int = 500) -> Tensor
     device = next(model.parameters()).device
     with torch.no_grad():
         out = [model(x[i:i + batch_size].to(device)).float().cpu()
-               for i in follow_threads(range(0, len(x), batch_size), lambda i: min(batch_size, len(x) - i),
-                                       device=device)]
+               for i in batch_starts(len(x), batch_size, device=device)]
     return torch.cat(out) if out else torch.empty(0)
 
 

@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ...train.threads import follow_threads
+from ...train.threads import batch_starts
 from ..base import ApplicationTask
 from .options import SegmentOptions
 from .scenes import SegmentationData, SegmentationSplit, make_segmentation_scenes, read_segmentation_folder
@@ -68,7 +68,7 @@ def score(model: nn.Module, split: SegmentationSplit, *, mean: Sequence[float], 
     total, held = torch.zeros(k, k, dtype=torch.long), torch.zeros(k, k, dtype=torch.long)
     loss, counted = 0.0, 0
     device = next(model.parameters()).device
-    for i in follow_threads(range(0, len(split), batch_size), lambda i: min(batch_size, len(split) - i), device=device):
+    for i in batch_starts(len(split), batch_size, device=device):
         logits = predict_logits(model, normalize(split.images[i:i + batch_size], mean, std))
         target = split.labels[i:i + batch_size].long()
         pred = logits.argmax(1)
