@@ -72,9 +72,10 @@ class SegmentGraph(_Pixels):
 
 class ReaderGraph(nn.Module):
     """Question answering's reader over one window of a context: ``context``, ``context_mask``, ``question``,
-    ``question_mask`` ``(B, Tc)``/``(B, Tq)`` (ids int64, masks bool), ``match (B, Tc)`` float (1 where a context
-    token occurs in the question) -> ``start_logits``, ``end_logits`` ``(B, Tc)``, ``attention (B, Tc)`` (the
-    reader's attention over the context), and the best span as :func:`qkv.models.reading.decode_spans` finds it:
+    ``question_mask`` ``(B, Tc)``/``(B, Tq)`` (ids int64, masks bool), ``match (B, Tc)`` float (the token flags:
+    1 where a context token occurs in the question, plus 2 where it starts with a capital letter) ->
+    ``start_logits``, ``end_logits`` ``(B, Tc)``, ``attention (B, Tc)`` (the reader's attention over the context),
+    and the best span as :func:`qkv.models.reading.decode_spans` finds it:
     ``start``, ``end`` ``(B,)`` token indices and its ``probability`` ``p_start * p_end``."""
 
     inputs = ("context", "context_mask", "question", "question_mask", "match")

@@ -1,9 +1,11 @@
 """Readers: question answering by pointing at the answer's start and end in the context.
 
-Every reader takes the context and question token ids with their masks (True = a real token) and a
-"question word" flag per context token (1 where the token also occurs in the question, as DrQA's exact-match
-feature: it lets a reader match names its vocabulary has never seen), and returns :class:`ReaderOutput`: start and
-end logits over the context (``-inf`` on padding) and the question's attention over the context.
+Every reader takes the context and question token ids with their masks (True = a real token) and the flags of
+each context token, ``match``: 1 where the token also occurs in the question (DrQA's exact-match feature: it lets a
+reader match names its vocabulary has never seen), plus 2 where it starts with a capital letter (a shape feature,
+as named-entity taggers use: where an unknown name begins and ends, ``<unk> <unk> 's`` alone does not say; readers
+built with ``case_feature=False`` read only the first flag), and returns :class:`ReaderOutput`: start and end logits
+over the context (``-inf`` on padding) and the question's attention over the context.
 
 * :class:`AttentiveReader` -- the Attentive Reader (Hermann et al., 2015, "Teaching Machines to Read and
   Comprehend", https://arxiv.org/abs/1506.03340) as a span reader, in the form of Chen et al., 2016 ("A Thorough
@@ -41,7 +43,8 @@ from ..functional import compute_scores, normalize_scores, weighted_sum
 from ..layers import Attention, AttentionPooling, TransformerLayer
 from ..layers.transformer import PositionalEncoding
 
-__all__ = ["QA_MODELS", "ReaderOutput", "AttentiveReader", "BiDAFReader", "TransformerReader", "decode_spans"]
+__all__ = ["QA_MODELS", "ReaderOutput", "AttentiveReader", "BiDAFReader", "TransformerReader", "decode_spans",
+           "token_flags"]
 
 
 class ReaderOutput(NamedTuple):
@@ -69,6 +72,16 @@ def _check(context: Tensor, context_mask: Tensor, question: Tensor, question_mas
         raise ValueError("every context and question needs at least one token")
 
 
+def token_flags(match: Tensor | None, like: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
+    """The two flags packed in ``match (B, Tc)`` (zeros when None), each ``(B, Tc)`` long, 0 on padding: the token
+    occurs in the question (bit 1), the token starts with a capital letter (bit 2)."""
+    if match is None:
+        zero = torch.zeros_like(like)
+        return zero, zero
+    m = match.long() * mask
+    return m % 2, m // 2 % 2
+
+
 def _masked(logits: Tensor, mask: Tensor) -> Tensor:
     return logits.float().masked_fill(~mask, float("-inf"))
 
@@ -92,26 +105,29 @@ class _BiRNN(nn.Module):
 
 
 class _Embedder(nn.Module):
-    """Token embeddings (``padding_idx`` 0) with dropout; context tokens also get the question-word flag."""
+    """Token embeddings (``padding_idx`` 0) with dropout; context tokens also get the question-word flag and the
+    capital-letter flag (each when asked for)."""
 
-    def __init__(self, vocab_size: int, embed_dim: int, dropout: float, match_feature: bool):
+    def __init__(self, vocab_size: int, embed_dim: int, dropout: float, match_feature: bool,
+                 case_feature: bool = False):
         super().__init__()
         if vocab_size < 5 or embed_dim < 1:
             raise ValueError(f"vocab_size must be > 4 and embed_dim >= 1, got {vocab_size} and {embed_dim}")
         self.embed = nn.Embedding(vocab_size, embed_dim, padding_idx=0)
         self.dropout = nn.Dropout(dropout)
-        self.match_feature = match_feature
+        self.match_feature, self.case_feature = match_feature, case_feature
 
     @property
     def context_dim(self) -> int:
-        return self.embed.embedding_dim + int(self.match_feature)
+        return self.embed.embedding_dim + int(self.match_feature) + int(self.case_feature)
 
     def forward(self, ids: Tensor, mask: Tensor, match: Tensor | None = None, *, context: bool = True) -> Tensor:
-        """``ids (B, T)`` -> ``(B, T, E)``, or ``(B, T, E + 1)`` for a context with the flag."""
+        """``ids (B, T)`` -> ``(B, T, E)``, or ``(B, T, E + flags)`` for a context."""
         x = self.dropout(self.embed(ids.masked_fill(~mask, 0)))
-        if self.match_feature and context:
-            flag = torch.zeros_like(ids, dtype=x.dtype) if match is None else match.to(x.dtype) * mask
-            x = torch.cat([x, flag[..., None]], -1)
+        if context and (self.match_feature or self.case_feature):
+            in_question, capital = token_flags(match, ids, mask)
+            used = [f for f, on in ((in_question, self.match_feature), (capital, self.case_feature)) if on]
+            x = torch.cat([x, torch.stack(used, -1).to(x.dtype)], -1)
         return x
 
 
@@ -119,9 +135,9 @@ class _RecurrentReader(nn.Module):
     """What the recurrent readers share: the embedder (with the question-word flag) and a BiGRU over each side."""
 
     def __init__(self, vocab_size: int, embed_dim: int, hidden_dim: int, num_layers: int, dropout: float,
-                 match_feature: bool):
+                 match_feature: bool, case_feature: bool = False):
         super().__init__()
-        self.embedder = _Embedder(vocab_size, embed_dim, dropout, match_feature)
+        self.embedder = _Embedder(vocab_size, embed_dim, dropout, match_feature, case_feature)
         self.context_rnn = _BiRNN(self.embedder.context_dim, hidden_dim, num_layers, dropout)
         self.question_rnn = _BiRNN(embed_dim, hidden_dim, num_layers, dropout)
         self.dropout = nn.Dropout(dropout)
@@ -144,11 +160,13 @@ class AttentiveReader(_RecurrentReader):
         hidden_dim: ``H``, the BiGRU outputs (both directions).  num_layers: BiGRU layers.
         score: the attention score (any qkv score name; parametric ones are sized ``H``).
         dropout: on embeddings and encoder outputs.  match_feature: use the question-word flag.
+        case_feature: use the capital-letter flag.
     """
 
     def __init__(self, vocab_size: int, *, embed_dim: int = 64, hidden_dim: int = 128, num_layers: int = 1,
-                 score: str = "general", dropout: float = 0.1, match_feature: bool = True):
-        super().__init__(vocab_size, embed_dim, hidden_dim, num_layers, dropout, match_feature)
+                 score: str = "general", dropout: float = 0.1, match_feature: bool = True,
+                 case_feature: bool = False):
+        super().__init__(vocab_size, embed_dim, hidden_dim, num_layers, dropout, match_feature, case_feature)
         self.question_pool = AttentionPooling(hidden_dim)
         self.start_attn = Attention(score, query_dim=hidden_dim, key_dim=hidden_dim, hidden_dim=hidden_dim)
         self.end_query = nn.Linear(2 * hidden_dim, hidden_dim)  # [question; start's read] -> the end's query
@@ -178,8 +196,9 @@ class BiDAFReader(_RecurrentReader):
     """
 
     def __init__(self, vocab_size: int, *, embed_dim: int = 64, hidden_dim: int = 128, num_layers: int = 1,
-                 score: str = "general", dropout: float = 0.1, match_feature: bool = True):
-        super().__init__(vocab_size, embed_dim, hidden_dim, num_layers, dropout, match_feature)
+                 score: str = "general", dropout: float = 0.1, match_feature: bool = True,
+                 case_feature: bool = False):
+        super().__init__(vocab_size, embed_dim, hidden_dim, num_layers, dropout, match_feature, case_feature)
         self.similarity = Attention(score, query_dim=hidden_dim, key_dim=hidden_dim, hidden_dim=hidden_dim)
         self.modelling = _BiRNN(4 * hidden_dim, hidden_dim, num_layers, dropout)
         self.end_rnn = _BiRNN(hidden_dim, hidden_dim, 1)
@@ -210,12 +229,13 @@ class TransformerReader(nn.Module):
     Args:
         vocab_size: as above.  dim: ``D``.  num_heads, num_layers, ffn_dim (default ``4 D``): the encoder.
         score: of every self-attention.  dropout: everywhere.  match_feature: a learned vector added to the
-        context tokens that occur in the question.  max_len: the longest question or context.
+        context tokens that occur in the question.  case_feature: another added to those that start with a
+        capital letter.  max_len: the longest question or context.
     """
 
     def __init__(self, vocab_size: int, *, dim: int = 128, num_heads: int = 4, num_layers: int = 2,
                  ffn_dim: int | None = None, score: str = "scaled_dot", dropout: float = 0.1,
-                 match_feature: bool = True, max_len: int = 512):
+                 match_feature: bool = True, max_len: int = 512, case_feature: bool = False):
         super().__init__()
         if vocab_size < 5:
             raise ValueError(f"vocab_size must be > 4, got {vocab_size}")
@@ -223,6 +243,7 @@ class TransformerReader(nn.Module):
         self.embed = nn.Embedding(vocab_size, dim, padding_idx=0)
         self.segment = nn.Embedding(2, dim)
         self.match = nn.Embedding(2, dim) if match_feature else None
+        self.case = nn.Embedding(2, dim) if case_feature else None
         self.positions = PositionalEncoding(dim, max_len)
         self.layers = nn.ModuleList(TransformerLayer(dim, num_heads, ffn_dim, dropout=dropout, score=score)
                                     for _ in range(num_layers))
@@ -240,9 +261,11 @@ class TransformerReader(nn.Module):
         scale = self.dim ** 0.5
         xq = self.positions(self.embed(question.masked_fill(~question_mask, 0)) * scale) + self.segment.weight[0]
         xc = self.positions(self.embed(context.masked_fill(~context_mask, 0)) * scale) + self.segment.weight[1]
+        in_question, capital = token_flags(match, context, context_mask)
         if self.match is not None:
-            flag = torch.zeros_like(context) if match is None else (match.long() * context_mask)
-            xc = xc + self.match(flag)
+            xc = xc + self.match(in_question)
+        if self.case is not None:
+            xc = xc + self.case(capital)
         x = self.dropout(torch.cat([xq, xc], 1))
         key_mask = torch.cat([question_mask, context_mask], 1)
         weights = None

@@ -133,3 +133,44 @@ def test_decode_spans_errors():
 
 def test_registry_names():
     assert set(QA_MODELS) == set(SMALL)
+
+
+def test_token_flags_unpack_the_two_bits(gen):
+    from qkv.models.reading import token_flags
+
+    match = torch.randint(0, 4, (3, 7), generator=gen).float()
+    mask = torch.rand(3, 7, generator=gen) < 0.7
+    in_question, capital = token_flags(match, match.long(), mask)
+    for i in range(3):
+        for j in range(7):
+            m, on = int(match[i, j]), bool(mask[i, j])
+            assert int(in_question[i, j]) == (m & 1 if on else 0)
+            assert int(capital[i, j]) == ((m >> 1) & 1 if on else 0)
+    zero, zero2 = token_flags(None, match.long(), mask)
+    assert not zero.any() and not zero2.any()
+
+
+@pytest.mark.parametrize("name", list(SMALL))
+def test_the_capital_letter_flag_is_read_only_when_asked(name, gen):
+    c, cm, q, qm, match = batch(gen)
+    torch.manual_seed(0)
+    plain = create(name, vocab_size=30, dropout=0.0, **SMALL[name]).eval()
+    torch.manual_seed(0)
+    cased = create(name, vocab_size=30, dropout=0.0, case_feature=True, **SMALL[name]).eval()
+    capital = match + 2 * (torch.rand(match.shape, generator=gen) < 0.5).float()
+    capital[0, 0], capital[0, 1] = 2.0 + match[0, 0], match[0, 1]  # at least one token of each kind
+    with torch.no_grad():
+        # without the flag, bit 2 is ignored: the reader reads what it read before the flag existed
+        for a, b in zip(plain(c, cm, q, qm, match), plain(c, cm, q, qm, capital), strict=True):
+            torch.testing.assert_close(a, b)
+        # with it, the flag changes what the reader says, and only through real tokens
+        with_flag, without = cased(c, cm, q, qm, capital), cased(c, cm, q, qm, match)
+        assert not torch.allclose(with_flag.start_logits[cm], without.start_logits[cm])
+        garbage = capital.clone()
+        garbage[~cm] = 3.0
+        for a, b in zip(with_flag, cased(c, cm, q, qm, garbage), strict=True):
+            torch.testing.assert_close(a, b)
+    assert sum(p.numel() for p in cased.parameters()) > sum(p.numel() for p in plain.parameters())
+    out = cased.train()(c, cm, q, qm, capital)
+    (out.start_logits.log_softmax(-1)[:, 0] + out.end_logits.log_softmax(-1)[:, 1]).sum().neg().backward()
+    assert not [n for n, p in cased.named_parameters() if p.grad is None]

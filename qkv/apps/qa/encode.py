@@ -16,6 +16,7 @@ end. A question longer than ``max_question`` tokens is cut, and the cut is count
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 import torch
@@ -24,14 +25,15 @@ from torch import Tensor
 from ...data.tokenize import UNK_ID, CharTokenizer, Tokenizer, WordTokenizer
 
 __all__ = ["Encoded", "token_offsets", "encode_text", "encode_example", "windows", "crop", "training_window",
-           "collate_qa"]
+           "collate_qa", "rare_dropout"]
 
 
 @dataclass
 class Encoded:
     """One question over one context, or over a window of it, as token ids.
 
-    ``context``/``question`` ids, ``match`` (1 where the context token occurs in the question), the context
+    ``context``/``question`` ids, ``match`` (per context token: 1 where it occurs in the question, plus 2 where
+    it starts with a capital letter; :func:`qkv.models.reading.token_flags` unpacks them), the context
     tokens' character ``offsets`` in the whole context, the answer's token span ``start..end`` (inclusive; -1 when
     the example has no answer inside these tokens), ``first``: the index of this window's first token in the
     whole context (0 for a whole context), and ``question_tokens``: the question's tokens before the cut at
@@ -95,7 +97,8 @@ def encode_example(context: str, question: str, tokenizer: Tokenizer, *, max_que
     n_question = len(qids)
     qids, qkeys = qids[:max_question], qkeys[:max_question]
     words = set(qkeys)
-    out = Encoded(cids, qids, [int(k in words) for k in ckeys], offsets, question_tokens=n_question)
+    flags = [int(k in words) + 2 * context[a:b][:1].isupper() for k, (a, b) in zip(ckeys, offsets, strict=True)]
+    out = Encoded(cids, qids, flags, offsets, question_tokens=n_question)
     if answer is not None:
         a, b = answer
         inside = [i for i, (s, e) in enumerate(offsets) if s < b and e > a]
@@ -134,6 +137,19 @@ def training_window(e: Encoded, max_context: int, stride: int) -> Encoded | None
     return None
 
 
+def rare_dropout(examples: list[Encoded], vocab_size: int, alpha: float) -> list[float]:
+    """Per token id, the probability ``alpha / (alpha + n)`` of becoming ``<unk>`` in training, ``n`` its count in
+    the contexts and questions of ``examples`` (Kiperwasser and Goldberg, 2016, "Simple and Accurate Dependency
+    Parsing Using Bidirectional LSTM Feature Representations", https://arxiv.org/abs/1603.04351): rare tokens -- names
+    above all -- are often met unknown, as names never seen in training will be, while common words almost never are.
+    Padding and ``<unk>`` itself: 0."""
+    counts = [0] * vocab_size
+    for e in examples:
+        for t in (*e.context, *e.question):
+            counts[t] += 1
+    return [0.0 if t <= UNK_ID or alpha <= 0 else alpha / (alpha + n) for t, n in enumerate(counts)]
+
+
 def _pad(rows: list[list[int]]) -> tuple[Tensor, Tensor]:
     width = max(len(r) for r in rows)
     ids = torch.zeros(len(rows), width, dtype=torch.long)
@@ -146,18 +162,22 @@ def _lengths_mask(lengths: list[int], width: int) -> Tensor:
     return torch.arange(width)[None, :] < torch.tensor(lengths)[:, None]
 
 
-def collate_qa(examples: list[Encoded], *, word_dropout: float = 0.0, rng: random.Random | None = None) -> dict:
-    """A batch: ``context``, ``context_mask``, ``question``, ``question_mask``, ``match`` ``(B, T)`` and the answer
+def collate_qa(examples: list[Encoded], *, word_dropout: float = 0.0, rng: random.Random | None = None,
+               rare: Sequence[float] | None = None) -> dict:
+    """A batch: ``context``, ``context_mask``, ``question``, ``question_mask``, ``match`` ``(B, T)`` (the token
+    flags of :class:`Encoded`) and the answer
     ``start``, ``end`` ``(B,)``.
 
     ``word_dropout`` replaces each distinct token of an example (in its question and context alike) by ``<unk>``
-    with that probability: training then meets unknown names as the held-out ones will be met.
+    with that probability: training then meets unknown names as the held-out ones will be met. ``rare[id]``, when
+    given, is a further probability for each token id (:func:`rare_dropout`: the rarer the token, the likelier).
     """
     contexts, questions = [list(e.context) for e in examples], [list(e.question) for e in examples]
-    if word_dropout > 0:
+    if word_dropout > 0 or rare is not None:
         rng = rng or random
         for c, q in zip(contexts, questions, strict=True):
-            dropped = {t for t in set(c) | set(q) if rng.random() < word_dropout}
+            dropped = {t for t in set(c) | set(q)
+                       if rng.random() < word_dropout or (rare is not None and rng.random() < rare[t])}
             if dropped:
                 c[:] = [UNK_ID if t in dropped else t for t in c]
                 q[:] = [UNK_ID if t in dropped else t for t in q]

@@ -46,7 +46,12 @@ class QAOptions(TransformerOptions):
     max_question: int = option(64, low=1, help="question tokens read (a longer question is cut, with a warning)")
     word_dropout: float = option(0.1, low=0, high=0.9, help="training: each distinct token of an example becomes "
                                  "<unk> with this probability (as unseen names will be)")
+    rare_dropout: float = option(0.0, low=0, help="training: a token seen n times in the training texts also becomes "
+                                 "<unk> with probability a / (a + n) for this a (Kiperwasser and Goldberg 2016): rare "
+                                 "words, names above all, are met unknown as unseen names will be; 0: off")
     match_feature: bool = option(True, help="flag the context tokens that occur in the question")
+    case_feature: bool = option(True, help="flag the context tokens that start with a capital letter: where a name "
+                                "the vocabulary has never seen begins and ends")
     # model
     model: str = option("reader", choices=MODELS, help="reader (Attentive Reader), bidaf or transformer")
     score: str | None = option(None, help="attention score, any qkv score name (default: general for the RNN "

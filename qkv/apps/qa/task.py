@@ -13,7 +13,7 @@ from torch import nn
 
 from ..base import ApplicationTask
 from .decode import answer_metrics, predict_examples
-from .encode import Encoded, collate_qa, encode_example, training_window
+from .encode import Encoded, collate_qa, encode_example, rare_dropout, training_window
 from .options import QAOptions
 
 logger = logging.getLogger(__name__)
@@ -76,6 +76,8 @@ def model_spec(options: QAOptions, *, vocab_size: int) -> dict[str, Any]:
     o = options
     config: dict[str, Any] = {"vocab_size": vocab_size, "score": o.score_name, "dropout": o.dropout,
                               "match_feature": o.match_feature, "num_layers": o.layers}
+    if o.case_feature:  # (a run saved before the flag existed has no key: the reader's default, off)
+        config["case_feature"] = True
     if o.model == "transformer":
         config.update(dim=o.dim, num_heads=o.num_heads, ffn_dim=o.ffn_dim,
                       max_len=max(o.max_context, o.max_question))
@@ -133,6 +135,7 @@ class QATask(ApplicationTask, name="qa", unit="items", options=QAOptions, load_d
     def __init__(self, options: QAOptions, data=None):
         super().__init__(options, data)
         self.encoded: dict[str, list[Encoded]] = {}
+        self._rare: list[float] | None = None  # per token id, --rare-dropout's probability (set up with the data)
 
     def setup(self) -> None:
         o = self.options
@@ -153,6 +156,7 @@ class QATask(ApplicationTask, name="qa", unit="items", options=QAOptions, load_d
             raise ValueError(f"{o.data}: no training question has an answer span of at most "
                              f"max_context={o.max_context} tokens")
         self._train = train
+        self._rare = rare_dropout(train, self.tokenizer.vocab_size, o.rare_dropout) if o.rare_dropout > 0 else None
         logger.info("%s: %s questions; vocabulary %d", o.data,
                     ", ".join(f"{len(v)} {k}" for k, v in self.data.splits.items()), self.tokenizer.vocab_size)
 
@@ -163,7 +167,7 @@ class QATask(ApplicationTask, name="qa", unit="items", options=QAOptions, load_d
         return [len(e.context) for e in self._train]
 
     def collate(self, examples):
-        return collate_qa(examples, word_dropout=self.options.word_dropout)
+        return collate_qa(examples, word_dropout=self.options.word_dropout, rare=self._rare)
 
     def sizes(self) -> dict[str, Any]:
         return {"vocab_size": self.tokenizer.vocab_size}
