@@ -175,6 +175,20 @@ class CharTokenizer(Tokenizer):
 
 
 _WORD_RE = re.compile(r"\w+(?:['’]\w+)*|[^\w\s]")
+_CLITIC_RE = re.compile(r"(?<=\w)['’][sS]\Z")  # the possessive (or "is") clitic at the end of a word: "Eiffel's"
+
+
+def _split_clitics(pieces: list[tuple[int, int, str]]) -> list[tuple[int, int, str]]:
+    """``(start, end, string)`` pieces with a word's final ``'s`` made a piece of its own (``Eiffel's`` ->
+    ``Eiffel``, ``'s``), as the Penn Treebank tokenises: the name and the clitic are two words."""
+    out = []
+    for a, b, w in pieces:
+        m = _CLITIC_RE.search(w)
+        if m is None or len(w) != b - a:  # (a piece whose normal form changed its length stays whole)
+            out.append((a, b, w))
+        else:
+            out += [(a, a + m.start(), w[:m.start()]), (a + m.start(), b, w[m.start():])]
+    return out
 
 
 class WordTokenizer(Tokenizer):
@@ -186,16 +200,20 @@ class WordTokenizer(Tokenizer):
     (``1905年`` -> ``1905``, ``年``), full-width letters, digits and punctuation are normalised (NFKC), and
     ``decode`` puts spaces between words but not around CJK. Without it (a tokeniser saved before ``mixed``
     existed) words are runs of word characters of the NFC text, CJK runs included, joined by spaces in ``decode``.
+    With ``clitics`` a word's final ``'s`` is a word of its own (``Eiffel's company`` -> ``eiffel``, ``'s``,
+    ``company``): a reader can then point at the name without the clitic.
     """
 
     kind = "word"
 
-    def __init__(self, words: Iterable[str], *, lowercase: bool = True, mixed: bool = False):
+    def __init__(self, words: Iterable[str], *, lowercase: bool = True, mixed: bool = False, clitics: bool = False):
         self._words = list(dict.fromkeys(words))
-        self.lowercase, self.mixed = lowercase, bool(mixed)
+        self.lowercase, self.mixed, self.clitics = lowercase, bool(mixed), bool(clitics)
         self._index = {w: i + len(SPECIALS) for i, w in enumerate(self._words)}
 
     def split(self, text: str) -> list[str]:
+        if self.clitics:
+            return [w for _, _, w in self._pieces(text)]
         if self.mixed:
             return mixed_tokens(text, lowercase=self.lowercase)
         text = unicodedata.normalize("NFC", text)
@@ -206,14 +224,25 @@ class WordTokenizer(Tokenizer):
     def spans(self, text: str) -> list[tuple[int, int]]:
         """``(start, end)`` offsets of the words of ``text`` in ``text`` itself (one per id of ``encode(text)``:
         the words as typed, before normalisation), e.g. to print an answer span as the text's own characters."""
+        if self.clitics:
+            return [(a, b) for a, b, _ in self._pieces(text)]
         if self.mixed:
             return [(a, b) for a, b, _ in split_mixed(text)]
         return [m.span() for m in _WORD_RE.finditer(text)]
 
+    def _pieces(self, text: str) -> list[tuple[int, int, str]]:
+        """``(start, end, word)`` of ``text``'s words, the clitics split off (``clitics``)."""
+        if self.mixed:
+            pieces = split_mixed(text, lowercase=self.lowercase)
+        else:
+            pieces = [(m.start(), m.end(), unicodedata.normalize("NFC", m.group())) for m in _WORD_RE.finditer(text)]
+            pieces = [(a, b, w.lower() if self.lowercase else w) for a, b, w in pieces]
+        return _split_clitics(pieces)
+
     @classmethod
     def train(cls, texts: Iterable[str], *, min_freq: int = 2, max_size: int | None = None, lowercase: bool = True,
-              mixed: bool = True) -> WordTokenizer:
-        probe = cls([], lowercase=lowercase, mixed=mixed)
+              mixed: bool = True, clitics: bool = False) -> WordTokenizer:
+        probe = cls([], lowercase=lowercase, mixed=mixed, clitics=clitics)
         counts: Counter[str] = Counter()
         for t in texts:
             counts.update(probe.split(t))
@@ -221,7 +250,7 @@ class WordTokenizer(Tokenizer):
                         key=lambda w: (-counts[w], w))
         if max_size is not None:
             ranked = ranked[: max(0, max_size - len(SPECIALS))]
-        return cls(ranked, lowercase=lowercase, mixed=mixed)
+        return cls(ranked, lowercase=lowercase, mixed=mixed, clitics=clitics)
 
     @property
     def vocab_size(self) -> int:
@@ -233,6 +262,14 @@ class WordTokenizer(Tokenizer):
 
     def _decode(self, ids: list[int]) -> str:
         words = self.tokens_of_ids(ids)
+        if self.clitics:  # "'s" back onto its word
+            glued: list[str] = []
+            for w in words:
+                if glued and len(w) == 2 and w[0] in "'’" and w[1] in "sS":
+                    glued[-1] += w
+                else:
+                    glued.append(w)
+            words = glued
         return join_mixed(words) if self.mixed else " ".join(words)
 
     def tokens(self, text: str) -> list[str]:
@@ -243,7 +280,10 @@ class WordTokenizer(Tokenizer):
         return [SPECIALS[i] if i < n else self._words[i - n] for i in (int(i) for i in ids)]
 
     def _config(self) -> dict:
-        return {"lowercase": self.lowercase, "mixed": self.mixed, "words": self._words}
+        config = {"lowercase": self.lowercase, "mixed": self.mixed, "words": self._words}
+        if self.clitics:  # (absent: a tokeniser saved before the option, or without it)
+            config["clitics"] = True
+        return config
 
     @classmethod
     def load(cls, directory: str | os.PathLike) -> WordTokenizer:
@@ -380,7 +420,8 @@ def load_tokenizer(directory: str | os.PathLike) -> Tokenizer:
     if kind == "char":
         return CharTokenizer(config["chars"])
     if kind == "word":
-        return WordTokenizer(config["words"], lowercase=config["lowercase"], mixed=config.get("mixed", False))
+        return WordTokenizer(config["words"], lowercase=config["lowercase"], mixed=config.get("mixed", False),
+                             clitics=config.get("clitics", False))
     if kind == "subword":
         from tokenizers import Tokenizer as HFTokenizer
 

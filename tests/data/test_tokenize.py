@@ -246,3 +246,45 @@ def test_the_pretokenizer_docstring_examples():
     import qkv.data.pretokenize as module
 
     assert doctest.testmod(module).failed == 0
+
+
+@given(st.text(alphabet=st.sampled_from("ab'’s S.,年 \t"), max_size=30) | st.text(max_size=30))
+@settings(max_examples=300, deadline=None)
+def test_clitics_refine_the_words_and_keep_the_offsets(text):
+    plain = WordTokenizer([], mixed=True, lowercase=True)
+    tok = WordTokenizer([], mixed=True, lowercase=True, clitics=True)
+    spans, pieces = tok.spans(text), tok.tokens(text)
+    assert len(spans) == len(pieces) == len(tok.encode(text))
+    assert all(0 <= a < b <= len(text) for a, b in spans)
+    # every word of the plain split is one word of the clitic split, or a word followed by its 's
+    i = 0
+    for (a, b), w in zip(plain.spans(text), plain.tokens(text), strict=True):
+        if spans[i] == (a, b):
+            assert pieces[i] == w
+            i += 1
+        else:
+            (a1, b1), (a2, b2) = spans[i], spans[i + 1]
+            assert a1 == a and b1 == a2 and b2 == b and pieces[i] + pieces[i + 1] == w
+            assert pieces[i + 1] in ("'s", "’s") and pieces[i]
+            i += 2
+    assert i == len(spans)
+
+
+def test_clitics_split_the_possessive_and_survive_save_and_load(tmp_path):
+    tok = WordTokenizer.train(["The tower was built by Gustave Eiffel's company.", "It's Eiffel."], min_freq=1,
+                              clitics=True)
+    text = "Gustave Eiffel’s company, it's O'Neil's."
+    assert tok.tokens(text) == ["gustave", "eiffel", "'s", "company", ",", "it", "'s", "o'neil", "'s", "."]
+    assert [text[a:b] for a, b in tok.spans(text)][:3] == ["Gustave", "Eiffel", "’s"]
+    assert tok.encode("Eiffel's")[0] == tok.encode("Eiffel")[0] != UNK_ID
+    assert tok.decode(tok.encode("Eiffel's company, it's")) == "eiffel's company <unk> it's"
+    tok.save(tmp_path)
+    back = load_tokenizer(tmp_path)
+    assert back.clitics and back == tok and back.encode(text) == tok.encode(text)
+    # without the option (every tokeniser saved before it) a word keeps its 's
+    plain = WordTokenizer.train(["Eiffel's company"], min_freq=1)
+    assert plain.tokens("Eiffel's company") == ["eiffel's", "company"] and plain != WordTokenizer(
+        plain.tokens_of_ids(range(4, plain.vocab_size)), mixed=True, clitics=True)
+    plain.save(tmp_path / "plain")
+    assert "clitics" not in json.loads((tmp_path / "plain" / "qkv_tokenizer.json").read_text(encoding="utf-8"))
+    assert not load_tokenizer(tmp_path / "plain").clitics

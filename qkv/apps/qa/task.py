@@ -96,7 +96,7 @@ def train_tokenizer(options: QAOptions, corpus):
     texts = [t for e in corpus.train for t in (e.context, e.question)]
     if options.tokenizer == "char":
         return CharTokenizer.train(texts, min_freq=options.min_freq)
-    return WordTokenizer.train(texts, min_freq=options.min_freq)
+    return WordTokenizer.train(texts, min_freq=options.min_freq, clitics=True)
 
 
 def encode_examples(examples, tokenizer, options: QAOptions) -> list[Encoded]:

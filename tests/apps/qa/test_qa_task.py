@@ -410,3 +410,17 @@ def test_one_model_reads_english_and_chinese_as_typed(tmp_path):
                               (CONTEXT, "When was the Kavo engine invented?")])
     assert [a.answer for a in answers] == ["1905", "1905", "１９０５", "爱因斯坦", "1905"]
     assert answers[2].start == wide.index("１９０５") and answers[1].start == spaced.index("1905")
+
+
+def test_a_name_before_a_possessive_is_a_span_of_its_own():
+    from qkv.apps.qa import train_tokenizer
+    from qkv.data.facts import fact_corpus
+
+    corpus = fact_corpus("en", 60, 5)
+    tok = train_tokenizer(QAOptions(), corpus)
+    assert tok.clitics  # a new run's word tokeniser splits "'s" off
+    ctx = "The Rofro canal was built in 1801 by Zanubi Vorpertor's company."
+    e = encode_example(ctx, "Who built the Rofro canal?", tok, max_question=64,
+                       answer=(ctx.index("Zanubi"), ctx.index("'s")))
+    assert ctx[e.offsets[e.start][0]:e.offsets[e.end][1]] == "Zanubi Vorpertor"  # the gold answer, exactly
+    assert ctx[slice(*e.offsets[e.end + 1])] == "'s"
