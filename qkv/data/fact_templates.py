@@ -117,15 +117,17 @@ _ZH_FACTS = (
 _ZH_QUESTIONS = {
     "who": ("person", ("{thing}是谁{verb}的?", "谁{verb}了{thing}?", "哪位学者{verb}了{thing}?",
                        "{thing}是由谁{verb}的?", "是谁{verb}了{thing}?", "{verb}{thing}的人是谁?", "{thing}的作者是谁?",
-                       "{thing}是何人{verb}的?", "{thing}出自何人之手?")),
+                       "{thing}是何人{verb}的?", "{thing}是哪个人{verb}的?", "{thing}出自何人之手?")),
     "when": ("year", ("{thing}是什么时候{verb}的?", "{thing}是哪一年{verb}的?", "{person}在哪一年{verb}了{thing}?",
                       "{thing}{verb}于哪一年?", "{thing}是何时{verb}的?", "{person}什么时候{verb}了{thing}?",
-                      "{thing}是哪年{verb}的?", "{person}是在哪年{verb}{thing}的?", "{thing}诞生于何时?")),
+                      "{thing}是哪年{verb}的?", "{person}是在哪年{verb}{thing}的?", "{person}{verb}{thing}是在哪一年?",
+                      "{thing}诞生于何时?")),
     "where": ("place", ("{thing}是在哪里{verb}的?", "{thing}是在哪个城市{verb}的?", "{person}在哪里{verb}了{thing}?",
                         "{thing}在什么地方{verb}?", "{person}是在哪座城市{verb}{thing}的?", "{thing}是在何处{verb}的?",
-                        "{person}在何地{verb}了{thing}?", "{thing}诞生于何地?")),
+                        "{person}在何地{verb}了{thing}?", "{thing}来自哪座城市?",
+                        "{person}是在什么地方{verb}{thing}的?", "{thing}诞生于何地?")),
     "what": ("thing", ("{person}{verb}了什么?", "{person}在{year}年{verb}了什么?", "{person}的成果是什么?",
                        "{person}以什么闻名?", "{person}在{place}{verb}了什么?", "{person}{verb}的是什么?",
-                       "{person}有什么成就?", "{person}留下了哪项成果?")),
+                       "{person}有什么成就?", "{person}在{year}年有什么成果?", "{person}留下了哪项成果?")),
 }
 HELD_OUT_PHRASINGS = 1  # the last phrasing of every kind
