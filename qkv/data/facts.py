@@ -3,7 +3,7 @@
 A passage states one to four facts, each about a different *thing* (an invention, a theory, an equation, a
 building, a discovery, a written work), who brought it out (a person), when (a year), where (a city) and sometimes
 at which organisation; some facts leave out the person or the place, and some hold numbers that are not years (an
-age, a count) beside the year. Questions ask who / when / where / what, each in eight to eleven phrasings; the answer
+age, a count) beside the year. Questions ask who / when / where / what, each in nine to eleven phrasings; the answer
 is a span of the passage (character offsets).
 
 So that a reader learns what a question asks rather than the generator's wording, the facts vary what real text
