@@ -175,7 +175,9 @@ class CharTokenizer(Tokenizer):
 
 
 _WORD_RE = re.compile(r"\w+(?:['’]\w+)*|[^\w\s]")
-_CLITIC_RE = re.compile(r"(?<=\w)['’][sS]\Z")  # the possessive (or "is") clitic at the end of a word: "Eiffel's"
+_CLITIC = r"['’][sS]"  # the possessive (or "is") clitic: "Eiffel's", "it's"
+_CLITIC_RE = re.compile(rf"(?<=\w){_CLITIC}\Z")  # ... at the end of a word
+_CLITIC_TOKEN = re.compile(_CLITIC)
 
 
 def _split_clitics(pieces: list[tuple[int, int, str]]) -> list[tuple[int, int, str]]:
@@ -265,7 +267,7 @@ class WordTokenizer(Tokenizer):
         if self.clitics:  # "'s" back onto its word
             glued: list[str] = []
             for w in words:
-                if glued and len(w) == 2 and w[0] in "'’" and w[1] in "sS":
+                if glued and _CLITIC_TOKEN.fullmatch(w):
                     glued[-1] += w
                 else:
                     glued.append(w)
