@@ -57,6 +57,7 @@ PRESETS = {
                      "dropout": 0.5, "embed_dropout": 0.5}, {"lr": 3e-3, "batch_size": 50, "weight_decay": 0.05}),
     "bigram": ({"model": "bigram"}, {}),  # the bigram model's option defaults, the trainer's sentiment defaults
     "bigru-bigrams": ({"model": "bigru", "buckets": 30_000}, {}),
+    "nbsvm": ({"nbsvm": True}, {}),  # the default BiGRU with the NBSVM path (`--nbsvm`), the trainer's defaults
     "defaults": ({}, {}),  # exactly `qkv train sentiment --max-minutes M` (options and trainer defaults)
     "lm": ({"model": "lm"}, {}),  # needs --init: a language-model run's body, the trainer's `--model lm` defaults
     "transformer": ({"model": "transformer", "embed_dim": 64, "dim": 64, "num_layers": 2, "num_heads": 4,
@@ -142,7 +143,7 @@ def main() -> int:
         opts = SentimentOptions(data=args.data, folds=args.folds, data_seed=args.data_seed, **{**model_kw, **opt_set})
         common = {"max_minutes": args.minutes, "seed": args.seed, "progress": False, "device": "cpu",
                   "out": str(Path(args.out) / name) if args.out else None, "max_steps": 30 if args.quick else None}
-        if name in ("defaults", "bigram", "bigru-bigrams", "lm"):  # the trainer's defaults, as the CLI has them
+        if name in ("defaults", "nbsvm", "bigram", "bigru-bigrams", "lm"):  # the trainer's defaults, as the CLI has them
             cfg = train_defaults(opts).replace(**common, **cfg_set)
         else:
             cfg = TrainConfig(**{"epochs": args.epochs, "monitor": "accuracy", "patience": 3, "schedule": "cosine",

@@ -15,6 +15,9 @@
   layer; in the last layer only the query row is computed.
 * :class:`BigramAttentionClassifier`: attention pooling straight over word vectors plus hashed bigram vectors
   (fastText's buckets, :func:`bigram_ids`), no recurrence: fast on a CPU, its weights still one per word.
+* :class:`NBSVMLogits`: a naive-Bayes-weighted bag of words and hashed bigrams (Wang & Manning's NBSVM), a linear
+  path any of the classifiers above can add to its logits (``nbsvm=ROWS``); its per-word part is
+  :meth:`NBSVMLogits.contributions`.
 * :func:`load_word_vectors`: pretrained vectors from a GloVe/word2vec text file, for ``pretrained=``.
 
 Axis letters: ``B`` batch, ``T`` tokens, ``R`` attention hops, ``C`` outputs (classes, or 1 for regression).
@@ -35,8 +38,8 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from ..layers import AttentionPooling, TransformerLayer, sinusoidal_positions
 
-__all__ = ["ClassifierOutput", "RNNClassifier", "TransformerClassifier", "BigramAttentionClassifier", "bigram_ids",
-           "load_word_vectors", "create_classifier", "CLASSIFIERS"]
+__all__ = ["ClassifierOutput", "RNNClassifier", "TransformerClassifier", "BigramAttentionClassifier", "NBSVMLogits",
+           "bigram_ids", "load_word_vectors", "create_classifier", "CLASSIFIERS"]
 
 log = logging.getLogger(__name__)
 
@@ -100,13 +103,15 @@ class RNNClassifier(nn.Module):
         freeze_embeddings: keep ``pretrained`` fixed.
         buckets: hashed bigram vectors added to the word vectors, as in :class:`BigramAttentionClassifier`
             (0 = none).
+        nbsvm: rows of the bigram table of an :class:`NBSVMLogits` path added to the logits (0 = none; its
+            ratios are set by ``model.nbsvm.fit(examples)``). The same in every classifier here.
     """
 
     def __init__(self, vocab_size: int, num_classes: int, *, embed_dim: int = 128, hidden_dim: int = 128,
                  cell: str = "gru", num_layers: int = 1, hops: int = 1, attn_dim: int | None = None,
                  mlp_dim: int | None = None, dropout: float = 0.5, embed_dropout: float = 0.3,
                  padding_idx: int = 0, pretrained: Tensor | None = None, freeze_embeddings: bool = False,
-                 buckets: int = 0):
+                 buckets: int = 0, nbsvm: int = 0):
         super().__init__()
         if buckets < 0:
             raise ValueError(f"buckets must be >= 0 (0 = no bigrams), got {buckets}")
@@ -128,6 +133,7 @@ class RNNClassifier(nn.Module):
         self.pool = AttentionPooling(hidden_dim, attn_dim or hidden_dim // 2, num_queries=hops)
         self.head = _head(hidden_dim * hops, num_classes, mlp_dim, dropout)
         self.hops = hops
+        self.nbsvm = _nbsvm(nbsvm, vocab_size, num_classes)
 
     def encode(self, ids: Tensor, mask: Tensor) -> Tensor:
         """The RNN states ``(B, T, hidden_dim)``, zero at padding (padding is packed away)."""
@@ -145,7 +151,7 @@ class RNNClassifier(nn.Module):
         """``ids (B, T)`` token ids, ``mask (B, T)`` bool, True at real tokens -> ``(logits (B, C), weights)``."""
         mask = _check_inputs(ids, mask)
         pooled, weights = self.pool(self.encode(ids, mask), mask)
-        return ClassifierOutput(self.head(pooled.reshape(ids.shape[0], -1)), weights)
+        return _output(self, self.head(pooled.reshape(ids.shape[0], -1)), weights, ids, mask)
 
 
 class TransformerClassifier(nn.Module):
@@ -160,13 +166,14 @@ class TransformerClassifier(nn.Module):
             over heads, are returned) or ``"attention"`` (:class:`qkv.AttentionPooling` on the last layer).
         hops: queries of the attention pooling (``pooling="attention"`` only).
         embed_dropout: on the word vectors.  activation: of the feed-forward networks, ``"gelu"`` or ``"relu"``.
-        padding_idx, pretrained, freeze_embeddings: as in :class:`RNNClassifier`.
+        padding_idx, pretrained, freeze_embeddings, nbsvm: as in :class:`RNNClassifier`.
     """
 
     def __init__(self, vocab_size: int, num_classes: int, *, dim: int = 128, num_heads: int = 4, num_layers: int = 2,
                  ffn_dim: int | None = None, dropout: float = 0.1, embed_dim: int | None = None,
                  pooling: str = "cls", hops: int = 1, embed_dropout: float = 0.1, activation: str = "gelu",
-                 padding_idx: int = 0, pretrained: Tensor | None = None, freeze_embeddings: bool = False):
+                 padding_idx: int = 0, pretrained: Tensor | None = None, freeze_embeddings: bool = False,
+                 nbsvm: int = 0):
         super().__init__()
         if pooling not in ("cls", "attention"):
             raise ValueError(f"pooling must be 'cls' or 'attention', got {pooling!r}")
@@ -190,6 +197,7 @@ class TransformerClassifier(nn.Module):
             self.cls = None
             self.pool = AttentionPooling(dim, num_queries=hops)
         self.head = _head(dim * hops, num_classes, None, dropout)
+        self.nbsvm = _nbsvm(nbsvm, vocab_size, num_classes)
         if pretrained is None:
             nn.init.normal_(self.embedding.weight, std=dim ** -0.5)
             with torch.no_grad():
@@ -205,14 +213,27 @@ class TransformerClassifier(nn.Module):
             for layer in self.layers:
                 x = layer(x, key_mask=mask)
             pooled, weights = self.pool(self.norm(x), mask)
-            return ClassifierOutput(self.head(pooled.reshape(b, -1)), weights)
+            return _output(self, self.head(pooled.reshape(b, -1)), weights, ids, mask)
         # [CLS]-style query: position 0, hidden from every query (itself included) by the key mask
         x = torch.cat([self.cls.expand(b, 1, -1).to(x.dtype), x], dim=1)
         key_mask = torch.cat([torch.zeros(b, 1, dtype=torch.bool, device=mask.device), mask], dim=1)
         for layer in self.layers[:-1]:
             x = layer(x, key_mask=key_mask)
         q, weights = self.layers[-1](x[:, :1], context=x, key_mask=key_mask, return_weights=True)
-        return ClassifierOutput(self.head(self.norm(q[:, 0])), weights[:, 0, 1:])
+        return _output(self, self.head(self.norm(q[:, 0])), weights[:, 0, 1:], ids, mask)
+
+
+def _nbsvm(buckets: int, vocab_size: int, num_classes: int) -> NBSVMLogits | None:
+    if buckets < 0:
+        raise ValueError(f"nbsvm must be >= 0 (rows of its bigram table; 0 = no NBSVM path), got {buckets}")
+    return NBSVMLogits(vocab_size, num_classes, buckets) if buckets else None
+
+
+def _output(model: nn.Module, logits: Tensor, weights: Tensor, ids: Tensor, mask: Tensor) -> ClassifierOutput:
+    """The classifier's output, its NBSVM path's logits added when it has one."""
+    if model.nbsvm is not None:
+        logits = logits + model.nbsvm(ids, mask).to(logits.dtype)
+    return ClassifierOutput(logits, weights)
 
 
 _HASH_A, _HASH_B = 1_000_003, 1_274_126_177  # odd multipliers below 2**31: every product fits in int64
@@ -232,7 +253,8 @@ def bigram_ids(ids: Tensor, mask: Tensor, buckets: int) -> Tensor:
     real = torch.zeros_like(mask)
     real[:, :-1] = mask[:, :-1] & mask[:, 1:]
     x = (a * _HASH_A + b) & 0x7FFFFFFF
-    x = ((x ^ (x >> 13)) * _HASH_B) & 0x7FFFFFFF
+    y = torch.div(x, 8192, rounding_mode="floor")  # x >> 13; then x xor y as x + y - 2 (x and y) (no xor in ONNX)
+    x = ((x + y - 2 * (x & y)) * _HASH_B) & 0x7FFFFFFF
     return torch.where(real, x % buckets + 1, torch.zeros_like(x))
 
 
@@ -244,6 +266,87 @@ def _bigram_table(buckets: int, dim: int) -> nn.Embedding | None:
     with torch.no_grad():
         table.weight[0].zero_()
     return table
+
+
+class NBSVMLogits(nn.Module):
+    """A naive-Bayes-weighted bag of words and hashed bigrams: a linear path to the logits beside the attention.
+
+    Wang & Manning, 2012, "Baselines and Bigrams: Simple, Good Sentiment and Topic Classification"
+    (https://aclanthology.org/P12-2018) scale each word and bigram feature by its log-count ratio ``r`` in the
+    training texts (:func:`log_count_ratios`) before a linear classifier (NBSVM). Here the scaling is the
+    parametrisation: class ``c``'s logit is ``b_c + sum_t r_w[w_t, c] u[w_t, c] + r_b[h_t, c] v[h_t, c]`` over the
+    words ``w_t`` and the hashed bigrams ``h_t`` (:func:`bigram_ids`), with ``u`` and ``v`` learned from 0 (weight
+    decay pulls them back to 0), so a feature the counts call telling moves fast and one they call neutral hardly
+    moves. ``r`` is a buffer (saved with the weights), 0 until :meth:`fit` reads the training texts: before that
+    the path gives its bias only. On the movie-review sentences it is as good as a TF-IDF logistic regression on
+    its own, and the attention model beside it adds what word order tells (BENCHMARKS.md).
+
+    Args:
+        vocab_size: rows of the word table (the classifier's vocabulary).
+        num_classes: ``C`` (classes only: the ratios need labels).
+        buckets: rows of the hashed bigram table.
+    """
+
+    def __init__(self, vocab_size: int, num_classes: int, buckets: int):
+        super().__init__()
+        if buckets < 1:
+            raise ValueError(f"nbsvm buckets must be >= 1, got {buckets}")
+        if num_classes < 2:
+            raise ValueError(f"the NBSVM path needs classes (num_classes >= 2), got {num_classes}")
+        self.buckets = buckets
+        self.words = nn.Parameter(torch.zeros(vocab_size, num_classes))
+        self.bigrams = nn.Parameter(torch.zeros(buckets + 1, num_classes))
+        self.bias = nn.Parameter(torch.zeros(num_classes))
+        self.register_buffer("word_ratios", torch.zeros(vocab_size, num_classes))
+        self.register_buffer("bigram_ratios", torch.zeros(buckets + 1, num_classes))
+
+    @torch.no_grad()
+    def fit(self, examples, alpha: float = 1.0) -> None:
+        """Set the ratios from ``examples`` of ``(ids, label)`` (the training split; classes ``0..C-1``)."""
+        r_words, r_bigrams = log_count_ratios(examples, self.bias.numel(), self.words.shape[0], self.buckets, alpha)
+        self.word_ratios.copy_(r_words)
+        self.bigram_ratios.copy_(r_bigrams)
+
+    def contributions(self, ids: Tensor, mask: Tensor) -> Tensor:
+        """``(B, T, C)``: what each position adds to each class's logit (its word, and the bigram it starts); 0 at
+        padding. Summed over ``T`` and added to the bias it is :meth:`forward`."""
+        b = bigram_ids(ids, mask, self.buckets)
+        words = self.words[ids] * self.word_ratios[ids] * mask.unsqueeze(-1).to(self.words.dtype)
+        return words + self.bigrams[b] * self.bigram_ratios[b]  # row 0 (no bigram) has ratio 0
+
+    def forward(self, ids: Tensor, mask: Tensor) -> Tensor:
+        """``(B, C)`` logits of the path."""
+        return self.contributions(ids, mask).sum(1) + self.bias
+
+
+def log_count_ratios(examples, num_classes: int, rows: int, buckets: int,
+                     alpha: float = 1.0) -> tuple[Tensor, Tensor]:
+    """Wang & Manning's log-count ratios ``r = log((p + a) / |p + a|_1) - log((q + a) / |q + a|_1)`` of every word
+    and hashed bigram, for each class against the rest: ``(r_words (rows, C), r_bigrams (buckets + 1, C))`` from
+    ``examples`` of ``(ids, label)``, ``p`` and ``q`` the counts of texts of the class and of the other classes
+    holding the feature (a text counts once per word or bigram it holds: binarized counts, as in NBSVM); rows no
+    text fills (padding, no bigram, empty buckets) are 0."""
+    words = torch.zeros(rows, num_classes, dtype=torch.float64)
+    bigrams = torch.zeros(buckets + 1, num_classes, dtype=torch.float64)
+    for ids, label in examples:
+        if not ids:
+            continue
+        if not 0 <= int(label) < num_classes:
+            raise ValueError(f"log-count ratios: label {label} is not a class 0..{num_classes - 1}")
+        t = torch.tensor([ids], dtype=torch.long)
+        words[torch.unique(t), label] += 1
+        if buckets:
+            b = torch.unique(bigram_ids(t, torch.ones_like(t, dtype=torch.bool), buckets))
+            bigrams[b[b > 0], label] += 1
+    return _ratios(words, alpha), _ratios(bigrams, alpha)
+
+
+def _ratios(counts: Tensor, alpha: float) -> Tensor:
+    rest = counts.sum(1, keepdim=True) - counts
+    p, q = counts + alpha, rest + alpha
+    r = (p / p.sum(0)).log() - (q / q.sum(0)).log()
+    r[counts.sum(1) == 0] = 0  # padding, and buckets no training text fills
+    return r.float()
 
 
 class BigramAttentionClassifier(nn.Module):
@@ -260,7 +363,7 @@ class BigramAttentionClassifier(nn.Module):
         vocab_size, num_classes: as in :class:`RNNClassifier`.  embed_dim: word and bigram vector size.
         buckets: rows of the bigram table (``0`` = words only).  hidden_dim: a position-wise ``tanh`` layer after
             the sum (0/None = none).  hops, attn_dim, mlp_dim, dropout, embed_dropout, padding_idx, pretrained,
-            freeze_embeddings: as in :class:`RNNClassifier` (``dropout`` is on the pooled vector).
+            freeze_embeddings, nbsvm: as in :class:`RNNClassifier` (``dropout`` is on the pooled vector).
         word_dropout: in training, each word (with its bigram) is left out of the pooling with this probability
             (the first word always stays): Iyyer et al., 2015, "Deep Unordered Composition Rivals Syntactic
             Methods for Text Classification", https://aclanthology.org/P15-1162.
@@ -270,7 +373,7 @@ class BigramAttentionClassifier(nn.Module):
                  hidden_dim: int | None = None, hops: int = 1, attn_dim: int | None = None,
                  mlp_dim: int | None = None, dropout: float = 0.5, embed_dropout: float = 0.3,
                  word_dropout: float = 0.0, padding_idx: int = 0, pretrained: Tensor | None = None,
-                 freeze_embeddings: bool = False):
+                 freeze_embeddings: bool = False, nbsvm: int = 0):
         super().__init__()
         if num_classes < 1:
             raise ValueError(f"num_classes must be >= 1, got {num_classes}")
@@ -287,6 +390,7 @@ class BigramAttentionClassifier(nn.Module):
         dim = hidden_dim or embed_dim
         self.pool = AttentionPooling(dim, attn_dim or dim, num_queries=hops)
         self.head = _head(dim * hops, num_classes, mlp_dim, dropout)
+        self.nbsvm = _nbsvm(nbsvm, vocab_size, num_classes)
 
     def forward(self, ids: Tensor, mask: Tensor | None = None) -> ClassifierOutput:
         """``ids (B, T)``, ``mask (B, T)`` bool, True at real tokens -> ``(logits (B, C), weights)``."""
@@ -301,7 +405,7 @@ class BigramAttentionClassifier(nn.Module):
             first[torch.arange(len(mask), device=mask.device), mask.float().argmax(1)] = True
             pool_mask = mask & (keep | first)
         pooled, weights = self.pool(self.hidden(self.embed_dropout(x)), pool_mask)
-        return ClassifierOutput(self.head(pooled.reshape(ids.shape[0], -1)), weights)
+        return _output(self, self.head(pooled.reshape(ids.shape[0], -1)), weights, ids, mask)
 
 
 CLASSIFIERS = {"bigru": (RNNClassifier, {"cell": "gru"}), "bilstm": (RNNClassifier, {"cell": "lstm"}),

@@ -25,14 +25,17 @@ pytest.importorskip("onnxscript")
 
 
 def _argv(app: str, changes: dict) -> list[str]:
-    """The tiny run's command of ``app`` with ``changes`` (``option: value``; None drops the option)."""
+    """The tiny run's command of ``app`` with ``changes`` (``option: value``; None drops the option, True gives the
+    bare flag)."""
     argv = list(TINY_RUNS[app])
     for option, value in changes.items():
         flag = "--" + option.replace("_", "-")
         if flag in argv:
             i = argv.index(flag)
             del argv[i:i + (2 if i + 1 < len(argv) and not argv[i + 1].startswith("--") else 1)]
-        if value is not None:
+        if value is True:
+            argv.append(flag)
+        elif value is not None:
             argv += [flag, str(value)]
     return argv
 
@@ -181,10 +184,12 @@ def test_reader_graph_gives_the_predictor_answers(exported, arch, one_thread):
         np.testing.assert_allclose(got["attention"][i, :n], np.array(w.attention), atol=1e-5)
 
 
-def test_recurrent_sentiment_graph_gives_the_predictor_logits(exported, one_thread):
+@pytest.mark.parametrize("nbsvm", [{}, {"nbsvm": True, "nbsvm_buckets": 300}], ids=["plain", "nbsvm-path"])
+def test_recurrent_sentiment_graph_gives_the_predictor_logits(exported, one_thread, nbsvm):
     from qkv.data.text_classification import collate_texts
 
-    run, out = exported("sentiment", model="bigru", dim=None, num_heads=None, hidden_dim=32)
+    run, out = exported("sentiment", model="bigru", dim=None, num_heads=None, hidden_dim=32, **nbsvm)
+    assert (load_predictor(run, device="cpu").model.nbsvm is not None) == bool(nbsvm)
     predictor = load_predictor(run, device="cpu")
     info = json.loads((out / "export.json").read_text())["graphs"]["model"]
     session = ort.InferenceSession(str(out / info["file"]), providers=["CPUExecutionProvider"])

@@ -13,37 +13,10 @@ The counts come from the training split only.
 from __future__ import annotations
 
 import torch
-from torch import Tensor
 
-from ...models.classifiers import BigramAttentionClassifier, bigram_ids
+from ...models.classifiers import BigramAttentionClassifier, log_count_ratios
 
 __all__ = ["log_count_ratios", "count_init"]
-
-
-def log_count_ratios(examples, num_classes: int, rows: int, buckets: int,
-                     alpha: float = 1.0) -> tuple[Tensor, Tensor]:
-    """``(r_words (rows, C), r_bigrams (buckets + 1, C))`` from ``examples`` of ``(ids, label)``; rows no text
-    fills (padding, no bigram, empty buckets) are 0. A text counts once per word or bigram it holds (binarized
-    counts, as in NBSVM)."""
-    words = torch.zeros(rows, num_classes, dtype=torch.float64)
-    bigrams = torch.zeros(buckets + 1, num_classes, dtype=torch.float64)
-    for ids, label in examples:
-        if not ids:
-            continue
-        t = torch.tensor([ids], dtype=torch.long)
-        words[torch.unique(t), label] += 1
-        if buckets:
-            b = torch.unique(bigram_ids(t, torch.ones_like(t, dtype=torch.bool), buckets))
-            bigrams[b[b > 0], label] += 1
-    return _ratios(words, alpha), _ratios(bigrams, alpha)
-
-
-def _ratios(counts: Tensor, alpha: float) -> Tensor:
-    rest = counts.sum(1, keepdim=True) - counts
-    p, q = counts + alpha, rest + alpha
-    r = (p / p.sum(0)).log() - (q / q.sum(0)).log()
-    r[counts.sum(1) == 0] = 0  # padding, and buckets no training text fills
-    return r.float()
 
 
 @torch.no_grad()

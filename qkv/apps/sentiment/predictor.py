@@ -25,7 +25,9 @@ __all__ = ["SentimentPrediction", "SentimentClassifier"]
 @dataclass
 class SentimentPrediction:
     """One classified text: ``label`` and its ``probability`` (or the predicted ``value`` for regression), the
-    display ``tokens`` and one attention weight per token (averaged over hops)."""
+    display ``tokens`` and one attention weight per token (averaged over hops); a model with an NBSVM path
+    (``--nbsvm``) also gives ``ngram_scores``: what each token (its word, and the bigram it starts) adds to the
+    predicted class's logit through that path, less its mean over the classes."""
 
     text: str
     label: str
@@ -35,6 +37,7 @@ class SentimentPrediction:
     weights: list[float]
     value: float | None = None
     cut: int = 0  #: tokens past the model's ``max_len``, not read (a warning is logged)
+    ngram_scores: list[float] | None = None
 
     @property
     def caption(self) -> str:
@@ -89,6 +92,11 @@ class SentimentClassifier(Predictor):
             batch = collate_texts([(x, 0) for x in ids])
             res = self.model(batch["ids"].to(self.device), batch["mask"].to(self.device))
             logits, weights = res.logits.float().cpu(), res.weights.float().cpu()
+            path = getattr(self.model, "nbsvm", None)
+            scores = None
+            if path is not None:  # per token, relative to the mean over the classes (softmax ignores a shift)
+                scores = path.contributions(batch["ids"].to(self.device), batch["mask"].to(self.device)).float().cpu()
+                scores = scores - scores.mean(-1, keepdim=True)
             if weights.dim() == 3:
                 weights = weights.mean(1)
             for i, text in enumerate(chunk):
@@ -107,18 +115,21 @@ class SentimentClassifier(Predictor):
                 k = int(probs.argmax())
                 out.append(SentimentPrediction(text, self.label_names[k], float(probs[k]),
                                       {name: float(p) for name, p in zip(self.label_names, probs, strict=True)},
-                                      tokens, w, cut=len(full[i]) - n))
+                                      tokens, w, cut=len(full[i]) - n,
+                                      ngram_scores=None if scores is None else scores[i, :n, k].tolist()))
         return out
 
     def result_row(self, result: SentimentPrediction) -> dict[str, Any]:
         """``output`` (the label and its probability, or the value), the ``label``, ``probability`` and every
         class's ``probabilities`` (or the regression's ``value``), the ``tokens`` with their attention ``weights``
-        and the tokens ``cut``."""
+        and the tokens ``cut`` (and the ``ngram_scores`` of a model with an NBSVM path)."""
         row: dict[str, Any] = {"output": result.caption, "label": result.label}
         if result.value is None:
             row.update(probability=result.probability, probabilities=result.probabilities)
         else:
             row["value"] = result.value
+        if result.ngram_scores is not None:
+            row["ngram_scores"] = result.ngram_scores
         return jsonable({**row, "tokens": result.tokens, "weights": result.weights, "cut": result.cut})
 
     def evaluate(self, data: str | None = None, *, split: str = "test", limit: int | None = None,
@@ -142,6 +153,10 @@ class SentimentClassifier(Predictor):
         if getattr(self.model, "pooling", None) == "cls":  # a [CLS] query in front of the tokens, attending over them
             tokens = {"source": ["[CLS]", *pred.tokens], "target": ["[CLS]"]}
         notes = [f"{self.options.model} sentiment model"]
+        if getattr(self.model, "nbsvm", None) is not None:
+            notes.append("a bag of words and bigrams weighted by naive Bayes (NBSVM) adds to the logits beside the "
+                         "attention: the attention shows the rest of the decision (ngram_scores: what each word "
+                         "adds)")
         if pred.cut:
             notes.append(f"the text was cut to its first {self.max_len} tokens (max_len): {pred.cut} more were not "
                          "read")

@@ -81,6 +81,8 @@ def model_spec(options: SentimentOptions, *, vocab_size: int, num_classes: int, 
     config: dict[str, Any] = {"vocab_size": vocab_size, "num_classes": num_classes, "embed_dim": embed_dim,
                               "num_layers": o.num_layers, "hops": o.hops, "dropout": o.dropout,
                               "embed_dropout": o.embed_dropout}
+    if o.nbsvm:
+        config["nbsvm"] = o.nbsvm_buckets
     if o.model == "transformer":
         config.update(dim=o.dim, num_heads=o.num_heads, ffn_dim=o.ffn_dim, pooling=o.pooling)
         return {"name": "transformer-classifier", "config": config}
@@ -233,7 +235,8 @@ class SentimentTask(ApplicationTask, name="sentiment", unit="items", options=Sen
 
     def build_model(self) -> nn.Module:
         """The classifier of :meth:`spec`; with ``vectors``, its embedding starts from the vectors of the
-        vocabulary's words; the bigram model with ``count_init`` starts from the training counts."""
+        vocabulary's words; the bigram model with ``count_init`` starts from the training counts, and the NBSVM
+        path (``nbsvm``) takes its log-count ratios from them."""
         from ...models import create
         from ...models.classifiers import load_word_vectors
 
@@ -250,6 +253,8 @@ class SentimentTask(ApplicationTask, name="sentiment", unit="items", options=Sen
             logger.info("word vectors for %d of %d tokens from %s", found, len(vocab), o.vectors)
             extra = {"pretrained": pretrained, "freeze_embeddings": o.freeze_vectors}
         model = create(spec["name"], **spec["config"], **extra)
+        if getattr(model, "nbsvm", None) is not None and "train" in self.encoded:  # the counts of the training split
+            model.nbsvm.fit(self.encoded["train"])
         if o.model == "bigram" and o.count_init and not self.data.regression and "train" in self.encoded:
             from .count_init import count_init
 
