@@ -143,7 +143,7 @@ def main() -> int:
         opts = SentimentOptions(data=args.data, folds=args.folds, data_seed=args.data_seed, **{**model_kw, **opt_set})
         common = {"max_minutes": args.minutes, "seed": args.seed, "progress": False, "device": "cpu",
                   "out": str(Path(args.out) / name) if args.out else None, "max_steps": 30 if args.quick else None}
-        if name in ("defaults", "nbsvm", "bigram", "bigru-bigrams", "lm"):  # the trainer's defaults, as the CLI has them
+        if name in ("defaults", "nbsvm", "bigram", "bigru-bigrams", "lm"):  # the trainer defaults, as in the CLI
             cfg = train_defaults(opts).replace(**common, **cfg_set)
         else:
             cfg = TrainConfig(**{"epochs": args.epochs, "monitor": "accuracy", "patience": 3, "schedule": "cosine",
