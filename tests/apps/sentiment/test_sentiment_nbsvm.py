@@ -140,6 +140,8 @@ def test_train_with_nbsvm_then_classify(tmp_path, capsys):
     written = json.loads((tmp_path / "out.json").read_text(encoding="utf-8"))
     row = written[0] if isinstance(written, list) else written["results"][0]
     assert row["ngram_scores"] == pytest.approx(pred.ngram_scores, abs=1e-6)
+    assert main(["view", str(run), text, "--out", str(tmp_path / "page.html")]) == 0
+    assert "NBSVM" in (tmp_path / "page.html").read_text(encoding="utf-8")
 
 
 def test_nbsvm_errors(tmp_path, capsys):
