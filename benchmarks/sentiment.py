@@ -4,6 +4,7 @@
     python benchmarks/sentiment.py --folds 10 --minutes 1 # 10-fold cross-validation (each fold its own budget)
     python benchmarks/sentiment.py --quick                # a few steps, a smoke test
     python benchmarks/sentiment.py --folds 10 --models lm --init runs/lm   # from a pretrained language model
+    python benchmarks/sentiment.py --folds 10 --minutes 2 --models nbsvm   # the BiGRU with the NBSVM path (--nbsvm)
 
 Data: ``../shared/data/movie-review-snippets.tsv.gz`` (10,605 sentences with a mean human rating; binary by
 sign, zeros dropped). Split: stratified 80/10/10 from ``--data-seed`` (or stratified k folds, validation carved
