@@ -99,6 +99,8 @@ FIGURES = [
     ("docs/apps/segment.md", "segment", "fcn"),
     ("docs/apps/segment.md", "segment", "latency"),
     ("docs/apps/sentiment.md", "sentiment", "bigram"),
+    ("docs/apps/sentiment.md", "sentiment", "nbsvm"),
+    ("docs/apps/sentiment.md", "sentiment", "bigram-nbsvm"),
     ("docs/apps/sentiment.md", "sentiment", "bigru"),
     ("docs/apps/sentiment.md", "sentiment", "lm-forward"),
     ("docs/apps/sentiment.md", "sentiment", "lm-two"),
