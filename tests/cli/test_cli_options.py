@@ -83,7 +83,9 @@ def _flag_args(cls, f, spec):
 @pytest.mark.parametrize("command,cls,f,spec,other,bad", list(_cases()))
 def test_an_option_that_does_not_apply_exits_2_with_one_line(command, cls, f, spec, other, bad, capsys, tmp_path):
     other_flag = "--" + other.replace("_", "-")
-    args = [*command, other_flag, str(bad), *_flag_args(cls, f, spec), "--out", str(tmp_path / "run")]
+    setting = ([other_flag] if bad else ["--no-" + other.replace("_", "-")]) if isinstance(bad, bool) else \
+        [other_flag, str(bad)]  # a yes/no option is a bare flag
+    args = [*command, *setting, *_flag_args(cls, f, spec), "--out", str(tmp_path / "run")]
     assert main(args) == 2
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and err.startswith("qkv: error: ") and "does not apply" in err

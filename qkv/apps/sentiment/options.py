@@ -71,7 +71,7 @@ class SentimentOptions:
                          help="add a naive-Bayes-weighted bag of words and bigrams (Wang & Manning's NBSVM) to the "
                          "model's logits, learned with it: the model's accuracy at least a bag-of-words model's "
                          "(BENCHMARKS.md); the attention then explains the rest of the decision")
-    nbsvm_buckets: int = option(300_000, low=1, applies=_OWN_WORDS, requires=("nbsvm",),
+    nbsvm_buckets: int = option(300_000, low=1, requires=("nbsvm",),
                                 help="the NBSVM path's hashed bigram rows (fewer rows: more bigrams share one)")
     bigram_hidden: int | None = option(None, low=1, applies={"model": ("bigram",)},
                                        help="bigram: a position-wise tanh layer of this size before the pooling")
