@@ -12,6 +12,7 @@ from .captioning import (
 from .classifiers import (
     BigramAttentionClassifier,
     ClassifierOutput,
+    NBSVMLogits,
     RNNClassifier,
     TransformerClassifier,
     create_classifier,
@@ -36,8 +37,8 @@ __all__ = [
     # images
     "ResNet", "create_resnet", "resnet18", "resnet34", "resnet50", "resnet101", "sknet50", "SmallCNN",
     # text classification
-    "ClassifierOutput", "RNNClassifier", "TransformerClassifier", "BigramAttentionClassifier", "create_classifier",
-    "load_word_vectors",
+    "ClassifierOutput", "RNNClassifier", "TransformerClassifier", "BigramAttentionClassifier", "NBSVMLogits",
+    "create_classifier", "load_word_vectors",
     # image captioning
     "CAPTION_MODELS", "CaptionOutput", "GridEncoder", "SoftCaptioner", "HardCaptioner", "FixedCaptioner",
     "TransformerCaptioner",

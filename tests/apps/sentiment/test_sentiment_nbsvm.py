@@ -10,8 +10,8 @@ import torch
 
 from qkv.apps.sentiment import SentimentClassifier, SentimentOptions, SentimentTask, model_spec
 from qkv.cli import main
-from qkv.models import BigramAttentionClassifier, RNNClassifier, TransformerClassifier
-from qkv.models.classifiers import NBSVMLogits, bigram_ids, log_count_ratios
+from qkv.models import BigramAttentionClassifier, NBSVMLogits, RNNClassifier, TransformerClassifier
+from qkv.models.classifiers import bigram_ids, log_count_ratios
 from tests.helpers import write_reviews
 
 pytestmark = pytest.mark.usefixtures("one_thread")
