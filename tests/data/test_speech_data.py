@@ -2,7 +2,6 @@
 manifest and LibriSpeech readers (file:line errors, skip and count), generated corpora (held-out texts and voices,
 the long split, the cache)."""
 
-import random
 import shutil
 
 import numpy as np
@@ -238,26 +237,6 @@ def test_generated_digits_hold_out_texts_and_voices(tmp_path_factory):
     assert info.samplerate == 16_000 and info.channels == 1 and info.duration > 0.2
     again = generate_corpus("digits", n_train=24, n_valid=4, n_test=6, n_long=3, cache=cache, seed=5)
     assert [u.audio for u in again.splits["train"]] == [u.audio for u in s["train"]]  # the cache, reused
-
-
-def test_voice_draw_gives_flite_its_share_and_every_voice_a_turn():
-    """The plan draws the engine first: flite speaks FLITE_SHARE of the training utterances whatever the number of
-    espeak-ng voices, every training voice is heard, and the test voices stay out of training."""
-    from collections import Counter
-
-    from qkv.apps.speech.synth import FLITE_SHARE, TEST_VOICES, TRAIN_VOICES, _pick_voice, _plan
-
-    rng = random.Random(int(torch.randint(0, 10**6, ())))
-    drawn = Counter(_pick_voice(rng, TRAIN_VOICES) for _ in range(20_000))
-    flite = sum(n for v, n in drawn.items() if v.startswith("flite:")) / 20_000
-    assert abs(flite - FLITE_SHARE) < 0.02 and set(drawn) == set(TRAIN_VOICES)
-    espeak = [n for v, n in drawn.items() if v.startswith("espeak:")]
-    assert max(espeak) < 2 * min(espeak)  # uniform within the engine
-    assert Counter(_pick_voice(rng, ("espeak:a", "espeak:b")) for _ in range(2000)).keys() == {"espeak:a", "espeak:b"}
-    assert not set(TRAIN_VOICES) & set(TEST_VOICES)
-    plan = _plan("digits", 400, 20, 30, 0, None, seed=int(rng.random() * 1000))
-    assert {v for split, _, v, *_ in plan if split in ("train", "valid")} <= set(TRAIN_VOICES)
-    assert {v for split, _, v, *_ in plan if split == "test"} <= set(TEST_VOICES)
 
 
 def test_sentence_texts_from_a_file(tmp_path):

@@ -5,9 +5,7 @@
 - ``sentences``: English sentences read aloud, by default the English side of Tatoeba's English-French pairs
   (``tatoeba-eng-fra.tsv.gz``), or the lines of any text file.
 
-Every utterance draws a voice (the engine first: flite speaks :data:`FLITE_SHARE` of the training utterances, then
-one of its voices; :data:`TRAIN_VOICES`: five espeak-ng accents in 24 variants each and three flite voices), a
-speaking rate and a pitch. The ``test`` split uses texts **and voices** that the
+Every utterance draws a voice, a speaking rate and a pitch. The ``test`` split uses texts **and voices** that the
 training split does not (:data:`TEST_VOICES`: accents and voice variants never heard in training, and one flite
 voice); ``valid`` holds unseen texts spoken by the training voices; ``long`` joins two or three test texts, spoken
 by the test voices, so that every one is longer than any training transcript.
@@ -43,11 +41,7 @@ __all__ = ["TRAIN_VOICES", "TEST_VOICES", "default_cache", "synthesize", "digit_
 
 CORPORA = ("digits", "sentences")
 _ESPEAK_TRAIN = ("en-us", "en-gb", "en-gb-x-rp", "en-gb-x-gbclan", "en-us-nyc")
-#: espeak-ng's voice variants (timbre, pitch, breathiness) heard in training; ``+m2``, ``+m4`` and ``+f2`` are kept
-#: for the test voices
-_VARIANTS_TRAIN = ("", "+m1", "+m3", "+m5", "+m6", "+m7", "+m8", "+f1", "+f3", "+f4", "+f5", "+klatt", "+klatt3",
-                   "+Alex", "+Andy", "+Annie", "+david", "+ed", "+john", "+linda", "+steph", "+robert", "+paul",
-                   "+grandma")
+_VARIANTS_TRAIN = ("", "+m1", "+m3", "+f1", "+f3")
 #: the voices of the training and validation splits (``engine:voice``)
 TRAIN_VOICES = tuple(f"espeak:{v}{x}" for v in _ESPEAK_TRAIN for x in _VARIANTS_TRAIN) + \
     ("flite:kal16", "flite:rms", "flite:slt")
@@ -55,7 +49,6 @@ TRAIN_VOICES = tuple(f"espeak:{v}{x}" for v in _ESPEAK_TRAIN for x in _VARIANTS_
 TEST_VOICES = ("espeak:en-gb-scotland+m2", "espeak:en-029+f2", "espeak:en-gb-x-gbcwmd+m4", "flite:awb")
 _VERSION = "1"
 NOISE_SHARE = 0.3  #: share of the training utterances with white noise added, at 15-35 dB SNR
-FLITE_SHARE = 0.25  #: share of the training and validation utterances spoken by flite (the rest by espeak-ng)
 
 _ONES = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve",
          "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen", "nineteen"]
@@ -212,16 +205,6 @@ def synthesize(text: str, voice: str, path: str | os.PathLike, *, rate: float = 
     return Path(path)
 
 
-def _pick_voice(rng: random.Random, voices: Sequence[str]) -> str:
-    """One of ``voices``: an engine first (flite with probability :data:`FLITE_SHARE` where ``voices`` has both),
-    then one of its voices, uniformly: each synthesiser is heard often enough whatever its number of voices."""
-    flite = [v for v in voices if v.startswith("flite:")]
-    espeak = [v for v in voices if not v.startswith("flite:")]
-    if flite and espeak:
-        return rng.choice(flite if rng.random() < FLITE_SHARE else espeak)
-    return rng.choice(voices)
-
-
 def _plan(corpus: str, n_train: int, n_valid: int, n_test: int, n_long: int, text: str | None,
           seed: int) -> list[tuple[str, str, str, float, float, float | None]]:
     """``(split, text, voice, rate, pitch, noise SNR in dB or None)`` of every utterance of a corpus."""
@@ -242,7 +225,7 @@ def _plan(corpus: str, n_train: int, n_valid: int, n_test: int, n_long: int, tex
 
     def draw(split: str, t: str, voices: Sequence[str]) -> tuple[str, str, str, float, float, float | None]:
         noisy = split == "train" and rng.random() < NOISE_SHARE
-        return split, t, _pick_voice(rng, voices), rng.uniform(0.85, 1.2), rng.uniform(30, 70), \
+        return split, t, rng.choice(voices), rng.uniform(0.85, 1.2), rng.uniform(30, 70), \
             rng.uniform(15, 35) if noisy else None
 
     return [draw("train", t, TRAIN_VOICES) for t in train] + [draw("valid", t, TRAIN_VOICES) for t in valid] + \
@@ -258,7 +241,7 @@ def generate_corpus(corpus: str, *, n_train: int, n_valid: int, n_test: int, n_l
     root = Path(cache).expanduser() if cache is not None else default_cache()
     source = "" if corpus == "digits" else str(Path(text).resolve() if text else _default_text())
     key = hashlib.sha1(repr((_VERSION, corpus, n_train, n_valid, n_test, n_long, source, seed, TRAIN_VOICES,
-                             TEST_VOICES, FLITE_SHARE)).encode()).hexdigest()[:12]
+                             TEST_VOICES)).encode()).hexdigest()[:12]
     manifest = root / f"{corpus}-{key}.tsv"
     plan = _plan(corpus, n_train, n_valid, n_test, n_long, text, seed)
     (root / "wav").mkdir(parents=True, exist_ok=True)
