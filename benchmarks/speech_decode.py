@@ -9,7 +9,10 @@ joined, longer than any training utterance).
 A setting is ``key=value`` pairs joined by commas: ``beam``, ``window`` (``LEFT:RIGHT`` listener frames, or
 ``none``, the default here, whatever the run's own: ``qkv transcribe`` and ``benchmarks/speech.py`` decode a
 location-aware LAS with its window 8:32 unless told otherwise), ``max_rate`` (characters per second, ``none`` for
-no limit but ``--max-len``), ``eos_threshold``, ``length_penalty``, ``ctc_weight``. Printed: a Markdown table of
+no limit but ``--max-len``), ``eos_threshold``, ``length_penalty``, ``ctc_weight``, ``words`` (a word model
+correcting the transcripts: ``train``, the run's training transcripts, or a text file) and ``words_weight``.
+``--held-out-text FILE`` writes the sentences of the run's text source (Tatoeba's English by default) without those
+of its valid, test and long splits, a word model's text that has not seen them. Printed: a Markdown table of
 WER and CER (%, jiwer) per split, and the seconds each took on one thread; ``--by-speaker`` adds a table of CER per
 voice (which held-out voices the errors come from).
 """
@@ -43,11 +46,25 @@ def parse(setting: str) -> dict:
             out[key] = 1e9 if value == "none" else float(value)
         elif key in ("beam",):
             out[key] = int(value)
-        elif key in ("eos_threshold", "length_penalty", "ctc_weight"):
+        elif key in ("eos_threshold", "length_penalty", "ctc_weight", "words_weight"):
             out[key] = float(value)
+        elif key == "words":
+            out[key] = value
         else:
             raise SystemExit(f"unknown setting {key!r} in {setting!r}")
     return out
+
+
+def write_held_out_text(t: Transcriber, path: str) -> None:
+    """The sentences of ``t``'s text source (normalised as the corpus's) less every valid, test and long text, one
+    per line."""
+    from qkv.apps.speech.synth import sentence_texts
+
+    held = {u.text for s in ("valid", "test", "long") for u in t.dataset().split(s)}
+    texts = sentence_texts(t.options.text, min_words=1, max_words=1000)
+    kept = [x for x in texts if x not in held]
+    Path(path).write_text("\n".join(kept) + "\n")
+    print(f"# {path}: {len(kept)} sentences of the text source, {len(texts) - len(kept)} held out")
 
 
 def main() -> None:
@@ -58,9 +75,13 @@ def main() -> None:
     parser.add_argument("--max-test", type=int, default=200, help="utterances per split")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--by-speaker", action="store_true", help="also the CER of each speaker (voice) per split")
+    parser.add_argument("--held-out-text", default=None, metavar="FILE", help="write the run's text source without "
+                        "the texts of its valid, test and long splits to FILE (for words=FILE)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     t = Transcriber.load(args.run, "cpu")
+    if args.held_out_text:
+        write_held_out_text(t, args.held_out_text)
     splits = args.splits.split(",")
     data = {}
     for s in splits:

@@ -37,6 +37,8 @@ class Transcript:
     #: why decoding stopped: ``"end"`` (the model ended it), or the limit it reached: ``"max_len"``, ``"max_rate"``
     #: (characters a second of audio), ``"frames"`` (4 characters a listener frame) or ``"positions"`` (the model's)
     stopped: str = "end"
+    #: the decoder's own spelling when a word model corrected ``text`` (:class:`~qkv.apps.speech.words.WordModel`)
+    spelled: str = ""
 
 
 def utterance_features(wave: Tensor, n_mels: int) -> Tensor:
@@ -60,7 +62,8 @@ def pad_features(features: Sequence[Tensor]) -> tuple[Tensor, Tensor]:
 def transcribe_batch(model: nn.Module, tokenizer, features: Sequence[Tensor], *, beam: int = 1, max_len: int = 300,
                      ctc_weight: float | None = None, length_penalty: float = 0.0, window: Sequence[int] = (),
                      max_rate: float | None = None, eos_threshold: float = 0.0, lm=None, lm_weight: float | None = None,
-                     length_reward: float = 0.0, batch_size: int = 32) -> list[Transcript]:
+                     length_reward: float = 0.0, words=None, words_weight: float | None = None,
+                     batch_size: int = 32) -> list[Transcript]:
     """Transcribe ``features`` (each ``(F, M)``) in length-sorted batches.
 
     Attention models decode with :func:`qkv.models.decoding.search` (greedy when ``beam`` is 1); with a CTC head
@@ -82,6 +85,10 @@ def transcribe_batch(model: nn.Module, tokenizer, features: Sequence[Tensor], *,
     ``.tokenizer``, of characters like the decoder's) is fused into the beam of an attention model with weight
     ``lm_weight`` (default :data:`qkv.models.fusion.DEFAULT_WEIGHT`), and ``length_reward`` per character
     (:mod:`qkv.models.fusion`); ``lm_weight = 0`` is decoding without it.
+
+    ``words`` (a :class:`~qkv.apps.speech.words.WordModel`) then corrects each transcript's words with
+    ``words_weight`` (default :data:`~qkv.apps.speech.words.DEFAULT_WORDS_WEIGHT`), the decoder's own spelling
+    kept in ``spelled``.
     """
     from ...data import BOS_ID, EOS_ID, PAD_ID
     from ...models.ctc import CTCPrefixScorer, ctc_beam_search, ctc_greedy, joint_step
@@ -172,7 +179,14 @@ def transcribe_batch(model: nn.Module, tokenizer, features: Sequence[Tensor], *,
                                         None if ctc is None else ctc[row, :s].float().cpu(), features[i],
                                         float(score), stopped=stopped)
     model.train(was_training)
-    return [results[i] for i in range(len(features))]
+    out = [results[i] for i in range(len(features))]
+    if words is not None:
+        from .words import DEFAULT_WORDS_WEIGHT
+
+        weight = DEFAULT_WORDS_WEIGHT if words_weight is None else words_weight
+        for t in out:
+            t.spelled, t.text = t.text, words.correct(t.text, weight)
+    return out
 
 
 def _tightest(bounds: dict[str, Tensor]) -> Tensor:

@@ -48,16 +48,20 @@ class Transcriber(LanguageModelFusion, Predictor):
     def predict(self, inputs: list[str | os.PathLike | Tensor], *, beam: int = 8, max_len: int = 300,
                 ctc_weight: float | None = None, window: tuple[int, ...] | None = None, max_rate: float | None = None,
                 eos_threshold: float | None = None, length_penalty: float | None = None, lm: Any = None,
-                lm_weight: float | None = None, length_reward: float = 0.0) -> list[Transcript]:
+                lm_weight: float | None = None, length_reward: float = 0.0, words: Any = None,
+                words_weight: float | None = None) -> list[Transcript]:
         """Transcripts of audio files or 16 kHz waves. ``ctc_weight``: joint CTC/attention decoding's weight (default:
         the trained one for a hybrid, none otherwise); the limits ``window``, ``max_rate``, ``eos_threshold``,
         ``length_penalty`` (:func:`~qkv.apps.speech.decode.transcribe_batch`; default: the run's options), and a
         language model fused into the beam: ``lm`` (a run directory of ``qkv train lm`` or its loaded
-        :class:`~qkv.apps.lm.LanguageModel`), ``lm_weight``, ``length_reward``. An empty input, or a bad file, is
-        a ``ValueError``."""
+        :class:`~qkv.apps.lm.LanguageModel`), ``lm_weight``, ``length_reward``; and a word model correcting the
+        transcripts: ``words`` (a text file, ``"train"`` for the run's training transcripts, or a loaded
+        :class:`~qkv.apps.speech.words.WordModel`) and ``words_weight``. An empty input, or a bad file, is a
+        ``ValueError``."""
         limits = {"window": None if window is None else tuple(window), "max_rate": max_rate,
                   "eos_threshold": eos_threshold, "length_penalty": length_penalty, "lm": lm,
-                  "lm_weight": lm_weight, "length_reward": length_reward}
+                  "lm_weight": lm_weight, "length_reward": length_reward, "words": words,
+                  "words_weight": words_weight}
         self.check_settings({"beam": beam, "max_len": max_len, "ctc_weight": ctc_weight, **_given(limits)}, "predict")
         if not inputs:
             raise ValueError("no audio to transcribe")
@@ -82,16 +86,34 @@ class Transcriber(LanguageModelFusion, Predictor):
         limits.pop("beam")
         if limits.get("lm") is not None:
             limits["lm"] = self.language_model(limits["lm"])
+        if limits.get("words") is not None:
+            limits["words"] = self.word_model(limits["words"])
         return limits
+
+    def word_model(self, words: Any) -> Any:
+        """``words`` for :meth:`predict`: a text file's :class:`~qkv.apps.speech.words.WordModel` (read once), that
+        of the run's training transcripts for ``"train"``, or a loaded model as it is."""
+        from .words import WordModel
+
+        if isinstance(words, WordModel):
+            return words
+        key, cache = str(words), vars(self).setdefault("_word_models", {})
+        if key not in cache:
+            cache[key] = WordModel(u.text for u in self.dataset().split("train")) if key == "train" else \
+                WordModel.from_file(key)
+        return cache[key]
 
     def note(self, result: Transcript, settings) -> str | None:
         return stopped_note(result.stopped, len(result.tokens), "transcript", "characters")
 
     def result_row(self, result: Transcript) -> dict[str, Any]:
         """``output`` (the transcript), the ``source`` file, the decoder's ``score`` and why it ``stopped``
-        (``end``, or the limit it reached: ``max_len``, ``max_rate``, ``frames``, ``positions``)."""
-        return jsonable({"output": result.text, "source": result.source, "score": result.score,
-                         "stopped": result.stopped})
+        (``end``, or the limit it reached: ``max_len``, ``max_rate``, ``frames``, ``positions``); with a word model,
+        the decoder's own ``spelled`` transcript."""
+        row = {"output": result.text, "source": result.source, "score": result.score, "stopped": result.stopped}
+        if result.spelled:  # a word model corrected the decoder's spelling
+            row["spelled"] = result.spelled
+        return jsonable(row)
 
     def transcribe(self, features: list[Tensor], *, beam: int = 8, max_len: int = 300,
                    ctc_weight: float | None = None, **limits) -> list[Transcript]:
@@ -127,14 +149,16 @@ class Transcriber(LanguageModelFusion, Predictor):
                  max_len: int = 300, ctc_weight: float | None = None, on_error: str = "raise",
                  window: tuple[int, ...] | None = None, max_rate: float | None = None,
                  eos_threshold: float | None = None, length_penalty: float | None = None, lm: Any = None,
-                 lm_weight: float | None = None, length_reward: float = 0.0) -> dict[str, float]:
+                 lm_weight: float | None = None, length_reward: float = 0.0, words: Any = None,
+                 words_weight: float | None = None) -> dict[str, float]:
         """WER and CER (%, ``jiwer``), exact match and the count on ``split`` of the run's data (``test``: held-out
         voices and texts; ``long``: longer than training) or on another manifest or LibriSpeech folder ``data``;
         ``on_error="skip"``: unreadable files are skipped and counted (``skipped``); the limits and language model
         as in :meth:`predict`."""
         limits = {"window": None if window is None else tuple(window), "max_rate": max_rate,
                   "eos_threshold": eos_threshold, "length_penalty": length_penalty, "lm": lm,
-                  "lm_weight": lm_weight, "length_reward": length_reward}
+                  "lm_weight": lm_weight, "length_reward": length_reward, "words": words,
+                  "words_weight": words_weight}
         self.check_settings({"beam": beam, "max_len": max_len, "ctc_weight": ctc_weight, "on_error": on_error,
                              **_given(limits)})
         utterances, rows_skipped = self._utterances(data, split, on_error)

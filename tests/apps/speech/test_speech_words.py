@@ -1,0 +1,115 @@
+"""The word model that corrects transcripts: its probabilities (summing to 1 in every context, the interpolated
+formula worked by hand), the correction (misheard words mended in context, split words joined, weight 0 a no-op),
+bad text files named, and the Transcriber's and ``qkv transcribe``'s ``words`` settings."""
+
+import gzip
+import math
+import random
+import shutil
+
+import pytest
+
+pytest.importorskip("rapidfuzz")
+
+from qkv.apps.speech.words import WordModel  # noqa: E402
+
+CORPUS = ["would you like to have a look", "he passed away quite suddenly", "i would like to have a cup of tea",
+          "have a look at this", "he passed the test", "tom is away", "do you like tea"]
+
+
+def test_probabilities_sum_to_one_in_every_context():
+    rng = random.Random(0)
+    words = ["a", "b", "c", "d", "e", "f", "g"]
+    model = WordModel([" ".join(rng.choices(words, k=rng.randint(1, 6))) for _ in range(200)])
+    unseen = model.prob("a", "b", "never-seen")
+    contexts = [("<s>", "<s>"), ("a", "b"), ("g", "g"), ("zz", "a"), ("zz", "yy")]
+    for u, v in contexts:
+        total = sum(model.prob(u, v, w) for w in [*model.vocab, "</s>"]) + model.prob(u, v, "never-seen")
+        assert total == pytest.approx(1.0, abs=1e-9), (u, v)
+    assert 0 < unseen < min(model.prob("a", "b", w) for w in model.vocab)
+
+
+def test_probability_matches_the_interpolated_formula_by_hand():
+    model = WordModel(["a b c", "a b d", "b c"], discount=0.5, add=0.1)
+    # counts: unigrams a 2, b 3, c 2, d 1, </s> 3 (N = 11, 5 kinds + 1 unseen);
+    # bigram context b: b c 2, b d 1 (count 3, 2 followers); trigram context (a, b): a b c 1, a b d 1 (2, 2)
+    uni = (2 + 0.1) / (11 + 0.1 * 6)
+    bi = (2 - 0.5) / 3 + 0.5 * 2 / 3 * uni
+    tri = (1 - 0.5) / 2 + 0.5 * 2 / 2 * bi
+    assert model.prob("a", "b", "c") == pytest.approx(tri, rel=1e-12)
+    assert model.prob("x", "b", "c") == pytest.approx(bi, rel=1e-12)  # a context never seen backs off whole
+    assert model.prob("x", "y", "c") == pytest.approx(uni, rel=1e-12)
+    with pytest.raises(ValueError, match="discount"):
+        WordModel(["a"], discount=1.0)
+    with pytest.raises(ValueError, match="at least one sentence"):
+        WordModel(["", ""])
+
+
+def test_correction_mends_misheard_words_in_context_and_joins_split_ones():
+    model = WordModel(CORPUS)
+    assert model.correct("would you like to have a lock") == "would you like to have a look"
+    assert model.correct("he passed a way quite suddenly") == "he passed away quite suddenly"
+    assert model.correct("do you lik tea") == "do you like tea"
+    assert model.correct("would you like to have a lock", 0.0) == "would you like to have a lock"
+    assert model.correct("") == ""
+    # a word far from every known one stays as the decoder spelt it
+    assert model.correct("he passed xqzvk") .split()[-1] == "xqzvk"
+    with pytest.raises(ValueError, match="weight must be >= 0"):
+        model.correct("a", -1.0)
+
+
+def test_a_text_file_is_read_and_bad_ones_are_named(tmp_path):
+    text = tmp_path / "words.txt.gz"
+    with gzip.open(text, "wt", encoding="utf-8") as f:
+        f.write("Would you like to have a look?\tVoulez-vous ...\n\nTom is away.\n")
+    model = WordModel.from_file(text)
+    assert {"would", "look", "tom", "away"} <= set(model.vocab) and "voulez-vous" not in model.vocab
+    first = [model.prob("<s>", "<s>", w) for w in ("would", "tom", "look")]
+    assert math.isclose(first[0], first[1]) and first[0] > 2 * first[2]  # the two sentences' first words
+    with pytest.raises(ValueError, match="missing.txt: no such text file"):
+        WordModel.from_file(tmp_path / "missing.txt")
+    (tmp_path / "empty.txt").write_text("\n \n")
+    with pytest.raises(ValueError, match="empty.txt: no sentence"):
+        WordModel.from_file(tmp_path / "empty.txt")
+    (tmp_path / "binary.txt").write_bytes(b"\xff\xfe\x00\x81" * 10)
+    with pytest.raises(ValueError, match="binary.txt: not a readable UTF-8 text file"):
+        WordModel.from_file(tmp_path / "binary.txt")
+
+
+def test_transcriber_corrects_with_a_word_model_and_keeps_the_spelling(tiny_run, one_thread, tmp_path, capsys):
+    if shutil.which("espeak-ng") is None or shutil.which("flite") is None:
+        pytest.skip("espeak-ng and flite are not installed (make data)")
+    import json
+
+    from qkv.apps import load_predictor
+    from qkv.apps.speech.task import read_features
+    from qkv.cli import main
+
+    run = tiny_run("speech")
+    transcriber = load_predictor(run, "cpu")
+    utterances = transcriber.utterances(split="test")[:3]
+    feats, _, _ = read_features(utterances, transcriber.options.n_mels, "raise")
+    plain = transcriber.transcribe(feats, beam=2, max_len=12)
+    text = tmp_path / "words.txt"
+    text.write_text("\n".join(u.text for u in transcriber.utterances(split="train")[:50]) + "\n")
+    model = WordModel.from_file(text)
+    corrected = transcriber.transcribe(feats, beam=2, max_len=12, words=str(text), words_weight=1.0)
+    for p, c in zip(plain, corrected, strict=True):
+        assert c.spelled == p.text and c.text == model.correct(p.text, 1.0)
+    same = transcriber.transcribe(feats, beam=2, max_len=12, words="train", words_weight=0.0)
+    assert [t.text for t in same] == [t.text for t in plain]
+    with pytest.raises(ValueError, match="words_weight goes with words|need"):
+        transcriber.transcribe(feats, words_weight=0.3)
+
+    audio = utterances[0].audio
+    assert main(["transcribe", str(run), audio, "--max-len", "12", "--words", str(text), "--json",
+                 str(tmp_path / "out.json")]) == 0
+    row = json.loads((tmp_path / "out.json").read_text())[0]
+    assert "spelled" in row and set(row["output"].split()) <= {*model.vocab, *row["spelled"].split()}
+    capsys.readouterr()
+    assert main(["transcribe", str(run), audio, "--words", str(tmp_path / "missing.txt")]) == 2
+    err = capsys.readouterr().err
+    assert "missing.txt: no such text file" in err and len(err.strip().splitlines()) == 1
+    assert main(["transcribe", str(run), audio, "--words-weight", "0.5"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("qkv: error: --words-weight") and len(err.strip().splitlines()) == 1
