@@ -11,6 +11,7 @@ import logging
 import os
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import Any, ClassVar
 
 import torch
@@ -128,6 +129,8 @@ class Predictor(ABC):
         for name, value in assets.items():
             setattr(self, name, value)
         self._data: dict[Any, Any] = {}
+        #: the run's ``assets/`` folder when read by :meth:`load` (its task's ``json_assets`` are there)
+        self.assets_dir: Path | None = None
 
     @classmethod
     def load(cls, run_dir, device: str | torch.device = "auto") -> Predictor:
@@ -139,7 +142,9 @@ class Predictor(ABC):
         run = load_run(run_dir, cls.application, cls.task_class.options_type, device,
                        upgrade=getattr(cls.task_class, "upgrade", None))
         assets = {name: load_tokenizer(run.checkpoint.assets / name) for name in cls.task_class.assets}
-        return cls(run.model, run.options, run.config, **assets)
+        predictor = cls(run.model, run.options, run.config, **assets)
+        predictor.assets_dir = run.checkpoint.assets
+        return predictor
 
     def options_for(self, data: str | None) -> Any:
         """The run's options reading ``data`` instead of its own (``None``: its own), what applied only to the old

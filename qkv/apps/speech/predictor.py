@@ -92,16 +92,26 @@ class Transcriber(LanguageModelFusion, Predictor):
 
     def word_model(self, words: Any) -> Any:
         """``words`` for :meth:`predict`: a text file's :class:`~qkv.apps.speech.words.WordModel` (read once), that
-        of the run's training transcripts for ``"train"``, or a loaded model as it is."""
+        of the run's training transcripts for ``"train"`` (:meth:`training_transcripts`), or a loaded model as it
+        is."""
         from .words import WordModel
 
         if isinstance(words, WordModel):
             return words
         key, cache = str(words), vars(self).setdefault("_word_models", {})
         if key not in cache:
-            cache[key] = WordModel(u.text for u in self.dataset().split("train")) if key == "train" else \
-                WordModel.from_file(key)
+            cache[key] = WordModel(self.training_transcripts()) if key == "train" else WordModel.from_file(key)
         return cache[key]
+
+    def training_transcripts(self) -> list[str]:
+        """The transcripts the run was trained on: kept with the run (``assets/transcripts.json``), or, for a run
+        without them, those of its data's training split."""
+        import json
+
+        kept = self.assets_dir / "transcripts.json" if self.assets_dir is not None else None
+        if kept is not None and kept.is_file():
+            return json.loads(kept.read_text(encoding="utf-8"))
+        return [u.text for u in self.dataset().split("train")]
 
     def note(self, result: Transcript, settings) -> str | None:
         return stopped_note(result.stopped, len(result.tokens), "transcript", "characters")

@@ -153,11 +153,15 @@ def evaluate_transcripts(model: nn.Module, tokenizer, features: list[Tensor], re
 class SpeechTask(ApplicationTask, name="speech", unit="chars", options=SpeechOptions, load_data=load_data,
                  model_spec=model_spec, assets=("tokenizer",)):
     """Label-smoothed cross-entropy of the attention decoder, plus (hybrid) or alone (CTC) the CTC loss; metrics:
-    character and word error rates (:func:`evaluate_transcripts`)."""
+    character and word error rates (:func:`evaluate_transcripts`). The training transcripts are kept with the run
+    (``assets/transcripts.json``): the word model that corrects its transcripts (:mod:`qkv.apps.speech.words`)."""
+
+    json_assets = ("transcripts",)
 
     def __init__(self, options: SpeechOptions, data=None):
         super().__init__(options, data)
         self.tokenizer = speech_tokenizer()
+        self.transcripts: list[str] | None = None
         self._train: _Examples | None = None
         self._batches = 0  # training batches collated (--concat-from)
         self._eval: dict[str, tuple[list[Tensor], list[str]]] = {}
@@ -170,6 +174,7 @@ class SpeechTask(ApplicationTask, name="speech", unit="chars", options=SpeechOpt
         if not feats:
             raise ValueError(f"{self.options.data}: no training utterance could be read")
         self._train = _Examples(feats, [self.tokenizer.encode(train[i].text) for i in kept])
+        self.transcripts = [train[i].text for i in kept]
 
     def train_examples(self):
         return self._train

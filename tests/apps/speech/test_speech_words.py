@@ -98,6 +98,14 @@ def test_transcriber_corrects_with_a_word_model_and_keeps_the_spelling(tiny_run,
         assert c.spelled == p.text and c.text == model.correct(p.text, 1.0)
     same = transcriber.transcribe(feats, beam=2, max_len=12, words="train", words_weight=0.0)
     assert [t.text for t in same] == [t.text for t in plain]
+    # the training transcripts travel with the run: its word model needs no data
+    kept = json.loads((transcriber.assets_dir / "transcripts.json").read_text())
+    assert kept == [u.text for u in transcriber.utterances(split="train")]
+    moved = load_predictor(run, "cpu")
+    moved.dataset = None  # the corpus is not there
+    by_run = moved.transcribe(feats, beam=2, max_len=12, words="train", words_weight=1.0)
+    by_data = [WordModel(kept).correct(t.text, 1.0) for t in plain]
+    assert [t.text for t in by_run] == by_data
     with pytest.raises(ValueError, match="words_weight goes with words|need"):
         transcriber.transcribe(feats, words_weight=0.3)
 
