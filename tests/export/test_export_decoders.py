@@ -130,7 +130,8 @@ def test_transcripts_through_onnx_runtime_equal_qkv(exported, arch, one_thread):
         want = predictor.transcribe(features, beam=beam, max_len=12)
         got = transcriber.decode([f.numpy() for f in features], beam=beam, max_len=12)
         for w, g in zip(want, got, strict=True):
-            assert predictor.tokenizer.decode(g.tokens) == w.text
+            # the graphs decode as qkv does; qkv's word model then corrects the spelling (not exported)
+            assert predictor.tokenizer.decode(g.tokens) == (w.spelled or w.text)
             assert g.score == pytest.approx(w.score, abs=1e-3)
             if w.attention is not None:
                 np.testing.assert_allclose(g.attention, w.attention.numpy(), atol=1e-4)

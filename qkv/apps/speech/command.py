@@ -82,10 +82,12 @@ def transcribe(o: TranscribeCommand) -> int:
     if plots:
         names = unique_names([Path(p).stem for p in audio])
         for name, r in zip(names, results, strict=True):
+            # the rows are the characters the decoder spelt; a word model's correction follows the arrow
+            heard = f"{r.spelled} \u2192 {r.text}" if r.spelled and r.spelled != r.text else r.text
             written = speech_alignment(r.features, r.tokens, r.attention, ctc=r.ctc,
                                        vocab=transcriber.tokenizer.tokens_of_ids(
                                            range(transcriber.tokenizer.vocab_size)),
-                                       title=f"{name}: {r.text}", path=plots / f"{name}.png")
+                                       title=f"{name}: {heard}", path=plots / f"{name}.png")
             print(f"wrote {safe(str(written))}")
     finish(transcriber, audio, results, o.json, **settings)
     return 0

@@ -172,11 +172,12 @@ class SpeechSettings(LMFusionSettings):
                                                "beam (default: the run's, 1; 0 = off)")
     words: str | None = option(None, metavar="TEXT", help="correct each transcript's words with a word trigram "
                                "model: of a text file (one sentence per line, or a TSV's first column; .gz read), "
-                               "or of the run's training transcripts ('train'); the decoder's spelling is kept as "
-                               "'spelled'")
-    words_weight: float | None = option(None, low=0, requires=("words",), help="the word model's log-probability "
-                                        "against one character edit (default 0.2, chosen on generated sentences' "
-                                        "valid split; 0: no correction)")
+                               "of the run's training transcripts ('train'), or 'none'; the decoder's spelling is "
+                               "kept as 'spelled' (default: the training transcripts the run keeps; none for a run "
+                               "that keeps none)")
+    words_weight: float | None = option(None, low=0, help="the word model's log-probability against one character "
+                                        "edit (default 0.2, chosen on generated sentences' valid split; 0: no "
+                                        "correction)")
     on_error: str | None = on_error_setting("bad audio files or manifest rows")
 
 

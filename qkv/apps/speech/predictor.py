@@ -86,18 +86,24 @@ class Transcriber(LanguageModelFusion, Predictor):
         limits.pop("beam")
         if limits.get("lm") is not None:
             limits["lm"] = self.language_model(limits["lm"])
-        if limits.get("words") is not None:
-            limits["words"] = self.word_model(limits["words"])
+        limits["words"] = None if limits.get("words_weight") == 0 else self.word_model(limits.get("words"))
         return limits
 
     def word_model(self, words: Any) -> Any:
         """``words`` for :meth:`predict`: a text file's :class:`~qkv.apps.speech.words.WordModel` (read once), that
-        of the run's training transcripts for ``"train"`` (:meth:`training_transcripts`), or a loaded model as it
-        is."""
+        of the run's training transcripts for ``"train"`` (:meth:`training_transcripts`), none for ``"none"``, or a
+        loaded model as it is; ``None``, the default: that of the transcripts the run keeps, none for a run that
+        keeps none (a run of an earlier release)."""
         from .words import WordModel
 
         if isinstance(words, WordModel):
             return words
+        if words is None:  # the default: the transcripts the run keeps, if it keeps them
+            if self._kept_transcripts() is None:
+                return None
+            words = "train"
+        if str(words) == "none":
+            return None
         key, cache = str(words), vars(self).setdefault("_word_models", {})
         if key not in cache:
             cache[key] = WordModel(self.training_transcripts()) if key == "train" else WordModel.from_file(key)
@@ -106,12 +112,18 @@ class Transcriber(LanguageModelFusion, Predictor):
     def training_transcripts(self) -> list[str]:
         """The transcripts the run was trained on: kept with the run (``assets/transcripts.json``), or, for a run
         without them, those of its data's training split."""
+        kept = self._kept_transcripts()
+        return kept if kept is not None else [u.text for u in self.dataset().split("train")]
+
+    def _kept_transcripts(self) -> list[str] | None:
         import json
 
-        kept = self.assets_dir / "transcripts.json" if self.assets_dir is not None else None
-        if kept is not None and kept.is_file():
-            return json.loads(kept.read_text(encoding="utf-8"))
-        return [u.text for u in self.dataset().split("train")]
+        path = self.assets_dir / "transcripts.json" if self.assets_dir is not None else None
+        if path is None or not path.is_file():
+            return None
+        if not hasattr(self, "_transcripts"):
+            self._transcripts = json.loads(path.read_text(encoding="utf-8"))
+        return self._transcripts
 
     def note(self, result: Transcript, settings) -> str | None:
         return stopped_note(result.stopped, len(result.tokens), "transcript", "characters")
@@ -203,7 +215,7 @@ class Transcriber(LanguageModelFusion, Predictor):
 
     def view_predict(self, x: tuple[str, Tensor], **options: Any) -> Transcript:
         """The greedy transcript of the utterance: the decoding itself is recorded."""
-        (result,) = self.transcribe([x[1]], beam=1, ctc_weight=0.0, **options)
+        (result,) = self.transcribe([x[1]], beam=1, ctc_weight=0.0, **{"words": "none", **options})
         return result
 
     def view_page(self, records: list, x: tuple[str, Tensor], result: Transcript) -> PageInput:

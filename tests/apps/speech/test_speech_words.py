@@ -89,7 +89,10 @@ def test_transcriber_corrects_with_a_word_model_and_keeps_the_spelling(tiny_run,
     transcriber = load_predictor(run, "cpu")
     utterances = transcriber.utterances(split="test")[:3]
     feats, _, _ = read_features(utterances, transcriber.options.n_mels, "raise")
-    plain = transcriber.transcribe(feats, beam=2, max_len=12)
+    plain = transcriber.transcribe(feats, beam=2, max_len=12, words="none")
+    assert all(t.spelled == "" for t in plain)
+    assert [t.text for t in transcriber.transcribe(feats, beam=2, max_len=12, words_weight=0)] == \
+        [t.text for t in plain]
     text = tmp_path / "words.txt"
     text.write_text("\n".join(u.text for u in transcriber.utterances(split="train")[:50]) + "\n")
     model = WordModel.from_file(text)
@@ -106,8 +109,10 @@ def test_transcriber_corrects_with_a_word_model_and_keeps_the_spelling(tiny_run,
     by_run = moved.transcribe(feats, beam=2, max_len=12, words="train", words_weight=1.0)
     by_data = [WordModel(kept).correct(t.text, 1.0) for t in plain]
     assert [t.text for t in by_run] == by_data
-    with pytest.raises(ValueError, match="words_weight goes with words|need"):
-        transcriber.transcribe(feats, words_weight=0.3)
+    # by default, the word model of the transcripts the run keeps
+    default = transcriber.transcribe(feats, beam=2, max_len=12)
+    assert [t.text for t in default] == [WordModel(kept).correct(t.text) for t in plain]
+    assert [t.spelled for t in default] == [t.text for t in plain]
 
     audio = utterances[0].audio
     assert main(["transcribe", str(run), audio, "--max-len", "12", "--words", str(text), "--json",
@@ -118,6 +123,6 @@ def test_transcriber_corrects_with_a_word_model_and_keeps_the_spelling(tiny_run,
     assert main(["transcribe", str(run), audio, "--words", str(tmp_path / "missing.txt")]) == 2
     err = capsys.readouterr().err
     assert "missing.txt: no such text file" in err and len(err.strip().splitlines()) == 1
-    assert main(["transcribe", str(run), audio, "--words-weight", "0.5"]) == 2
+    assert main(["transcribe", str(run), audio, "--words-weight", "-1"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("qkv: error: --words-weight") and len(err.strip().splitlines()) == 1
