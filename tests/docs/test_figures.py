@@ -124,6 +124,8 @@ FIGURES = [
     ("docs/apps/speech.md", "speech", "digits-guided"),
     ("docs/apps/speech.md", "speech", "sentences-wer"),
     ("docs/apps/speech.md", "speech", "sentences-cer"),
+    ("docs/apps/speech.md", "speech", "sentences-defaults"),
+    ("docs/apps/speech.md", "speech", "sentences-voices"),
     ("docs/apps/speech.md", "speech", "sentences-ctc"),
     ("docs/concepts/layers.md", "mods", "alibi-1024"),
     ("docs/concepts/layers.md", "mods", "alibi-4096"),
