@@ -55,9 +55,9 @@ class Transcriber(LanguageModelFusion, Predictor):
         ``length_penalty`` (:func:`~qkv.apps.speech.decode.transcribe_batch`; default: the run's options), and a
         language model fused into the beam: ``lm`` (a run directory of ``qkv train lm`` or its loaded
         :class:`~qkv.apps.lm.LanguageModel`), ``lm_weight``, ``length_reward``; and a word model correcting the
-        transcripts: ``words`` (a text file, ``"train"`` for the run's training transcripts, or a loaded
-        :class:`~qkv.apps.speech.words.WordModel`) and ``words_weight``. An empty input, or a bad file, is a
-        ``ValueError``."""
+        transcripts: ``words`` (a text file, ``"train"`` for the run's training transcripts, ``"none"``, or a loaded
+        :class:`~qkv.apps.speech.words.WordModel`; default: the transcripts the run keeps, :meth:`word_model`) and
+        ``words_weight``. An empty input, or a bad file, is a ``ValueError``."""
         limits = {"window": None if window is None else tuple(window), "max_rate": max_rate,
                   "eos_threshold": eos_threshold, "length_penalty": length_penalty, "lm": lm,
                   "lm_weight": lm_weight, "length_reward": length_reward, "words": words,
@@ -175,8 +175,8 @@ class Transcriber(LanguageModelFusion, Predictor):
                  words_weight: float | None = None) -> dict[str, float]:
         """WER and CER (%, ``jiwer``), exact match and the count on ``split`` of the run's data (``test``: held-out
         voices and texts; ``long``: longer than training) or on another manifest or LibriSpeech folder ``data``;
-        ``on_error="skip"``: unreadable files are skipped and counted (``skipped``); the limits and language model
-        as in :meth:`predict`."""
+        ``on_error="skip"``: unreadable files are skipped and counted (``skipped``); the limits, language model and
+        word model as in :meth:`predict`."""
         limits = {"window": None if window is None else tuple(window), "max_rate": max_rate,
                   "eos_threshold": eos_threshold, "length_penalty": length_penalty, "lm": lm,
                   "lm_weight": lm_weight, "length_reward": length_reward, "words": words,
