@@ -56,7 +56,8 @@ class WordModel:
                 entry = self._context.setdefault(gram[:-1], [0, 0])
                 entry[0] += count
                 entry[1] += 1
-        self._total = sum(self.unigrams.values())
+        # the unigram's denominator: N + k (V + 1)
+        self._unigram_total = sum(self.unigrams.values()) + add * (len(self.unigrams) + 1)
         self.vocab = sorted(w for w in self.unigrams if w != _EOS)
         self._candidates: dict[str, list[tuple[str, int]]] = {}
 
@@ -82,7 +83,7 @@ class WordModel:
 
     def prob(self, u: str, v: str, w: str) -> float:
         """``p(w | u v)`` (``u``, ``v``: ``"<s>"`` at the start of a sentence; ``w``: ``"</s>"`` its end)."""
-        p = (self.unigrams.get(w, 0) + self.add) / (self._total + self.add * (len(self.unigrams) + 1))
+        p = (self.unigrams.get(w, 0) + self.add) / self._unigram_total
         for context, grams, gram in (((v,), self.bigrams, (v, w)), ((u, v), self.trigrams, (u, v, w))):
             seen = self._context.get(context)
             if seen:
@@ -115,7 +116,7 @@ class WordModel:
         # partial sentences ending after decoded word i: (score, last two words, words so far)
         ends: dict[int, list[tuple[float, tuple[str, str], tuple[str, ...]]]] = {0: [(0.0, (_BOS, _BOS), ())]}
         for i in range(len(words)):
-            kept = sorted(ends.pop(i, []), key=lambda h: -h[0])[:beam]
+            kept = sorted(ends.pop(i), key=lambda h: -h[0])[:beam]  # every word is reached by one of span 1
             for span in (1, 2)[: len(words) - i]:
                 heard = "".join(words[i:i + span])
                 options = self.candidates(heard)
