@@ -46,7 +46,7 @@ def parse(setting: str) -> dict:
             out[key] = 1e9 if value == "none" else float(value)
         elif key in ("beam",):
             out[key] = int(value)
-        elif key in ("eos_threshold", "length_penalty", "ctc_weight", "words_weight"):
+        elif key in ("eos_threshold", "length_penalty", "ctc_weight", "words_weight", "words_fusion"):
             out[key] = float(value)
         elif key == "words":
             out[key] = value

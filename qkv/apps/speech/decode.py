@@ -63,7 +63,7 @@ def transcribe_batch(model: nn.Module, tokenizer, features: Sequence[Tensor], *,
                      ctc_weight: float | None = None, length_penalty: float = 0.0, window: Sequence[int] = (),
                      max_rate: float | None = None, eos_threshold: float = 0.0, lm=None, lm_weight: float | None = None,
                      length_reward: float = 0.0, words=None, words_weight: float | None = None,
-                     batch_size: int = 32) -> list[Transcript]:
+                     words_fusion: float | None = None, batch_size: int = 32) -> list[Transcript]:
     """Transcribe ``features`` (each ``(F, M)``) in length-sorted batches.
 
     Attention models decode with :func:`qkv.models.decoding.search` (greedy when ``beam`` is 1); with a CTC head
@@ -86,7 +86,9 @@ def transcribe_batch(model: nn.Module, tokenizer, features: Sequence[Tensor], *,
     ``lm_weight`` (default :data:`qkv.models.fusion.DEFAULT_WEIGHT`), and ``length_reward`` per character
     (:mod:`qkv.models.fusion`); ``lm_weight = 0`` is decoding without it.
 
-    ``words`` (a :class:`~qkv.apps.speech.words.WordModel`) then corrects each transcript's words with
+    ``words`` (a :class:`~qkv.apps.speech.words.WordModel`) is fused into the beam of an attention model with
+    weight ``words_fusion`` (:class:`~qkv.apps.speech.words.WordScorer`, look-ahead over each word's characters;
+    default :data:`~qkv.apps.speech.words.DEFAULT_WORDS_FUSION`, 0: not in the beam), then corrects each transcript's words with
     ``words_weight`` (default :data:`~qkv.apps.speech.words.DEFAULT_WORDS_WEIGHT`), the decoder's own spelling
     kept in ``spelled``.
     """
@@ -118,6 +120,7 @@ def transcribe_batch(model: nn.Module, tokenizer, features: Sequence[Tensor], *,
     if not 0 <= eos_threshold <= 1:
         raise ValueError(f"eos_threshold must be in [0, 1], got {eos_threshold}")
     fusion = _lm_fusion(lm, lm_weight, length_reward, tokenizer, attending)
+    word_scorer = _word_fusion(words, words_fusion, tokenizer, attending)
     with torch.no_grad():
         frames = [f.shape[0] for f in features]
         for start in follow_threads(range(0, len(order), batch_size),
@@ -161,6 +164,9 @@ def transcribe_batch(model: nn.Module, tokenizer, features: Sequence[Tensor], *,
                 if fusion is not None:
                     scorers.append(fusion)
                     states.append(fusion.initial_state())
+                if word_scorer is not None:
+                    scorers.append(word_scorer)
+                    states.append(word_scorer.initial_state())
                 if scorers:
                     options.update({"prefix_scorer": scorers[0] if len(scorers) == 1 else ScorerSum(scorers),
                                     "prefix_state": states[0] if len(states) == 1 else states})
@@ -204,6 +210,20 @@ def _lm_fusion(lm, weight: float | None, reward: float, tokenizer, attending: bo
         raise ValueError("a language model is fused into an attention decoder's beam (las, transformer or a hybrid "
                          "run), not into a CTC model alone")
     return fusion_scorer(lm, tokenizer, weight=weight, reward=reward, eos_id=EOS_ID)
+
+
+def _word_fusion(words, weight: float | None, tokenizer, attending: bool):
+    """The :class:`~qkv.apps.speech.words.WordScorer` of ``words`` for an attention decoder's beam, or None (no word
+    model, weight 0, or a CTC model alone, whose beam does not take it)."""
+    from ...data import EOS_ID
+    from .words import DEFAULT_WORDS_FUSION, WordScorer
+
+    weight = DEFAULT_WORDS_FUSION if weight is None else float(weight)
+    if weight < 0:
+        raise ValueError(f"words_fusion must be >= 0, got {weight}")
+    if words is None or not weight or not attending:
+        return None
+    return WordScorer(words, tokenizer.tokens_of_ids(range(tokenizer.vocab_size)), weight=weight, eos_id=EOS_ID)
 
 
 def eos_threshold_step(step, eos_id: int, gamma: float):

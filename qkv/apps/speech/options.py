@@ -178,6 +178,9 @@ class SpeechSettings(LMFusionSettings):
     words_weight: float | None = option(None, low=0, help="the word model's log-probability against one character "
                                         "edit (default 0.2, chosen on generated sentences' valid split; 0: no "
                                         "correction)")
+    words_fusion: float | None = option(None, low=0, help="attention models: the word model's weight inside the "
+                                        "beam (its log-probability spread over each word's characters with "
+                                        "look-ahead; 0: correction after decoding only)")
     on_error: str | None = on_error_setting("bad audio files or manifest rows")
 
 

@@ -49,7 +49,7 @@ class Transcriber(LanguageModelFusion, Predictor):
                 ctc_weight: float | None = None, window: tuple[int, ...] | None = None, max_rate: float | None = None,
                 eos_threshold: float | None = None, length_penalty: float | None = None, lm: Any = None,
                 lm_weight: float | None = None, length_reward: float = 0.0, words: Any = None,
-                words_weight: float | None = None) -> list[Transcript]:
+                words_weight: float | None = None, words_fusion: float | None = None) -> list[Transcript]:
         """Transcripts of audio files or 16 kHz waves. ``ctc_weight``: joint CTC/attention decoding's weight (default:
         the trained one for a hybrid, none otherwise); the limits ``window``, ``max_rate``, ``eos_threshold``,
         ``length_penalty`` (:func:`~qkv.apps.speech.decode.transcribe_batch`; default: the run's options), and a
@@ -61,7 +61,7 @@ class Transcriber(LanguageModelFusion, Predictor):
         limits = {"window": None if window is None else tuple(window), "max_rate": max_rate,
                   "eos_threshold": eos_threshold, "length_penalty": length_penalty, "lm": lm,
                   "lm_weight": lm_weight, "length_reward": length_reward, "words": words,
-                  "words_weight": words_weight}
+                  "words_weight": words_weight, "words_fusion": words_fusion}
         self.check_settings({"beam": beam, "max_len": max_len, "ctc_weight": ctc_weight, **_given(limits)}, "predict")
         if not inputs:
             raise ValueError("no audio to transcribe")
@@ -86,7 +86,8 @@ class Transcriber(LanguageModelFusion, Predictor):
         limits.pop("beam")
         if limits.get("lm") is not None:
             limits["lm"] = self.language_model(limits["lm"])
-        limits["words"] = None if limits.get("words_weight") == 0 else self.word_model(limits.get("words"))
+        off = limits.get("words_weight") == 0 and not limits.get("words_fusion")
+        limits["words"] = None if off else self.word_model(limits.get("words"))
         return limits
 
     def word_model(self, words: Any) -> Any:
@@ -172,7 +173,7 @@ class Transcriber(LanguageModelFusion, Predictor):
                  window: tuple[int, ...] | None = None, max_rate: float | None = None,
                  eos_threshold: float | None = None, length_penalty: float | None = None, lm: Any = None,
                  lm_weight: float | None = None, length_reward: float = 0.0, words: Any = None,
-                 words_weight: float | None = None) -> dict[str, float]:
+                 words_weight: float | None = None, words_fusion: float | None = None) -> dict[str, float]:
         """WER and CER (%, ``jiwer``), exact match and the count on ``split`` of the run's data (``test``: held-out
         voices and texts; ``long``: longer than training) or on another manifest or LibriSpeech folder ``data``;
         ``on_error="skip"``: unreadable files are skipped and counted (``skipped``); the limits, language model and
@@ -180,7 +181,7 @@ class Transcriber(LanguageModelFusion, Predictor):
         limits = {"window": None if window is None else tuple(window), "max_rate": max_rate,
                   "eos_threshold": eos_threshold, "length_penalty": length_penalty, "lm": lm,
                   "lm_weight": lm_weight, "length_reward": length_reward, "words": words,
-                  "words_weight": words_weight}
+                  "words_weight": words_weight, "words_fusion": words_fusion}
         self.check_settings({"beam": beam, "max_len": max_len, "ctc_weight": ctc_weight, "on_error": on_error,
                              **_given(limits)})
         utterances, rows_skipped = self._utterances(data, split, on_error)

@@ -17,11 +17,17 @@ import os
 from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
-__all__ = ["WordModel", "DEFAULT_WORDS_WEIGHT"]
+import torch
+from torch import Tensor
+
+__all__ = ["WordModel", "WordScorer", "DEFAULT_WORDS_WEIGHT", "DEFAULT_WORDS_FUSION"]
 
 #: log-probability weight per character edit (chosen on generated sentences' validation split, training voices)
 DEFAULT_WORDS_WEIGHT = 0.2
+#: the word model's weight inside the beam (:class:`WordScorer`)
+DEFAULT_WORDS_FUSION = 0.0
 _BOS, _EOS = "<s>", "</s>"
 
 
@@ -128,3 +134,136 @@ class WordModel:
                             (score + weight * math.log(self.prob(u, v, w)) - edits, (v, w), (*out, w)))
         final = [(score + weight * math.log(self.prob(u, v, _EOS)), out) for score, (u, v), out in ends[len(words)]]
         return " ".join(max(final)[1])
+
+    def distribution(self, u: str, v: str):
+        """``p(w | u v)`` of every word of :attr:`vocab` (a float64 numpy array in its sorted order), computed as
+        :meth:`prob` does, at once."""
+        import numpy as np
+
+        if not hasattr(self, "_followers"):
+            index = {w: i for i, w in enumerate(self.vocab)}
+            unigram = np.array([self.unigrams[w] + self.add for w in self.vocab], dtype=np.float64)
+            self._unigram = unigram / self._unigram_total
+            grouped: dict[tuple[str, ...], tuple[list[int], list[int]]] = {}
+            for grams in (self.bigrams, self.trigrams):
+                for gram, count in grams.items():
+                    if gram[-1] in index:
+                        ids, counts = grouped.setdefault(gram[:-1], ([], []))
+                        ids.append(index[gram[-1]])
+                        counts.append(count)
+            self._followers = {c: (np.array(i), np.array(n, dtype=np.float64)) for c, (i, n) in grouped.items()}
+        p = self._unigram
+        for context in ((v,), (u, v)):
+            seen = self._context.get(context)
+            if seen:
+                count, followers = seen
+                p = self.discount * followers / count * p
+                if context in self._followers:
+                    ids, counts = self._followers[context]
+                    p[ids] += (counts - self.discount) / count
+        return p.copy() if p is self._unigram else p
+
+
+class WordScorer:
+    """The word model inside a character decoder's beam: a :class:`~qkv.models.decoding.PrefixScorer` adding
+    ``weight * log p(word | two words before)`` over the characters of each word, with look-ahead.
+
+    Hori, Cho and Watanabe, 2018, "End-to-end Speech Recognition with Word-based RNN Language Models"
+    (https://arxiv.org/abs/1808.02608), look-ahead word model, with a trigram: a character that extends the word
+    being spelt to the prefix ``s`` scores ``log L(s) - log L(s minus its last character)``, where ``L(s)`` is the
+    probability of all the words of the vocabulary that begin with ``s`` after the words before (``L("") = 1``); the
+    space or end that closes it scores ``log p(word) - log L(word)``, so a known word costs exactly its
+    ``log p(word | u v)`` by the time it ends; a word leaving the vocabulary costs the model's unseen-word probability
+    once, its remaining characters nothing; the end also scores ``log p(</s> | v w)``.
+
+    ``tokens``: the decoder's token strings by id (characters; ``" "`` separates words); ``eos_id`` its end.
+    Tokens neither characters of words nor the separator nor the end score 0.
+    """
+
+    def __init__(self, words: WordModel, tokens: list[str], *, weight: float, eos_id: int):
+        import bisect
+
+        if weight < 0:
+            raise ValueError(f"the word model's weight in the beam must be >= 0, got {weight}")
+        self.words, self.weight, self.eos_id = words, float(weight), eos_id
+        self.tokens = list(tokens)
+        self.space = self.tokens.index(" ") if " " in self.tokens else -1
+        self.letters = [(i, t) for i, t in enumerate(self.tokens) if len(t) == 1 and t != " " and i != eos_id
+                        and not (t.startswith("<") and t.endswith(">"))]
+        self._bisect = bisect.bisect_left
+        self._cum: dict[tuple[str, str], Any] = {}
+        self._ranges: dict[str, tuple[int, int]] = {}
+        self._parsed: dict[tuple[int, ...], tuple[str, str, str, bool]] = {(): (_BOS, _BOS, "", False)}
+        self._scores: dict[tuple[str, str, str, bool], Any] = {}
+
+    def initial_state(self) -> None:
+        return None
+
+    def _range(self, prefix: str) -> tuple[int, int]:
+        if prefix not in self._ranges:
+            vocab = self.words.vocab
+            self._ranges[prefix] = (self._bisect(vocab, prefix), self._bisect(vocab, prefix + "\U0010ffff"))
+        return self._ranges[prefix]
+
+    def _ahead(self, u: str, v: str, prefix: str) -> float:
+        """``L(prefix)``: the probability of the words beginning with ``prefix`` after ``u v``."""
+        import numpy as np
+
+        if not prefix:
+            return 1.0
+        if (u, v) not in self._cum:
+            self._cum[u, v] = np.concatenate([[0.0], np.cumsum(self.words.distribution(u, v))])
+        lo, hi = self._range(prefix)
+        cum = self._cum[u, v]
+        return float(cum[hi] - cum[lo])
+
+    def _parse(self, ids: tuple[int, ...]) -> tuple[str, str, str, bool]:
+        """``(u, v, word being spelt, whether it left the vocabulary)`` after the tokens ``ids``."""
+        if ids not in self._parsed:
+            u, v, partial, outside = self._parse(ids[:-1])
+            token = ids[-1]
+            if token == self.space:
+                u, v, partial, outside = v, partial, "", False
+            elif 0 <= token < len(self.tokens) and token != self.eos_id:
+                partial = partial + self.tokens[token]
+                outside = outside or self._ahead(u, v, partial) <= 0
+            self._parsed[ids] = (u, v, partial, outside)
+        return self._parsed[ids]
+
+    def _row(self, key: tuple[str, str, str, bool]):
+        """The scores ``(V,)`` of every next token after the state ``key`` (weighted)."""
+        if key not in self._scores:
+            u, v, partial, outside = key
+            scores = [0.0] * len(self.tokens)
+            unseen = math.log(self.words.prob(u, v, "\x00"))
+            here = self._ahead(u, v, partial)
+            if not outside:
+                for i, t in self.letters:
+                    ahead = self._ahead(u, v, partial + t)
+                    scores[i] = math.log(ahead / here) if ahead > 0 else unseen - math.log(here)
+            if outside:
+                close, w = 0.0, partial
+            elif not partial:  # nothing spelt: an empty word
+                close, w = unseen, ""
+            elif self._exact(partial):
+                close, w = math.log(self.words.prob(u, v, partial) / here), partial
+            else:  # a prefix, not a word
+                close, w = unseen - math.log(here), partial
+            if self.space >= 0:
+                scores[self.space] = close
+            if 0 <= self.eos_id < len(scores):
+                scores[self.eos_id] = (close + math.log(self.words.prob(v, w, _EOS))) if partial else \
+                    math.log(self.words.prob(u, v, _EOS))
+            self._scores[key] = torch.tensor(scores) * self.weight
+        return self._scores[key]
+
+    def _exact(self, word: str) -> bool:
+        lo, hi = self._range(word)
+        return lo < hi and self.words.vocab[lo] == word
+
+    def __call__(self, prefixes: Tensor, state: None) -> tuple[Tensor, None]:
+        rows = [self._row(self._parse(tuple(p))) for p in prefixes.tolist()]
+        return torch.stack(rows).to(prefixes.device), None
+
+    def select(self, candidates: None, rows: Tensor, tokens: Tensor) -> None:
+        return None
