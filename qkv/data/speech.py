@@ -60,11 +60,14 @@ class Utterance:
 
 @dataclass
 class SpeechCorpus:
-    """Named splits of utterances (``train``, ``valid``, ``test``; generated corpora also ``long``) and how many
-    records were skipped (``on_error="skip"``), by reason."""
+    """Named splits of utterances (``train``, ``valid``, ``test``; generated corpora also ``long``), how many
+    records were skipped (``on_error="skip"``), by reason, and text without audio (``texts``)."""
 
     splits: dict[str, list[Utterance]]
     skipped: dict[str, int] = field(default_factory=dict)
+    #: sentences of the corpus's language that no utterance speaks (a generated corpus's text source less every
+    #: split's texts): text for a word model, never any split's
+    texts: list[str] = field(default_factory=list)
 
     def split(self, name: str) -> list[Utterance]:
         if name not in self.splits:

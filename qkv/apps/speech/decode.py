@@ -88,9 +88,9 @@ def transcribe_batch(model: nn.Module, tokenizer, features: Sequence[Tensor], *,
 
     ``words`` (a :class:`~qkv.apps.speech.words.WordModel`) is fused into the beam of an attention model with
     weight ``words_fusion`` (:class:`~qkv.apps.speech.words.WordScorer`, look-ahead over each word's characters;
-    default :data:`~qkv.apps.speech.words.DEFAULT_WORDS_FUSION`, 0: not in the beam), then corrects each transcript's words with
-    ``words_weight`` (default :data:`~qkv.apps.speech.words.DEFAULT_WORDS_WEIGHT`), the decoder's own spelling
-    kept in ``spelled``.
+    default :data:`~qkv.apps.speech.words.DEFAULT_WORDS_FUSION`, 0: not in the beam), then corrects each
+    transcript's words with ``words_weight`` (default :data:`~qkv.apps.speech.words.DEFAULT_WORDS_WEIGHT`), the
+    decoder's own spelling kept in ``spelled``.
     """
     from ...data import BOS_ID, EOS_ID, PAD_ID
     from ...models.ctc import CTCPrefixScorer, ctc_beam_search, ctc_greedy, joint_step

@@ -86,45 +86,57 @@ class Transcriber(LanguageModelFusion, Predictor):
         limits.pop("beam")
         if limits.get("lm") is not None:
             limits["lm"] = self.language_model(limits["lm"])
-        off = limits.get("words_weight") == 0 and not limits.get("words_fusion")
+        from .words import DEFAULT_WORDS_FUSION
+
+        fusion = limits.get("words_fusion")
+        off = limits.get("words_weight") == 0 and not (DEFAULT_WORDS_FUSION if fusion is None else fusion)
         limits["words"] = None if off else self.word_model(limits.get("words"))
         return limits
 
     def word_model(self, words: Any) -> Any:
         """``words`` for :meth:`predict`: a text file's :class:`~qkv.apps.speech.words.WordModel` (read once), that
         of the run's training transcripts for ``"train"`` (:meth:`training_transcripts`), none for ``"none"``, or a
-        loaded model as it is; ``None``, the default: that of the transcripts the run keeps, none for a run that
-        keeps none (a run of an earlier release)."""
+        loaded model as it is; ``None``, the default: that of the text the run keeps (:meth:`kept_text`: its
+        training transcripts and its corpus's sentences that no split speaks), none for a run that keeps none (a
+        run of an earlier release)."""
         from .words import WordModel
 
         if isinstance(words, WordModel):
             return words
-        if words is None:  # the default: the transcripts the run keeps, if it keeps them
-            if self._kept_transcripts() is None:
+        if words is None:  # the default: the text the run keeps, if it keeps any
+            if self._kept("transcripts") is None:
                 return None
-            words = "train"
+            words = _KEPT
         if str(words) == "none":
             return None
         key, cache = str(words), vars(self).setdefault("_word_models", {})
         if key not in cache:
-            cache[key] = WordModel(self.training_transcripts()) if key == "train" else WordModel.from_file(key)
+            cache[key] = WordModel(self.training_transcripts()) if key == "train" else \
+                WordModel(self.kept_text()) if key == _KEPT else WordModel.from_file(key)
         return cache[key]
 
     def training_transcripts(self) -> list[str]:
         """The transcripts the run was trained on: kept with the run (``assets/transcripts.json``), or, for a run
         without them, those of its data's training split."""
-        kept = self._kept_transcripts()
+        kept = self._kept("transcripts")
         return kept if kept is not None else [u.text for u in self.dataset().split("train")]
 
-    def _kept_transcripts(self) -> list[str] | None:
+    def kept_text(self) -> list[str]:
+        """The default word model's sentences: the training transcripts (:meth:`training_transcripts`) and the
+        sentences of a generated corpus's text source that no split speaks (``assets/texts.json``; text only,
+        never a valid or test text)."""
+        return self.training_transcripts() + (self._kept("texts") or [])
+
+    def _kept(self, name: str) -> list[str] | None:
+        """The json asset ``name`` of the run (read once), None where it has none."""
         import json
 
-        path = self.assets_dir / "transcripts.json" if self.assets_dir is not None else None
-        if path is None or not path.is_file():
-            return None
-        if not hasattr(self, "_transcripts"):
-            self._transcripts = json.loads(path.read_text(encoding="utf-8"))
-        return self._transcripts
+        cache = vars(self).setdefault("_kept_assets", {})
+        if name not in cache:
+            path = self.assets_dir / f"{name}.json" if self.assets_dir is not None else None
+            cache[name] = json.loads(path.read_text(encoding="utf-8")) if path is not None and path.is_file() \
+                else None
+        return cache[name]
 
     def note(self, result: Transcript, settings) -> str | None:
         return stopped_note(result.stopped, len(result.tokens), "transcript", "characters")
@@ -231,6 +243,10 @@ class Transcriber(LanguageModelFusion, Predictor):
                  else f"{self.options.model} speech model", "greedy decoding; source positions are listener frames"]
         notes += [n for n in [self.note(result, {})] if n]
         return PageInput(records, tokens, title=f"{Path(str(audio)).name} \u2192 {result.text}", notes=notes)
+
+
+#: the word models' cache key of the text the run keeps (no file's name)
+_KEPT = "\0kept"
 
 
 def _given(settings: dict[str, Any]) -> dict[str, Any]:

@@ -206,8 +206,9 @@ def synthesize(text: str, voice: str, path: str | os.PathLike, *, rate: float = 
 
 
 def _plan(corpus: str, n_train: int, n_valid: int, n_test: int, n_long: int, text: str | None,
-          seed: int) -> list[tuple[str, str, str, float, float, float | None]]:
-    """``(split, text, voice, rate, pitch, noise SNR in dB or None)`` of every utterance of a corpus."""
+          seed: int) -> tuple[list[tuple[str, str, str, float, float, float | None]], list[str]]:
+    """``(split, text, voice, rate, pitch, noise SNR in dB or None)`` of every utterance of a corpus, and the texts
+    no utterance speaks (those of the text source after the splits'; none for digits)."""
     need = n_train + n_valid + n_test
     texts = digit_texts(need, seed) if corpus == "digits" else sentence_texts(text, seed=seed)
     if len(texts) < need:
@@ -228,8 +229,9 @@ def _plan(corpus: str, n_train: int, n_valid: int, n_test: int, n_long: int, tex
         return split, t, rng.choice(voices), rng.uniform(0.85, 1.2), rng.uniform(30, 70), \
             rng.uniform(15, 35) if noisy else None
 
-    return [draw("train", t, TRAIN_VOICES) for t in train] + [draw("valid", t, TRAIN_VOICES) for t in valid] + \
+    plan = [draw("train", t, TRAIN_VOICES) for t in train] + [draw("valid", t, TRAIN_VOICES) for t in valid] + \
         [draw(split, t, TEST_VOICES) for split, part in (("test", test), ("long", long)) for t in part]
+    return plan, [] if corpus == "digits" else texts[need:]
 
 
 def generate_corpus(corpus: str, *, n_train: int, n_valid: int, n_test: int, n_long: int = 0, text: str | None = None,
@@ -243,7 +245,7 @@ def generate_corpus(corpus: str, *, n_train: int, n_valid: int, n_test: int, n_l
     key = hashlib.sha1(repr((_VERSION, corpus, n_train, n_valid, n_test, n_long, source, seed, TRAIN_VOICES,
                              TEST_VOICES)).encode()).hexdigest()[:12]
     manifest = root / f"{corpus}-{key}.tsv"
-    plan = _plan(corpus, n_train, n_valid, n_test, n_long, text, seed)
+    plan, unspoken = _plan(corpus, n_train, n_valid, n_test, n_long, text, seed)
     (root / "wav").mkdir(parents=True, exist_ok=True)
     jobs = []
     for split, t, voice, rate, pitch, snr in plan:
@@ -261,4 +263,4 @@ def generate_corpus(corpus: str, *, n_train: int, n_valid: int, n_test: int, n_l
     for number, (split, u, *_) in enumerate(jobs, 2):
         u.where = f"{manifest}:{number}"
         splits[split].append(u)
-    return SpeechCorpus(splits)
+    return SpeechCorpus(splits, texts=unspoken)

@@ -154,14 +154,16 @@ class SpeechTask(ApplicationTask, name="speech", unit="chars", options=SpeechOpt
                  model_spec=model_spec, assets=("tokenizer",)):
     """Label-smoothed cross-entropy of the attention decoder, plus (hybrid) or alone (CTC) the CTC loss; metrics:
     character and word error rates (:func:`evaluate_transcripts`). The training transcripts are kept with the run
-    (``assets/transcripts.json``): the word model that corrects its transcripts (:mod:`qkv.apps.speech.words`)."""
+    (``assets/transcripts.json``), and a generated corpus's sentences that no split speaks (``assets/texts.json``):
+    the text of the word model that decodes with it (:mod:`qkv.apps.speech.words`)."""
 
-    json_assets = ("transcripts",)
+    json_assets = ("transcripts", "texts")
 
     def __init__(self, options: SpeechOptions, data=None):
         super().__init__(options, data)
         self.tokenizer = speech_tokenizer()
         self.transcripts: list[str] | None = None
+        self.texts: list[str] | None = None
         self._train: _Examples | None = None
         self._batches = 0  # training batches collated (--concat-from)
         self._eval: dict[str, tuple[list[Tensor], list[str]]] = {}
@@ -175,6 +177,7 @@ class SpeechTask(ApplicationTask, name="speech", unit="chars", options=SpeechOpt
             raise ValueError(f"{self.options.data}: no training utterance could be read")
         self._train = _Examples(feats, [self.tokenizer.encode(train[i].text) for i in kept])
         self.transcripts = [train[i].text for i in kept]
+        self.texts = list(self.data.texts) or None
 
     def train_examples(self):
         return self._train

@@ -26,8 +26,8 @@ __all__ = ["WordModel", "WordScorer", "DEFAULT_WORDS_WEIGHT", "DEFAULT_WORDS_FUS
 
 #: log-probability weight per character edit (chosen on generated sentences' validation split, training voices)
 DEFAULT_WORDS_WEIGHT = 0.2
-#: the word model's weight inside the beam (:class:`WordScorer`)
-DEFAULT_WORDS_FUSION = 0.0
+#: the word model's weight inside the beam (:class:`WordScorer`; chosen on generated sentences' validation split)
+DEFAULT_WORDS_FUSION = 0.4
 _BOS, _EOS = "<s>", "</s>"
 
 
@@ -177,7 +177,7 @@ class WordScorer:
     once, its remaining characters nothing; the end also scores ``log p(</s> | v w)``.
 
     ``tokens``: the decoder's token strings by id (characters; ``" "`` separates words); ``eos_id`` its end.
-    Tokens neither characters of words nor the separator nor the end score 0.
+    Any other token (``<unk>``) is spelt like a character that no word of the vocabulary has there.
     """
 
     def __init__(self, words: WordModel, tokens: list[str], *, weight: float, eos_id: int):
@@ -188,8 +188,8 @@ class WordScorer:
         self.words, self.weight, self.eos_id = words, float(weight), eos_id
         self.tokens = list(tokens)
         self.space = self.tokens.index(" ") if " " in self.tokens else -1
-        self.letters = [(i, t) for i, t in enumerate(self.tokens) if len(t) == 1 and t != " " and i != eos_id
-                        and not (t.startswith("<") and t.endswith(">"))]
+        # every other token spells: a special one (<unk>) leaves the vocabulary like a letter no word has there
+        self.letters = [(i, t) for i, t in enumerate(self.tokens) if i not in (self.space, eos_id)]
         self._bisect = bisect.bisect_left
         self._cum: dict[tuple[str, str], Any] = {}
         self._ranges: dict[str, tuple[int, int]] = {}
@@ -249,12 +249,15 @@ class WordScorer:
                 close, w = math.log(self.words.prob(u, v, partial) / here), partial
             else:  # a prefix, not a word
                 close, w = unseen - math.log(here), partial
+            close = self.weight * close
             if self.space >= 0:
                 scores[self.space] = close
             if 0 <= self.eos_id < len(scores):
-                scores[self.eos_id] = (close + math.log(self.words.prob(v, w, _EOS))) if partial else \
-                    math.log(self.words.prob(u, v, _EOS))
-            self._scores[key] = torch.tensor(scores) * self.weight
+                scores[self.eos_id] = (close + self.weight * math.log(self.words.prob(v, w, _EOS))) if partial \
+                    else self.weight * math.log(self.words.prob(u, v, _EOS))
+            for i, _ in self.letters:
+                scores[i] *= self.weight
+            self._scores[key] = torch.tensor(scores)
         return self._scores[key]
 
     def _exact(self, word: str) -> bool:
