@@ -45,7 +45,7 @@ class Transcriber(LanguageModelFusion, Predictor):
             raise ValueError(f"a wave must be a non-empty (T,) tensor at 16 kHz, got {tuple(wave.shape)}")
         return utterance_features(wave.float(), self.options.n_mels)
 
-    def predict(self, inputs: list[str | os.PathLike | Tensor], *, beam: int = 8, max_len: int = 300,
+    def predict(self, inputs: list[str | os.PathLike | Tensor], *, beam: int = 16, max_len: int = 300,
                 ctc_weight: float | None = None, window: tuple[int, ...] | None = None, max_rate: float | None = None,
                 eos_threshold: float | None = None, length_penalty: float | None = None, lm: Any = None,
                 lm_weight: float | None = None, length_reward: float = 0.0, words: Any = None,
@@ -150,7 +150,7 @@ class Transcriber(LanguageModelFusion, Predictor):
             row["spelled"] = result.spelled
         return jsonable(row)
 
-    def transcribe(self, features: list[Tensor], *, beam: int = 8, max_len: int = 300,
+    def transcribe(self, features: list[Tensor], *, beam: int = 16, max_len: int = 300,
                    ctc_weight: float | None = None, **limits) -> list[Transcript]:
         """:meth:`predict` on features already read (each ``(F, n_mels)``)."""
         if ctc_weight is None:
@@ -180,7 +180,7 @@ class Transcriber(LanguageModelFusion, Predictor):
             return self.dataset(data).split(split), 0
         raise ValueError(f"no such manifest or folder: {data}")
 
-    def evaluate(self, data: str | None = None, *, split: str = "test", limit: int | None = None, beam: int = 8,
+    def evaluate(self, data: str | None = None, *, split: str = "test", limit: int | None = None, beam: int = 16,
                  max_len: int = 300, ctc_weight: float | None = None, on_error: str = "raise",
                  window: tuple[int, ...] | None = None, max_rate: float | None = None,
                  eos_threshold: float | None = None, length_penalty: float | None = None, lm: Any = None,

@@ -231,15 +231,15 @@ def test_options_refuse_what_does_not_apply():
     assert decoding_options(SpeechOptions(ctc_weight=0))["window"] == (8, 32)
     assert SpeechOptions(model="transformer").ctc_weight == 0 and SpeechOptions(model="ctc").ctc_weight is None
     assert (SpeechOptions().warp, SpeechOptions(model="ctc").warp, SpeechOptions(warp=0).warp) == (0.1, 0.0, 0.0)
-    # decoding: beam 8 and a length penalty of 1 unless given (the settings, the Python methods and the run's options)
+    # decoding: beam 16 and a length penalty of 1 unless given (the settings, the Python methods and the run's options)
     import inspect
 
     from qkv.apps.speech import Transcriber
     from qkv.apps.speech.options import SpeechSettings
 
-    assert SpeechSettings().beam == 8 and SpeechOptions().length_penalty == 1.0
+    assert SpeechSettings().beam == 16 and SpeechOptions().length_penalty == 1.0
     for method in (Transcriber.predict, Transcriber.evaluate, Transcriber.transcribe):
-        assert inspect.signature(method).parameters["beam"].default == 8, method.__name__
+        assert inspect.signature(method).parameters["beam"].default == 16, method.__name__
     assert decoding_options(SpeechOptions(score="content"))["window"] == ()
     assert decoding_options(SpeechOptions(ctc_weight=0.3), window=(2, 4))["window"] == (2, 4)
 
