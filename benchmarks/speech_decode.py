@@ -9,12 +9,13 @@ joined, longer than any training utterance).
 A setting is ``key=value`` pairs joined by commas: ``beam``, ``window`` (``LEFT:RIGHT`` listener frames, or
 ``none``, the default here, whatever the run's own: ``qkv transcribe`` and ``benchmarks/speech.py`` decode a
 location-aware LAS with its window 8:32 unless told otherwise), ``max_rate`` (characters per second, ``none`` for
-no limit but ``--max-len``), ``eos_threshold``, ``length_penalty``, ``ctc_weight``, ``words`` (a word model
-correcting the transcripts: ``train``, the run's training transcripts, or a text file) and ``words_weight``.
+no limit but ``--max-len``), ``eos_threshold``, ``length_penalty``, ``ctc_weight``, ``words`` (a word model in the
+beam and correcting the transcripts: ``train``, the run's training transcripts, ``none``, or a text file; by
+default the text the run keeps), ``words_fusion`` (its weight in the beam) and ``words_weight`` (the correction's).
 ``--held-out-text FILE`` writes the sentences of the run's text source (Tatoeba's English by default) without those
 of its valid, test and long splits, a word model's text that has not seen them. Printed: a Markdown table of
-WER and CER (%, jiwer) per split, and the seconds each took on one thread; ``--by-speaker`` adds a table of CER per
-voice (which held-out voices the errors come from).
+WER and CER (%, jiwer) per split, and the seconds each took on one thread; ``--by-speaker`` adds a table of WER and
+CER per voice (which held-out voices the errors come from).
 """
 
 from __future__ import annotations
@@ -74,7 +75,8 @@ def main() -> None:
     parser.add_argument("--splits", default="test,long")
     parser.add_argument("--max-test", type=int, default=200, help="utterances per split")
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--by-speaker", action="store_true", help="also the CER of each speaker (voice) per split")
+    parser.add_argument("--by-speaker", action="store_true",
+                        help="also the WER and CER of each speaker (voice) per split")
     parser.add_argument("--held-out-text", default=None, metavar="FILE", help="write the run's text source without "
                         "the texts of its valid, test and long splits to FILE (for words=FILE)")
     args = parser.parse_args()
@@ -104,13 +106,13 @@ def main() -> None:
             cells.append(f"{m['wer']:.1f} | {m['cer']:.1f}")
             for who in sorted(set(speakers)) if args.by_speaker else ():
                 mine = [i for i, v in enumerate(speakers) if v == who]
-                cer = speech_metrics([hyps[i] for i in mine], [refs[i] for i in mine])["cer"]
-                per_speaker.append((setting, s, who, len(mine), cer))
+                m = speech_metrics([hyps[i] for i in mine], [refs[i] for i in mine])
+                per_speaker.append((setting, s, who, len(mine), m["wer"], m["cer"]))
         print(f"| {setting} | {' | '.join(cells)} | {time.time() - started:.0f} |", flush=True)
     if args.by_speaker:
-        print("\n| decoding | split | speaker | utterances | CER |\n|---|---|---|---|---|")
-        for setting, s, who, n, cer in per_speaker:
-            print(f"| {setting} | {s} | {who} | {n} | {cer:.1f} |")
+        print("\n| decoding | split | speaker | utterances | WER | CER |\n|---|---|---|---|---|---|")
+        for setting, s, who, n, wer, cer in per_speaker:
+            print(f"| {setting} | {s} | {who} | {n} | {wer:.1f} | {cer:.1f} |")
 
 
 if __name__ == "__main__":

@@ -12,8 +12,9 @@ hybrid, decoded jointly with CTC prefix scores), ``ctc`` (no attention; best pat
 ``transformer``. Decoding holds on long utterances with a window around the previous attention's median (the
 location-aware LAS's default), at most ``max_rate`` characters a second, an ``<eos>`` threshold and length
 normalisation (:func:`transcribe_batch`); training can join utterances two by two (``concat``). A word trigram
-model of the run's training transcripts (or of any text) then corrects the decoded words
-(:class:`~qkv.apps.speech.words.WordModel`; ``words``, ``words_weight``).
+model of the text the run keeps (its training transcripts and its corpus's unspoken sentences; or of any text)
+scores the words in the beam, then corrects the decoded words (:class:`~qkv.apps.speech.words.WordModel`,
+:class:`~qkv.apps.speech.words.WordScorer`; ``words``, ``words_fusion``, ``words_weight``).
 
 Its parts under the contract of :mod:`qkv.apps.base`: :class:`SpeechTask` (the trainer's task),
 :class:`Transcriber` (a run read back: ``predict``, ``evaluate``, ``view``, ``result_row``; command-line inputs are

@@ -37,7 +37,8 @@ class Transcript:
     #: why decoding stopped: ``"end"`` (the model ended it), or the limit it reached: ``"max_len"``, ``"max_rate"``
     #: (characters a second of audio), ``"frames"`` (4 characters a listener frame) or ``"positions"`` (the model's)
     stopped: str = "end"
-    #: the decoder's own spelling when a word model corrected ``text`` (:class:`~qkv.apps.speech.words.WordModel`)
+    #: the beam's own transcript when a word model corrected ``text`` after it
+    #: (:meth:`~qkv.apps.speech.words.WordModel.correct`)
     spelled: str = ""
 
 

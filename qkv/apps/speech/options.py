@@ -170,17 +170,19 @@ class SpeechSettings(LMFusionSettings):
     length_penalty: float | None = option(None, low=0, excludes={"beam": (1,)},
                                           help="beam > 1: Wu et al.'s length normalisation alpha, ranking the final "
                                                "beam (default: the run's, 1; 0 = off)")
-    words: str | None = option(None, metavar="TEXT", help="correct each transcript's words with a word trigram "
-                               "model: of a text file (one sentence per line, or a TSV's first column; .gz read), "
-                               "of the run's training transcripts ('train'), or 'none'; the decoder's spelling is "
-                               "kept as 'spelled' (default: the training transcripts the run keeps; none for a run "
-                               "that keeps none)")
-    words_weight: float | None = option(None, low=0, help="the word model's log-probability against one character "
-                                        "edit (default 0.2, chosen on generated sentences' valid split; 0: no "
-                                        "correction)")
-    words_fusion: float | None = option(None, low=0, help="attention models: the word model's weight inside the "
-                                        "beam (its log-probability spread over each word's characters with "
-                                        "look-ahead; 0: correction after decoding only)")
+    words: str | None = option(None, metavar="TEXT", help="a word trigram model in the beam and correcting its "
+                               "transcripts: of a text file (one sentence per line, or a TSV's first column; .gz "
+                               "read), of the run's training transcripts ('train'), or 'none'; the beam's own "
+                               "transcript is kept as 'spelled' (default: the text the run keeps, its training "
+                               "transcripts and its corpus's sentences that no split speaks; none for a run that "
+                               "keeps none)")
+    words_weight: float | None = option(None, low=0, help="the correction after the beam: the word model's "
+                                        "log-probability against one character edit (default 0.2, chosen on "
+                                        "generated sentences' valid split; 0: no correction)")
+    words_fusion: float | None = option(None, low=0, help="attention models: the word model's weight in the beam "
+                                        "(its log-probability spread over each word's characters with look-ahead; "
+                                        "default 0.4, chosen on generated sentences' valid split; 0: not in the "
+                                        "beam)")
     on_error: str | None = on_error_setting("bad audio files or manifest rows")
 
 

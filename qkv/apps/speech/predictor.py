@@ -54,10 +54,11 @@ class Transcriber(LanguageModelFusion, Predictor):
         the trained one for a hybrid, none otherwise); the limits ``window``, ``max_rate``, ``eos_threshold``,
         ``length_penalty`` (:func:`~qkv.apps.speech.decode.transcribe_batch`; default: the run's options), and a
         language model fused into the beam: ``lm`` (a run directory of ``qkv train lm`` or its loaded
-        :class:`~qkv.apps.lm.LanguageModel`), ``lm_weight``, ``length_reward``; and a word model correcting the
-        transcripts: ``words`` (a text file, ``"train"`` for the run's training transcripts, ``"none"``, or a loaded
-        :class:`~qkv.apps.speech.words.WordModel`; default: the transcripts the run keeps, :meth:`word_model`) and
-        ``words_weight``. An empty input, or a bad file, is a ``ValueError``."""
+        :class:`~qkv.apps.lm.LanguageModel`), ``lm_weight``, ``length_reward``; and a word model in the beam and
+        correcting the transcripts after it: ``words`` (a text file, ``"train"`` for the run's training transcripts,
+        ``"none"``, or a loaded :class:`~qkv.apps.speech.words.WordModel`; default: the text the run keeps,
+        :meth:`word_model`), ``words_fusion`` (its weight in the beam) and ``words_weight`` (the correction's). An
+        empty input, or a bad file, is a ``ValueError``."""
         limits = {"window": None if window is None else tuple(window), "max_rate": max_rate,
                   "eos_threshold": eos_threshold, "length_penalty": length_penalty, "lm": lm,
                   "lm_weight": lm_weight, "length_reward": length_reward, "words": words,
@@ -144,9 +145,9 @@ class Transcriber(LanguageModelFusion, Predictor):
     def result_row(self, result: Transcript) -> dict[str, Any]:
         """``output`` (the transcript), the ``source`` file, the decoder's ``score`` and why it ``stopped``
         (``end``, or the limit it reached: ``max_len``, ``max_rate``, ``frames``, ``positions``); with a word model,
-        the decoder's own ``spelled`` transcript."""
+        the beam's own ``spelled`` transcript, before the correction."""
         row = {"output": result.text, "source": result.source, "score": result.score, "stopped": result.stopped}
-        if result.spelled:  # a word model corrected the decoder's spelling
+        if result.spelled:  # a word model corrected the beam's transcript
             row["spelled"] = result.spelled
         return jsonable(row)
 

@@ -8,7 +8,8 @@
 Every utterance draws a voice, a speaking rate and a pitch. The ``test`` split uses texts **and voices** that the
 training split does not (:data:`TEST_VOICES`: accents and voice variants never heard in training, and one flite
 voice); ``valid`` holds unseen texts spoken by the training voices; ``long`` joins two or three test texts, spoken
-by the test voices, so that every one is longer than any training transcript.
+by the test voices, so that every one is longer than any training transcript. The sentences of the text source
+that no split speaks are the corpus's ``texts`` (text without audio, for a word model).
 
 Audio is written once as 16 kHz mono 16-bit WAV under a cache folder (default ``~/.cache/qkv/speech``, or
 ``$QKV_CACHE/speech``), one file per (text, voice, rate, pitch), and reused by every corpus that asks for it; a

@@ -1,4 +1,4 @@
-"""Words after spelling: a word trigram model that corrects a character decoder's transcript.
+"""Words for a character decoder: a word trigram model that scores its beam and corrects its transcript.
 
 A character decoder writes words as it hears them ("to an a lock"); a word model of the language knows which words
 exist and which follow which ("to have a look"). :class:`WordModel` is a trigram model with interpolated absolute
@@ -7,6 +7,7 @@ modelling"; Chen and Goodman, 1998, "An empirical study of smoothing techniques 
 2.6), and :meth:`WordModel.correct` the noisy-channel choice of words: each decoded word (or two decoded words
 joined) may become a word of the model's vocabulary a few character edits away, and the sentence kept is the one of
 best ``weight * log p(words) - edits``. Candidates are found by ``rapidfuzz`` (Levenshtein distance).
+:class:`WordScorer` puts the model inside the beam, character by character, with look-ahead (Hori et al., 2018).
 """
 
 from __future__ import annotations

@@ -221,3 +221,27 @@ def test_unspoken_texts_are_the_source_less_every_split(tmp_path):
     assert unspoken and not spoken & set(unspoken)
     assert set(unspoken) | {text for split, text, *_ in plan if split != "long"} == set(sentence_texts(source, seed=7))
     assert _plan("digits", 10, 3, 4, 2, None, 7)[1] == []
+
+
+@pytest.mark.parametrize("texts", [["a sentence no one speaks", "another one"], []])
+def test_a_run_keeps_its_transcripts_and_its_corpus_unspoken_texts(tmp_path, texts):
+    import json
+
+    import numpy as np
+    import soundfile
+
+    from qkv.apps.speech import SpeechOptions, SpeechTask
+    from qkv.data.speech import SpeechCorpus, Utterance
+
+    rng = np.random.default_rng(0)
+    clips = []
+    for i, text in enumerate(["one two", "three", "four five six"]):
+        soundfile.write(tmp_path / f"{i}.wav", 0.1 * rng.standard_normal(4000), 16000)
+        clips.append(Utterance(str(tmp_path / f"{i}.wav"), text))
+    corpus = SpeechCorpus({"train": clips[:2], "valid": clips[2:], "test": clips[2:]}, texts=texts)
+    task = SpeechTask(SpeechOptions(data="clips.tsv", n_mels=8), corpus)
+    task.setup()
+    task.save_assets(tmp_path)
+    assert json.loads((tmp_path / "transcripts.json").read_text()) == ["one two", "three"]
+    assert (json.loads((tmp_path / "texts.json").read_text()) if texts else (tmp_path / "texts.json").exists()) == \
+        (texts or False)
