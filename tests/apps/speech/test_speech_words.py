@@ -224,7 +224,7 @@ def test_unspoken_texts_are_the_source_less_every_split(tmp_path):
 
 
 @pytest.mark.parametrize("texts", [["a sentence no one speaks", "another one"], []])
-def test_a_run_keeps_its_transcripts_and_its_corpus_unspoken_texts(tmp_path, texts):
+def test_a_run_keeps_its_transcripts_and_its_corpus_unspoken_texts(tmp_path, texts, monkeypatch):
     import json
 
     import numpy as np
@@ -245,3 +245,8 @@ def test_a_run_keeps_its_transcripts_and_its_corpus_unspoken_texts(tmp_path, tex
     assert json.loads((tmp_path / "transcripts.json").read_text()) == ["one two", "three"]
     assert (json.loads((tmp_path / "texts.json").read_text()) if texts else (tmp_path / "texts.json").exists()) == \
         (texts or False)
+    # a huge text source is kept only in part (its order is already a seeded shuffle)
+    monkeypatch.setattr("qkv.apps.speech.task.MAX_KEPT_TEXTS", 1)
+    task = SpeechTask(SpeechOptions(data="clips.tsv", n_mels=8), corpus)
+    task.setup()
+    assert task.texts == (texts[:1] or None)
