@@ -23,12 +23,17 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from ...models.decoding import PrefixScorer
+
 __all__ = ["WordModel", "WordScorer", "DEFAULT_WORDS_WEIGHT", "DEFAULT_WORDS_FUSION"]
 
 #: log-probability weight per character edit (chosen on generated sentences' validation split, training voices)
 DEFAULT_WORDS_WEIGHT = 0.2
 #: the word model's weight inside the beam (:class:`WordScorer`; chosen on generated sentences' validation split)
 DEFAULT_WORDS_FUSION = 0.4
+#: :class:`WordScorer`'s caches: at most this many floats of cumulative distributions (64 MB; one per context, as
+#: long as the vocabulary), and of next-token scores (one row per state)
+_CACHED_FLOATS = 2**23
 _BOS, _EOS = "<s>", "</s>"
 
 
@@ -165,7 +170,7 @@ class WordModel:
         return p.copy() if p is self._unigram else p
 
 
-class WordScorer:
+class WordScorer(PrefixScorer):
     """The word model inside a character decoder's beam: a :class:`~qkv.models.decoding.PrefixScorer` adding
     ``weight * log p(word | two words before)`` over the characters of each word, with look-ahead.
 
@@ -192,9 +197,11 @@ class WordScorer:
         # every other token spells: a special one (<unk>) leaves the vocabulary like a letter no word has there
         self.letters = [(i, t) for i, t in enumerate(self.tokens) if i not in (self.space, eos_id)]
         self._bisect = bisect.bisect_left
+        # caches: the cumulative distributions of the latest contexts (each as long as the vocabulary), the
+        # vocabulary's range of each prefix, the state after each prefix of the last step, the scores of each state
         self._cum: dict[tuple[str, str], Any] = {}
         self._ranges: dict[str, tuple[int, int]] = {}
-        self._parsed: dict[tuple[int, ...], tuple[str, str, str, bool]] = {(): (_BOS, _BOS, "", False)}
+        self._parsed: dict[tuple[int, ...], tuple[str, str, str, bool]] = {}
         self._scores: dict[tuple[str, str, str, bool], Any] = {}
 
     def initial_state(self) -> None:
@@ -213,27 +220,33 @@ class WordScorer:
         if not prefix:
             return 1.0
         if (u, v) not in self._cum:
+            if len(self._cum) >= max(16, _CACHED_FLOATS // (len(self.words.vocab) + 1)):  # the oldest context goes
+                del self._cum[next(iter(self._cum))]
             self._cum[u, v] = np.concatenate([[0.0], np.cumsum(self.words.distribution(u, v))])
         lo, hi = self._range(prefix)
         cum = self._cum[u, v]
         return float(cum[hi] - cum[lo])
 
-    def _parse(self, ids: tuple[int, ...]) -> tuple[str, str, str, bool]:
-        """``(u, v, word being spelt, whether it left the vocabulary)`` after the tokens ``ids``."""
-        if ids not in self._parsed:
-            u, v, partial, outside = self._parse(ids[:-1])
-            token = ids[-1]
-            if token == self.space:
-                u, v, partial, outside = v, partial, "", False
-            elif 0 <= token < len(self.tokens) and token != self.eos_id:
-                partial = partial + self.tokens[token]
-                outside = outside or self._ahead(u, v, partial) <= 0
-            self._parsed[ids] = (u, v, partial, outside)
-        return self._parsed[ids]
+    def _parse(self, ids: tuple[int, ...], before: dict) -> tuple[str, str, str, bool]:
+        """``(u, v, word being spelt, whether it left the vocabulary)`` after the tokens ``ids``, from the state of
+        ``ids[:-1]`` in ``before`` (the previous step's) where it is there."""
+        if not ids:
+            return _BOS, _BOS, "", False
+        parent = before.get(ids[:-1])
+        u, v, partial, outside = parent if parent is not None else self._parse(ids[:-1], {})
+        token = ids[-1]
+        if token == self.space:
+            return v, partial, "", False
+        if 0 <= token < len(self.tokens) and token != self.eos_id:
+            partial = partial + self.tokens[token]
+            outside = outside or self._ahead(u, v, partial) <= 0
+        return u, v, partial, outside
 
     def _row(self, key: tuple[str, str, str, bool]):
         """The scores ``(V,)`` of every next token after the state ``key`` (weighted)."""
         if key not in self._scores:
+            if len(self._scores) * len(self.tokens) >= _CACHED_FLOATS:
+                self._scores.clear()
             u, v, partial, outside = key
             scores = [0.0] * len(self.tokens)
             unseen = math.log(self.words.prob(u, v, "\x00"))
@@ -266,7 +279,12 @@ class WordScorer:
         return lo < hi and self.words.vocab[lo] == word
 
     def __call__(self, prefixes: Tensor, state: None) -> tuple[Tensor, None]:
-        rows = [self._row(self._parse(tuple(p))) for p in prefixes.tolist()]
+        before, self._parsed = self._parsed, {}  # only the last step's prefixes are extended
+        for p in prefixes.tolist():
+            key = tuple(p)
+            if key not in self._parsed:
+                self._parsed[key] = self._parse(key, before)
+        rows = [self._row(self._parsed[tuple(p)]) for p in prefixes.tolist()]
         return torch.stack(rows).to(prefixes.device), None
 
     def select(self, candidates: None, rows: Tensor, tokens: Tensor) -> None:

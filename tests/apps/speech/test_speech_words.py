@@ -250,3 +250,24 @@ def test_a_run_keeps_its_transcripts_and_its_corpus_unspoken_texts(tmp_path, tex
     task = SpeechTask(SpeechOptions(data="clips.tsv", n_mels=8), corpus)
     task.setup()
     assert task.texts == (texts[:1] or None)
+
+
+def test_the_scorers_caches_stay_bounded_and_change_nothing(monkeypatch):
+    import torch
+
+    rng = random.Random(4)
+    model, words = _random_model(rng)
+    sentences = [" ".join(rng.choice(words) for _ in range(6)) for _ in range(30)]
+
+    def scores(scorer):
+        out = []
+        for s in sentences:
+            ids = [*_spell(s), 2]
+            out += [float(scorer(torch.tensor([ids[:t]]), None)[0][0, ids[t]]) for t in range(len(ids))]
+        return out
+
+    roomy = scores(WordScorer(model, TOKENS, weight=0.7, eos_id=2))
+    monkeypatch.setattr("qkv.apps.speech.words._CACHED_FLOATS", 64)
+    tight = WordScorer(model, TOKENS, weight=0.7, eos_id=2)
+    assert scores(tight) == pytest.approx(roomy, rel=1e-6)
+    assert len(tight._cum) <= 16 and len(tight._scores) * len(TOKENS) <= 64 + len(TOKENS)
