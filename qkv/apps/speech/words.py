@@ -12,6 +12,7 @@ best ``weight * log p(words) - edits``. Candidates are found by ``rapidfuzz`` (L
 
 from __future__ import annotations
 
+import bisect
 import gzip
 import math
 import os
@@ -187,8 +188,6 @@ class WordScorer(PrefixScorer):
     """
 
     def __init__(self, words: WordModel, tokens: list[str], *, weight: float, eos_id: int):
-        import bisect
-
         if weight < 0:
             raise ValueError(f"the word model's weight in the beam must be >= 0, got {weight}")
         self.words, self.weight, self.eos_id = words, float(weight), eos_id
@@ -196,7 +195,6 @@ class WordScorer(PrefixScorer):
         self.space = self.tokens.index(" ") if " " in self.tokens else -1
         # every other token spells: a special one (<unk>) leaves the vocabulary like a letter no word has there
         self.letters = [(i, t) for i, t in enumerate(self.tokens) if i not in (self.space, eos_id)]
-        self._bisect = bisect.bisect_left
         # caches: the cumulative distributions of the latest contexts (each as long as the vocabulary), the
         # vocabulary's range of each prefix, the state after each prefix of the last step, the scores of each state
         self._cum: dict[tuple[str, str], Any] = {}
@@ -210,7 +208,7 @@ class WordScorer(PrefixScorer):
     def _range(self, prefix: str) -> tuple[int, int]:
         if prefix not in self._ranges:
             vocab = self.words.vocab
-            self._ranges[prefix] = (self._bisect(vocab, prefix), self._bisect(vocab, prefix + "\U0010ffff"))
+            self._ranges[prefix] = (bisect.bisect_left(vocab, prefix), bisect.bisect_left(vocab, prefix + "\U0010ffff"))
         return self._ranges[prefix]
 
     def _ahead(self, u: str, v: str, prefix: str) -> float:
@@ -280,12 +278,8 @@ class WordScorer(PrefixScorer):
 
     def __call__(self, prefixes: Tensor, state: None) -> tuple[Tensor, None]:
         before, self._parsed = self._parsed, {}  # only the last step's prefixes are extended
-        for p in prefixes.tolist():
-            key = tuple(p)
+        keys = [tuple(p) for p in prefixes.tolist()]
+        for key in keys:
             if key not in self._parsed:
                 self._parsed[key] = self._parse(key, before)
-        rows = [self._row(self._parsed[tuple(p)]) for p in prefixes.tolist()]
-        return torch.stack(rows).to(prefixes.device), None
-
-    def select(self, candidates: None, rows: Tensor, tokens: Tensor) -> None:
-        return None
+        return torch.stack([self._row(self._parsed[key]) for key in keys]).to(prefixes.device), None
