@@ -1,8 +1,15 @@
 """qkv's background thread for compilations (:mod:`qkv.compiled`): what tells apart the arguments a compiled kernel
-runs without compiling again, copies of a call's arguments for the compilation to run on, and the thread itself."""
+runs without compiling again, copies of a call's arguments for the compilation to run on, and the thread itself.
+
+A compilation saves the random number generators' states when it starts tracing and sets them back when it ends
+(dynamo and inductor do, so that tracing draws nothing). The generators are the process's, not a thread's: set back
+from this thread, they would rewind the draws that the caller's threads made meanwhile (the same dropout masks
+twice, a model initialised after ``torch.manual_seed`` with other weights than the seed gives). While the thread
+runs, ``set_rng_state`` called from it leaves the generators as they are (:func:`_keep_generators`)."""
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Callable
 
@@ -100,11 +107,37 @@ def _loop() -> None:
             _idle.notify_all()
 
 
+#: the functions that set a generator's state, by module, as a compilation calls them (``torch.random``'s for the
+#: CPU, ``torch.cuda``'s and ``torch.xpu``'s for the devices)
+_SETTERS = (("random", "set_rng_state"), ("cuda", "set_rng_state"), ("xpu", "set_rng_state"))
+
+
+def _keep_generators() -> None:
+    """Have ``set_rng_state`` (CPU and devices) do nothing when qkv's background thread calls it: a compilation there
+    restores the states it read when it started, which would undo the draws of every other thread since. Other
+    threads' calls, a compilation in the calling thread among them, set the state as before. Done once."""
+    for module_name, name in _SETTERS:
+        module = getattr(torch, module_name, None)
+        real = getattr(module, name, None)
+        if real is None or getattr(real, "_qkv_keeps_generators", False):
+            continue
+
+        @functools.wraps(real)
+        def guarded(*args, _real=real, **kwargs):
+            if threading.current_thread() is _worker[0]:
+                return None  # (the background compilation drew nothing: the states it would restore are stale)
+            return _real(*args, **kwargs)
+
+        guarded._qkv_keeps_generators = True
+        setattr(module, name, guarded)
+
+
 def start(job: Callable[[], None]) -> None:
     """Run ``job`` on qkv's background thread (one, made on first use; replaced by an inline call in tests)."""
     with _idle:
         _queue.append(job)
         if _worker[0] is None or not _worker[0].is_alive():
+            _keep_generators()
             _worker[0] = threading.Thread(target=_loop, name="qkv-compile", daemon=True)
             _worker[0].start()
         _idle.notify_all()

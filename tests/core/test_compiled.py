@@ -385,3 +385,36 @@ def test_inside_the_callers_torch_compile(gen):
         expected = model(x)
         got = torch.compile(model)(x)
     torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-4)
+
+
+def test_a_background_compilation_leaves_the_callers_random_numbers_alone():
+    """Dynamo saves the generator's state when a compilation starts and sets it back when it ends: from the background
+    thread, that would rewind the caller's draws made meanwhile (a model seeded and built then gets other weights)."""
+    import threading
+
+    from torch._dynamo.utils import preserve_rng_state
+
+    from qkv import background
+
+    entered, drawn = threading.Event(), threading.Event()
+
+    def job():  # a compilation's bracket around its tracing, held open while the caller draws
+        with preserve_rng_state():
+            entered.set()
+            assert drawn.wait(30)
+
+    torch.manual_seed(0)
+    expected = [torch.rand(3), torch.rand(3)]
+    torch.manual_seed(0)
+    background.start(job)
+    assert entered.wait(30)
+    first = torch.rand(3)
+    drawn.set()
+    assert background.wait(30)
+    second = torch.rand(3)
+    assert torch.equal(first, expected[0]) and torch.equal(second, expected[1])
+    # the calling thread still sets the state (a compilation there, a user's checkpoint restored)
+    state = torch.random.get_rng_state()
+    again = torch.rand(3)
+    torch.random.set_rng_state(state)
+    assert torch.equal(torch.rand(3), again)
