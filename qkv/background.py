@@ -2,10 +2,11 @@
 runs without compiling again, copies of a call's arguments for the compilation to run on, and the thread itself.
 
 A compilation saves the random number generators' states when it starts tracing and sets them back when it ends
-(dynamo and inductor do, so that tracing draws nothing). The generators are the process's, not a thread's: set back
-from this thread, they would rewind the draws that the caller's threads made meanwhile (the same dropout masks
-twice, a model initialised after ``torch.manual_seed`` with other weights than the seed gives). While the thread
-runs, ``set_rng_state`` called from it leaves the generators as they are (:func:`_keep_generators`)."""
+(dynamo and inductor do, so that tracing draws nothing); dynamo does the same with the default dtype and the
+deterministic-algorithms switch. These are the process's, not a thread's: set back from this thread, they would
+undo what the caller's threads did meanwhile (the same dropout masks twice, a model initialised after
+``torch.manual_seed`` with other weights than the seed gives, a default dtype changed back). While the thread runs,
+those setters called from it leave the process as it is (:func:`_keep_process_state`)."""
 
 from __future__ import annotations
 
@@ -107,28 +108,29 @@ def _loop() -> None:
             _idle.notify_all()
 
 
-#: the functions that set a generator's state, by module, as a compilation calls them (``torch.random``'s for the
-#: CPU, ``torch.cuda``'s and ``torch.xpu``'s for the devices)
-_SETTERS = (("random", "set_rng_state"), ("cuda", "set_rng_state"), ("xpu", "set_rng_state"))
+#: what a compilation sets back when it ends, by module: the generators' states (``torch.random``'s for the CPU,
+#: ``torch.cuda``'s and ``torch.xpu``'s for the devices), the default dtype, the deterministic-algorithms switch
+_SETTERS = (("random", "set_rng_state"), ("cuda", "set_rng_state"), ("xpu", "set_rng_state"),
+            (None, "set_default_dtype"), (None, "use_deterministic_algorithms"))
 
 
-def _keep_generators() -> None:
-    """Have ``set_rng_state`` (CPU and devices) do nothing when qkv's background thread calls it: a compilation there
-    restores the states it read when it started, which would undo the draws of every other thread since. Other
-    threads' calls, a compilation in the calling thread among them, set the state as before. Done once."""
+def _keep_process_state() -> None:
+    """Have the setters of :data:`_SETTERS` do nothing when qkv's background thread calls them: a compilation there
+    sets back what it read when it started, which would undo what every other thread did since. Other threads'
+    calls, a compilation in the calling thread among them, set as before. Done once."""
     for module_name, name in _SETTERS:
-        module = getattr(torch, module_name, None)
+        module = torch if module_name is None else getattr(torch, module_name, None)
         real = getattr(module, name, None)
-        if real is None or getattr(real, "_qkv_keeps_generators", False):
+        if real is None or getattr(real, "_qkv_keeps_process_state", False):
             continue
 
         @functools.wraps(real)
         def guarded(*args, _real=real, **kwargs):
             if threading.current_thread() is _worker[0]:
-                return None  # (the background compilation drew nothing: the states it would restore are stale)
+                return None  # (a background compilation changed none of these: what it would set back is stale)
             return _real(*args, **kwargs)
 
-        guarded._qkv_keeps_generators = True
+        guarded._qkv_keeps_process_state = True
         setattr(module, name, guarded)
 
 
@@ -137,7 +139,7 @@ def start(job: Callable[[], None]) -> None:
     with _idle:
         _queue.append(job)
         if _worker[0] is None or not _worker[0].is_alive():
-            _keep_generators()
+            _keep_process_state()
             _worker[0] = threading.Thread(target=_loop, name="qkv-compile", daemon=True)
             _worker[0].start()
         _idle.notify_all()

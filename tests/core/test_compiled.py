@@ -418,3 +418,29 @@ def test_a_background_compilation_leaves_the_callers_random_numbers_alone():
     again = torch.rand(3)
     torch.random.set_rng_state(state)
     assert torch.equal(torch.rand(3), again)
+
+
+def test_a_background_compilation_leaves_the_callers_default_dtype_alone():
+    """Dynamo sets the default dtype back to the one it read when it started tracing."""
+    import threading
+
+    from qkv import background
+
+    entered, changed = threading.Event(), threading.Event()
+
+    def job():  # what dynamo does around a compilation
+        prior = torch.get_default_dtype()
+        entered.set()
+        assert changed.wait(30)
+        torch.set_default_dtype(prior)
+
+    try:
+        background.start(job)
+        assert entered.wait(30)
+        torch.set_default_dtype(torch.float64)
+        changed.set()
+        assert background.wait(30)
+        assert torch.get_default_dtype() == torch.float64 and torch.ones(1).dtype == torch.float64
+    finally:
+        torch.set_default_dtype(torch.float32)
+    assert torch.ones(1).dtype == torch.float32  # set from the calling thread, as before
