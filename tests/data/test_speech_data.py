@@ -239,6 +239,26 @@ def test_generated_digits_hold_out_texts_and_voices(tmp_path_factory):
     assert [u.audio for u in again.splits["train"]] == [u.audio for u in s["train"]]  # the cache, reused
 
 
+@pytest.mark.parametrize("share", [0.25, 0.5])
+def test_flite_share_sets_the_engine_of_training_utterances_only(monkeypatch, share):
+    from qkv.apps.speech import synth
+
+    def plan():
+        return synth._plan("digits", 3000, 200, 300, 20, None, 3)[0]
+
+    monkeypatch.setattr(synth, "FLITE_SHARE", None)
+    uniform = plan()
+    monkeypatch.setattr(synth, "FLITE_SHARE", share)
+    shared = plan()
+    train = [voice for split, _, voice, *_ in shared if split in ("train", "valid")]
+    flite = sum(v.startswith("flite:") for v in train) / len(train)
+    assert abs(flite - share) < 4 * (share * (1 - share) / len(train)) ** 0.5  # within four standard errors
+    assert set(train) == set(synth.TRAIN_VOICES)  # each engine's voices all heard
+    # the test and long splits, and every utterance's text, rate, pitch and noise, are the uniform draw's
+    assert [u for u in shared if u[0] in ("test", "long")] == [u for u in uniform if u[0] in ("test", "long")]
+    assert [u[:2] + u[3:] for u in shared] == [u[:2] + u[3:] for u in uniform]
+
+
 def test_sentence_texts_from_a_file(tmp_path):
     from qkv.apps.speech.synth import sentence_texts
 

@@ -5,7 +5,8 @@
 - ``sentences``: English sentences read aloud, by default the English side of Tatoeba's English-French pairs
   (``tatoeba-eng-fra.tsv.gz``), or the lines of any text file.
 
-Every utterance draws a voice, a speaking rate and a pitch. The ``test`` split uses texts **and voices** that the
+Every utterance draws a voice (for the training and validation splits, flite speaks :data:`FLITE_SHARE` of them),
+a speaking rate and a pitch. The ``test`` split uses texts **and voices** that the
 training split does not (:data:`TEST_VOICES`: accents and voice variants never heard in training, and one flite
 voice); ``valid`` holds unseen texts spoken by the training voices; ``long`` joins two or three test texts, spoken
 by the test voices, so that every one is longer than any training transcript. The sentences of the text source
@@ -50,6 +51,11 @@ TRAIN_VOICES = tuple(f"espeak:{v}{x}" for v in _ESPEAK_TRAIN for x in _VARIANTS_
 TEST_VOICES = ("espeak:en-gb-scotland+m2", "espeak:en-029+f2", "espeak:en-gb-x-gbcwmd+m4", "flite:awb")
 _VERSION = "1"
 NOISE_SHARE = 0.3  #: share of the training utterances with white noise added, at 15-35 dB SNR
+#: share of the training and validation utterances spoken by flite, whatever the number of voices of each engine
+#: (``None``: every voice of :data:`TRAIN_VOICES` equally often, flite three in 28). flite's ``rms``, ``slt`` and
+#: ``awb`` are statistical voices built from recorded speakers, espeak-ng's are formant synthesis: a model that hears
+#: flite in 0.4 of its utterances rather than 3/28 hears the unseen voices of both more evenly (docs/apps/speech.md)
+FLITE_SHARE: float | None = None
 
 _ONES = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve",
          "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen", "nineteen"]
@@ -206,6 +212,16 @@ def synthesize(text: str, voice: str, path: str | os.PathLike, *, rate: float = 
     return Path(path)
 
 
+def _pick_voice(rng: random.Random, voices: Sequence[str], flite_share: float | None) -> str:
+    """One of ``voices``: with ``flite_share`` set and both engines among ``voices``, the engine first, then one of
+    its voices; otherwise any of ``voices``, uniformly."""
+    flite = [v for v in voices if v.startswith("flite:")]
+    espeak = [v for v in voices if not v.startswith("flite:")]
+    if flite_share is None or not flite or not espeak:
+        return rng.choice(voices)
+    return rng.choice(flite if rng.random() < flite_share else espeak)
+
+
 def _plan(corpus: str, n_train: int, n_valid: int, n_test: int, n_long: int, text: str | None,
           seed: int) -> tuple[list[tuple[str, str, str, float, float, float | None]], list[str]]:
     """``(split, text, voice, rate, pitch, noise SNR in dB or None)`` of every utterance of a corpus, and the texts
@@ -227,7 +243,10 @@ def _plan(corpus: str, n_train: int, n_valid: int, n_test: int, n_long: int, tex
 
     def draw(split: str, t: str, voices: Sequence[str]) -> tuple[str, str, str, float, float, float | None]:
         noisy = split == "train" and rng.random() < NOISE_SHARE
-        return split, t, rng.choice(voices), rng.uniform(0.85, 1.2), rng.uniform(30, 70), \
+        voice = rng.choice(voices)
+        if FLITE_SHARE is not None and split in ("train", "valid"):  # drawn apart: the other splits stay as they are
+            voice = _pick_voice(random.Random(f"{seed}|{split}|{t}"), voices, FLITE_SHARE)
+        return split, t, voice, rng.uniform(0.85, 1.2), rng.uniform(30, 70), \
             rng.uniform(15, 35) if noisy else None
 
     plan = [draw("train", t, TRAIN_VOICES) for t in train] + [draw("valid", t, TRAIN_VOICES) for t in valid] + \
@@ -243,8 +262,9 @@ def generate_corpus(corpus: str, *, n_train: int, n_valid: int, n_test: int, n_l
         raise ValueError(f"no generated corpus {corpus!r}; one of {', '.join(CORPORA)}")
     root = Path(cache).expanduser() if cache is not None else default_cache()
     source = "" if corpus == "digits" else str(Path(text).resolve() if text else _default_text())
+    shares = () if FLITE_SHARE is None else (FLITE_SHARE,)
     key = hashlib.sha1(repr((_VERSION, corpus, n_train, n_valid, n_test, n_long, source, seed, TRAIN_VOICES,
-                             TEST_VOICES)).encode()).hexdigest()[:12]
+                             TEST_VOICES) + shares).encode()).hexdigest()[:12]
     manifest = root / f"{corpus}-{key}.tsv"
     plan, unspoken = _plan(corpus, n_train, n_valid, n_test, n_long, text, seed)
     (root / "wav").mkdir(parents=True, exist_ok=True)
