@@ -55,7 +55,7 @@ NOISE_SHARE = 0.3  #: share of the training utterances with white noise added, a
 #: (``None``: every voice of :data:`TRAIN_VOICES` equally often, flite three in 28). flite's ``rms``, ``slt`` and
 #: ``awb`` are statistical voices built from recorded speakers, espeak-ng's are formant synthesis: a model that hears
 #: flite in 0.4 of its utterances rather than 3/28 hears the unseen voices of both more evenly (docs/apps/speech.md)
-FLITE_SHARE: float | None = None
+FLITE_SHARE: float | None = 0.4
 
 _ONES = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve",
          "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen", "nineteen"]
