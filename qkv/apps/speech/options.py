@@ -190,7 +190,8 @@ def train_defaults(options: SpeechOptions):
     """The trainer's settings for speech recognition (the ``qkv train speech`` defaults): the best model is the
     one of least character error rate on the validation split. The learning rate, 2e-3, took digits' test CER after
     10 minutes from 4.5 / 6.0 / 7.4% at 1e-3 to 3.6 / 3.6 / 2.6% and sentences' test WER after 30 minutes from
-    35.3 / 35.5 / 36.2% to 31.9 / 32.2 / 31.6% (seeds 0 / 1 / 2, on the same machine; 3e-3 was worse on sentences)."""
+    35.3 / 35.5 / 36.2% to 31.9 / 32.2 / 31.6% (seeds 0 / 1 / 2, on the same machine, every training voice equally
+    often; 3e-3 was worse on sentences)."""
     from ...train import TrainConfig
 
     return TrainConfig(epochs=30, batch_size=32, lr=2e-3, warmup_steps=100, schedule="cosine", weight_decay=0.01,
