@@ -259,6 +259,14 @@ def test_flite_share_sets_the_engine_of_training_utterances_only(monkeypatch, sh
     assert [u[:2] + u[3:] for u in shared] == [u[:2] + u[3:] for u in uniform]
 
 
+def test_a_flite_share_outside_0_1_is_refused(monkeypatch, tmp_path):
+    from qkv.apps.speech import synth
+
+    monkeypatch.setattr(synth, "FLITE_SHARE", 1.5)
+    with pytest.raises(ValueError, match="FLITE_SHARE must be None or in"):
+        synth.generate_corpus("digits", n_train=4, n_valid=1, n_test=1, cache=tmp_path)
+
+
 def test_sentence_texts_from_a_file(tmp_path):
     from qkv.apps.speech.synth import sentence_texts
 

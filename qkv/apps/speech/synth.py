@@ -53,7 +53,7 @@ _VERSION = "1"
 NOISE_SHARE = 0.3  #: share of the training utterances with white noise added, at 15-35 dB SNR
 #: share of the training and validation utterances spoken by flite, whatever the number of voices of each engine
 #: (``None``: every voice of :data:`TRAIN_VOICES` equally often, flite three in 28). flite's ``rms``, ``slt`` and
-#: ``awb`` are statistical voices built from recorded speakers, espeak-ng's are formant synthesis: a model that hears
+#: ``awb`` are built from recorded speakers' voices, espeak-ng's are formant synthesis: a model that hears
 #: flite in 0.4 of its utterances rather than 3/28 hears the unseen voices of both more evenly (docs/apps/speech.md)
 FLITE_SHARE: float | None = 0.4
 
@@ -260,6 +260,8 @@ def generate_corpus(corpus: str, *, n_train: int, n_valid: int, n_test: int, n_l
     there; ``workers`` synthesis processes at a time."""
     if corpus not in CORPORA:
         raise ValueError(f"no generated corpus {corpus!r}; one of {', '.join(CORPORA)}")
+    if FLITE_SHARE is not None and not 0 <= FLITE_SHARE <= 1:
+        raise ValueError(f"FLITE_SHARE must be None or in [0, 1], got {FLITE_SHARE!r}")
     root = Path(cache).expanduser() if cache is not None else default_cache()
     source = "" if corpus == "digits" else str(Path(text).resolve() if text else _default_text())
     shares = () if FLITE_SHARE is None else (FLITE_SHARE,)
