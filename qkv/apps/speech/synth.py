@@ -212,12 +212,12 @@ def synthesize(text: str, voice: str, path: str | os.PathLike, *, rate: float = 
     return Path(path)
 
 
-def _pick_voice(rng: random.Random, voices: Sequence[str], flite_share: float | None) -> str:
-    """One of ``voices``: with ``flite_share`` set and both engines among ``voices``, the engine first, then one of
-    its voices; otherwise any of ``voices``, uniformly."""
+def _pick_voice(rng: random.Random, voices: Sequence[str], flite_share: float) -> str:
+    """One of ``voices``: with both engines among them, flite with probability ``flite_share``, then one of the
+    engine's voices; otherwise any of ``voices``, uniformly."""
     flite = [v for v in voices if v.startswith("flite:")]
     espeak = [v for v in voices if not v.startswith("flite:")]
-    if flite_share is None or not flite or not espeak:
+    if not flite or not espeak:
         return rng.choice(voices)
     return rng.choice(flite if rng.random() < flite_share else espeak)
 
